@@ -1,0 +1,78 @@
+// The kernel seam: every OS operation the allocator performs goes through Kernel&.
+//
+// Conventions (Linux's own, made explicit so wrappers cannot clobber errno):
+//   - Each call returns a SysResult. On success `error == 0` and `value` holds what the syscall
+//     returns (the address for mmap, the fd for memfd_create, 0 otherwise). On failure
+//     `value == -1` and `error` is the errno the syscall would set.
+//   - A simulated crash (SIGBUS on a hugetlb fault, an OOM kill) is `signal != 0`: the calling
+//     "process" is dead. The allocator must stop issuing calls and return; the simulated host
+//     reports the crash. LinuxKernel never sets `signal` (a real fault is a real signal).
+//   - Errno values and flags are the Linux UAPI ones (<sys/mman.h>, <linux/mempolicy.h>, ...).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+namespace umbp {
+
+struct SysResult {
+  long value = 0;
+  int error = 0;   // errno, 0 on success
+  int signal = 0;  // simulated fatal signal (SIGBUS, SIGKILL), 0 if none
+
+  bool ok() const { return error == 0 && signal == 0; }
+  static SysResult Ok(long v = 0) { return SysResult{v, 0, 0}; }
+  static SysResult Err(int e) { return SysResult{-1, e, 0}; }
+  static SysResult Crash(int sig) { return SysResult{-1, 0, sig}; }
+  void* ptr() const { return reinterpret_cast<void*>(static_cast<uintptr_t>(value)); }
+};
+
+// read_file's answer: the file's bytes, or an errno (ENOENT for a missing file).
+struct FileResult {
+  std::string data;
+  int error = 0;
+  bool ok() const { return error == 0; }
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+
+  // sysconf(_SC_PAGESIZE).
+  virtual size_t page_size() = 0;
+  virtual SysResult mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) = 0;
+  virtual SysResult munmap(void* addr, size_t length) = 0;
+  virtual SysResult madvise(void* addr, size_t length, int advice) = 0;
+  // mbind(2) as the raw syscall: the kernel reads maxnode-1 bits of nodemask.
+  virtual SysResult mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
+                          unsigned long maxnode, unsigned flags) = 0;
+  virtual SysResult memfd_create(const char* name, unsigned flags) = 0;
+  virtual SysResult ftruncate(int fd, off_t length) = 0;
+  virtual SysResult close(int fd) = 0;
+  // Whole contents of a /proc or /sys file.
+  virtual FileResult read_file(const std::string& path) = 0;
+  // Write one byte at addr, addr+stride, ... below addr+length: the page faults of the manual
+  // prefault path. A simulated kernel may answer with a crash (signal) instead of faulting.
+  virtual SysResult touch(void* addr, size_t length, size_t stride) = 0;
+
+  // True the first time `reason` is seen on this Kernel instance: once-only warnings are per
+  // simulated machine, not per process.
+  bool first_time(const std::string& reason) {
+    std::lock_guard<std::mutex> lock(once_mu_);
+    return once_.insert(reason).second;
+  }
+
+ private:
+  std::mutex once_mu_;
+  std::set<std::string> once_;
+};
+
+using KernelPtr = std::shared_ptr<Kernel>;
+
+}  // namespace umbp

@@ -1,0 +1,6 @@
+// Placeholder until this part of the module lands; replaced by its owner.
+#include "python/bindings.h"
+
+namespace umbp::bindings {
+void bind_allocator(pybind11::module_&) {}
+}  // namespace umbp::bindings

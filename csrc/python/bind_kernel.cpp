@@ -1,0 +1,218 @@
+// The Kernel seam as seen from Python: raw calls with Linux's results and errno, so tests can
+// drive LinuxKernel and SimKernel with the same operation sequence and compare them.
+#include <linux/memfd.h>
+#include <linux/mempolicy.h>
+#include <pybind11/stl.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <vector>
+
+#include "kernel/kernel.h"
+#include "python/bindings.h"
+
+namespace py = pybind11;
+
+namespace umbp::bindings {
+namespace {
+
+constexpr size_t kBitsPerLong = sizeof(unsigned long) * CHAR_BIT;
+
+const char* errno_name(int e) {
+  switch (e) {
+    case 0:
+      return "";
+    case EPERM:
+      return "EPERM";
+    case ENOENT:
+      return "ENOENT";
+    case EINTR:
+      return "EINTR";
+    case EIO:
+      return "EIO";
+    case EBADF:
+      return "EBADF";
+    case EAGAIN:
+      return "EAGAIN";
+    case ENOMEM:
+      return "ENOMEM";
+    case EACCES:
+      return "EACCES";
+    case EFAULT:
+      return "EFAULT";
+    case EBUSY:
+      return "EBUSY";
+    case EEXIST:
+      return "EEXIST";
+    case ENODEV:
+      return "ENODEV";
+    case EINVAL:
+      return "EINVAL";
+    case EMFILE:
+      return "EMFILE";
+    case ENFILE:
+      return "ENFILE";
+    case EFBIG:
+      return "EFBIG";
+    case ENOSPC:
+      return "ENOSPC";
+    case ENOSYS:
+      return "ENOSYS";
+    case EOVERFLOW:
+      return "EOVERFLOW";
+    case EHWPOISON:
+      return "EHWPOISON";
+    default:
+      return "E?";
+  }
+}
+
+void* as_ptr(uintptr_t a) { return reinterpret_cast<void*>(a); }
+
+}  // namespace
+
+void bind_kernel(py::module_& m) {
+  py::class_<SysResult>(m, "SysResult", "Result of one kernel call: value, errno, simulated signal")
+      .def(py::init<>())
+      .def_readonly("value", &SysResult::value)
+      .def_readonly("error", &SysResult::error)
+      .def_readonly("signal", &SysResult::signal)
+      .def_property_readonly("ok", &SysResult::ok)
+      .def_property_readonly("errno_name", [](const SysResult& r) { return errno_name(r.error); })
+      .def("__repr__", [](const SysResult& r) {
+        if (r.signal) return "<SysResult signal=" + std::to_string(r.signal) + ">";
+        if (r.error) return std::string("<SysResult -1 ") + errno_name(r.error) + ">";
+        return "<SysResult " + std::to_string(r.value) + ">";
+      });
+
+  m.def("errno_name", &errno_name, py::arg("errno"), "Symbolic name of an errno value");
+
+  py::class_<Kernel, KernelPtr>(m, "Kernel", "An implementation of the kernel seam")
+      .def("page_size", &Kernel::page_size)
+      .def(
+          "mmap",
+          [](Kernel& k, uintptr_t addr, size_t length, int prot, int flags, int fd, long offset) {
+            py::gil_scoped_release nogil;
+            return k.mmap(as_ptr(addr), length, prot, flags, fd, static_cast<off_t>(offset));
+          },
+          py::arg("addr"), py::arg("length"), py::arg("prot"), py::arg("flags"), py::arg("fd") = -1,
+          py::arg("offset") = 0)
+      .def(
+          "munmap",
+          [](Kernel& k, uintptr_t addr, size_t length) {
+            py::gil_scoped_release nogil;
+            return k.munmap(as_ptr(addr), length);
+          },
+          py::arg("addr"), py::arg("length"))
+      .def(
+          "madvise",
+          [](Kernel& k, uintptr_t addr, size_t length, int advice) {
+            py::gil_scoped_release nogil;
+            return k.madvise(as_ptr(addr), length, advice);
+          },
+          py::arg("addr"), py::arg("length"), py::arg("advice"))
+      .def(
+          "mbind",
+          // nodes=None passes a NULL mask; otherwise a mask with those bits, long enough for
+          // both the highest node and maxnode bits (the kernel reads maxnode-1 bits).
+          [](Kernel& k, uintptr_t addr, size_t length, int mode,
+             std::optional<std::vector<unsigned>> nodes, unsigned long maxnode, unsigned flags) {
+            std::vector<unsigned long> mask;
+            if (nodes) {
+              size_t bits = maxnode;
+              for (unsigned n : *nodes) bits = std::max<size_t>(bits, size_t{n} + 1);
+              if (bits > (1u << 20)) throw py::value_error("mbind: nodes/maxnode too large");
+              mask.assign((bits + kBitsPerLong - 1) / kBitsPerLong + 1, 0UL);
+              for (unsigned n : *nodes) mask[n / kBitsPerLong] |= 1UL << (n % kBitsPerLong);
+            }
+            py::gil_scoped_release nogil;
+            return k.mbind(as_ptr(addr), length, mode, nodes ? mask.data() : nullptr, maxnode,
+                           flags);
+          },
+          py::arg("addr"), py::arg("length"), py::arg("mode"), py::arg("nodes"), py::arg("maxnode"),
+          py::arg("flags") = 0)
+      .def(
+          "memfd_create",
+          [](Kernel& k, const std::string& name, unsigned flags) {
+            py::gil_scoped_release nogil;
+            return k.memfd_create(name.c_str(), flags);
+          },
+          py::arg("name"), py::arg("flags"))
+      .def(
+          "ftruncate",
+          [](Kernel& k, int fd, long length) {
+            py::gil_scoped_release nogil;
+            return k.ftruncate(fd, static_cast<off_t>(length));
+          },
+          py::arg("fd"), py::arg("length"))
+      .def(
+          "close",
+          [](Kernel& k, int fd) {
+            py::gil_scoped_release nogil;
+            return k.close(fd);
+          },
+          py::arg("fd"))
+      .def(
+          "read_file",
+          // str on success; OSError(errno, strerror, path) as Python's open() would raise.
+          [](Kernel& k, const std::string& path) {
+            FileResult r;
+            {
+              py::gil_scoped_release nogil;
+              r = k.read_file(path);
+            }
+            if (!r.ok()) {
+              PyErr_SetObject(PyExc_OSError,
+                              py::make_tuple(r.error, std::strerror(r.error), path).ptr());
+              throw py::error_already_set();
+            }
+            return r.data;
+          },
+          py::arg("path"))
+      .def(
+          "touch",
+          [](Kernel& k, uintptr_t addr, size_t length, size_t stride) {
+            py::gil_scoped_release nogil;
+            return k.touch(as_ptr(addr), length, stride);
+          },
+          py::arg("addr"), py::arg("length"), py::arg("stride"));
+
+  // UAPI constants, so Python tests spell calls exactly as C does.
+  py::dict c;
+  c["PROT_NONE"] = static_cast<long>(PROT_NONE);
+  c["PROT_READ"] = static_cast<long>(PROT_READ);
+  c["PROT_WRITE"] = static_cast<long>(PROT_WRITE);
+  c["MAP_SHARED"] = static_cast<long>(MAP_SHARED);
+  c["MAP_PRIVATE"] = static_cast<long>(MAP_PRIVATE);
+  c["MAP_FIXED"] = static_cast<long>(MAP_FIXED);
+  c["MAP_ANONYMOUS"] = static_cast<long>(MAP_ANONYMOUS);
+  c["MAP_NORESERVE"] = static_cast<long>(MAP_NORESERVE);
+  c["MAP_POPULATE"] = static_cast<long>(MAP_POPULATE);
+  c["MAP_HUGETLB"] = static_cast<long>(MAP_HUGETLB);
+  c["MAP_HUGE_SHIFT"] = static_cast<long>(26);
+  c["MAP_HUGE_MASK"] = static_cast<long>(0x3f);
+  c["MADV_DONTNEED"] = static_cast<long>(MADV_DONTNEED);
+  c["MADV_POPULATE_READ"] = static_cast<long>(22);
+  c["MADV_POPULATE_WRITE"] = static_cast<long>(23);
+  c["MPOL_DEFAULT"] = static_cast<long>(MPOL_DEFAULT);
+  c["MPOL_PREFERRED"] = static_cast<long>(MPOL_PREFERRED);
+  c["MPOL_BIND"] = static_cast<long>(MPOL_BIND);
+  c["MPOL_INTERLEAVE"] = static_cast<long>(MPOL_INTERLEAVE);
+  c["MPOL_LOCAL"] = static_cast<long>(MPOL_LOCAL);
+  c["MPOL_F_STATIC_NODES"] = static_cast<long>(MPOL_F_STATIC_NODES);
+  c["MPOL_F_RELATIVE_NODES"] = static_cast<long>(MPOL_F_RELATIVE_NODES);
+  c["MPOL_MF_STRICT"] = static_cast<long>(MPOL_MF_STRICT);
+  c["MPOL_MF_MOVE"] = static_cast<long>(MPOL_MF_MOVE);
+  c["MPOL_MF_MOVE_ALL"] = static_cast<long>(MPOL_MF_MOVE_ALL);
+  c["MFD_CLOEXEC"] = static_cast<long>(MFD_CLOEXEC);
+  c["MFD_ALLOW_SEALING"] = static_cast<long>(MFD_ALLOW_SEALING);
+  c["MFD_HUGETLB"] = static_cast<long>(MFD_HUGETLB);
+  c["MFD_HUGE_SHIFT"] = static_cast<long>(26);
+  m.attr("constants") = c;
+}
+
+}  // namespace umbp::bindings

@@ -1,0 +1,14 @@
+// Each part of the Python module binds itself in its own translation unit.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace umbp::bindings {
+
+void bind_kernel(pybind11::module_& m);     // Kernel handle, SysResult, raw calls, constants
+void bind_linux(pybind11::module_& m);      // LinuxKernel
+void bind_allocator(pybind11::module_& m);  // HostMemAllocator, backings, handles
+void bind_sim(pybind11::module_& m);        // SimKernel
+void bind_faults(pybind11::module_& m);     // FaultyKernel, TracingKernel
+
+}  // namespace umbp::bindings

@@ -1,0 +1,10 @@
+#include "python/bindings.h"
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "umbp-sim native core: the allocator and the kernels it stands on";
+  umbp::bindings::bind_kernel(m);
+  umbp::bindings::bind_linux(m);
+  umbp::bindings::bind_allocator(m);
+  umbp::bindings::bind_sim(m);
+  umbp::bindings::bind_faults(m);
+}

@@ -1,0 +1,296 @@
+"""The declarative description of a host: what the simulated kernel starts from.
+
+A ``Machine`` is plain data. The SimKernel is built from it (``umbp_sim.sim``), dumps are parsed
+into it (``umbp_sim.dump``), scenario files describe it. All sizes are bytes; constructors and
+``Machine.build`` accept strings such as ``"2MiB"`` through ``parse_size``.
+
+Pool state is kept the way the kernel keeps it (kernel-model.md section 0): per hugepage size and
+node ``total``/``free``/``surplus``; per size the global ``reserved`` count and
+``nr_overcommit_hugepages``. ``free`` and ``reserved`` describe pages other processes already
+hold when the simulation starts (a dump of a busy host).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+
+from umbp_sim.units import parse_size
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+TiB = 1 << 40
+
+
+class MachineError(ValueError):
+    """An inconsistent machine description; the message names the field."""
+
+
+@dataclass
+class HugePool:
+    """One hugepage size on one node, in pages."""
+
+    total: int = 0
+    free: int | None = None  # None: all of ``total`` is free
+    surplus: int = 0
+
+    def free_pages(self) -> int:
+        return self.total if self.free is None else self.free
+
+
+@dataclass
+class Node:
+    id: int
+    mem_total: int  # bytes
+    mem_free: int | None = None  # bytes; None: mem_total less this node's hugepage pool
+    cpus: str = ""  # cpulist, e.g. "0-15"
+    hugepages: dict[int, HugePool] = field(default_factory=dict)  # size (bytes) -> pool
+    distances: list[int] | None = None
+
+
+@dataclass
+class Machine:
+    arch: str = "x86_64"
+    page_size: int = 4096
+    # Hugepage sizes registered at boot (directories under /sys/kernel/mm/hugepages).
+    # Empty: a kernel without CONFIG_HUGETLB_PAGE.
+    hugepage_sizes: list[int] = field(default_factory=lambda: [2 * MiB, GiB])
+    default_hugepage_size: int | None = 2 * MiB
+    nodes: list[Node] = field(default_factory=lambda: [Node(0, 16 * GiB)])
+    possible_nodes: list[int] | None = None  # None: the node ids
+    online_nodes: list[int] | None = None  # None: the node ids
+    # Whether /sys/devices/system/node exists (s390 dumps have none).
+    numa_sysfs: bool = True
+    hugepages_reserved: dict[int, int] = field(default_factory=dict)  # size -> pages
+    nr_overcommit_hugepages: dict[int, int] = field(default_factory=dict)  # size -> pages
+    overcommit_memory: int = 0
+    overcommit_ratio: int = 50
+    overcommit_kbytes: int = 0
+    swap_total: int = 0
+    mem_total: int | None = None  # None: sum of node mem_total
+    mem_free: int | None = None  # None: sum of node mem_free
+    mem_available: int | None = None  # None: derived from mem_free
+    committed_as: int = 0  # bytes committed by other processes at start
+    admin_reserve_kbytes: int = 8192
+    user_reserve_kbytes: int = 131072
+    rlimit_as: int | None = None  # bytes; None: unlimited
+    memcg_max: int | None = None  # memory.max in bytes; None: "max"
+    hugetlb_cgroup_max: dict[int, int] = field(default_factory=dict)  # size -> bytes
+    kernel_version: str = "6.18.0"
+    name: str = "sim"
+
+    # ---- derived facts -------------------------------------------------------------------
+    def node_ids(self) -> list[int]:
+        return [n.id for n in self.nodes]
+
+    def possible(self) -> list[int]:
+        return list(self.possible_nodes) if self.possible_nodes is not None else self.node_ids()
+
+    def online(self) -> list[int]:
+        return list(self.online_nodes) if self.online_nodes is not None else self.node_ids()
+
+    def kernel_tuple(self) -> tuple[int, int, int]:
+        return parse_kernel_version(self.kernel_version)
+
+    def pool_total(self, size: int) -> int:
+        return sum(n.hugepages.get(size, HugePool()).total for n in self.nodes)
+
+    def pool_free(self, size: int) -> int:
+        return sum(n.hugepages.get(size, HugePool()).free_pages() for n in self.nodes)
+
+    def total_memory(self) -> int:
+        if self.mem_total is not None:
+            return self.mem_total
+        return sum(n.mem_total for n in self.nodes)
+
+    def copy(self) -> Machine:
+        return copy.deepcopy(self)
+
+    # ---- validation ----------------------------------------------------------------------
+    def validate(self) -> Machine:
+        """Raise MachineError naming the first inconsistent field; return self."""
+        if self.page_size <= 0 or self.page_size & (self.page_size - 1):
+            raise MachineError(f"page_size: {self.page_size} is not a power of two")
+        for s in self.hugepage_sizes:
+            if s <= self.page_size or s & (s - 1):
+                raise MachineError(
+                    f"hugepage_sizes: {s} must be a power of two larger than page_size"
+                )
+        if self.default_hugepage_size is not None and (
+            self.default_hugepage_size not in self.hugepage_sizes
+        ):
+            raise MachineError(
+                f"default_hugepage_size: {self.default_hugepage_size} is not in hugepage_sizes"
+            )
+        if self.hugepage_sizes and self.default_hugepage_size is None:
+            raise MachineError("default_hugepage_size: required when hugepage_sizes is set")
+        ids = self.node_ids()
+        if len(set(ids)) != len(ids):
+            raise MachineError(f"nodes: duplicate node id in {ids}")
+        if any(i < 0 or i >= 1024 for i in ids):
+            raise MachineError(f"nodes: node ids must be in 0..1023, got {ids}")
+        for i in self.online():
+            if i not in self.possible():
+                raise MachineError(f"online_nodes: node {i} is not in possible_nodes")
+        for n in self.nodes:
+            if n.mem_total < 0:
+                raise MachineError(f"nodes[{n.id}].mem_total: negative")
+            for size, pool in n.hugepages.items():
+                where = f"nodes[{n.id}].hugepages[{size}]"
+                if size not in self.hugepage_sizes:
+                    raise MachineError(f"{where}: size {size} is not in hugepage_sizes")
+                if pool.total < 0 or pool.surplus < 0:
+                    raise MachineError(f"{where}: negative page count")
+                if not 0 <= pool.free_pages() <= pool.total:
+                    raise MachineError(f"{where}: free {pool.free} outside 0..{pool.total}")
+                if pool.surplus > pool.total:
+                    raise MachineError(f"{where}: surplus {pool.surplus} > total {pool.total}")
+        for what, table in (
+            ("hugepages_reserved", self.hugepages_reserved),
+            ("nr_overcommit_hugepages", self.nr_overcommit_hugepages),
+            ("hugetlb_cgroup_max", self.hugetlb_cgroup_max),
+        ):
+            for size, v in table.items():
+                if size not in self.hugepage_sizes:
+                    raise MachineError(f"{what}: size {size} is not in hugepage_sizes")
+                if v < 0:
+                    raise MachineError(f"{what}[{size}]: negative")
+        for size, resv in self.hugepages_reserved.items():
+            if resv > self.pool_free(size):
+                raise MachineError(
+                    f"hugepages_reserved[{size}]: {resv} reserved but only "
+                    f"{self.pool_free(size)} free"
+                )
+        if self.overcommit_memory not in (0, 1, 2):
+            raise MachineError(f"overcommit_memory: {self.overcommit_memory} is not 0, 1 or 2")
+        parse_kernel_version(self.kernel_version)
+        return self
+
+    # ---- construction --------------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        *,
+        nodes: int = 1,
+        mem_per_node: int | str = "16GiB",
+        hugepages: dict[int | str, int] | None = None,
+        hugepages_per_node: list[dict[int | str, int]] | None = None,
+        page_size: int | str = 4096,
+        hugepage_sizes: list[int | str] | None = None,
+        default_hugepage_size: int | str | None = None,
+        arch: str = "x86_64",
+        **kw: object,
+    ) -> Machine:
+        """A host from a few numbers.
+
+        ``hugepages={"2MiB": 1024}`` spreads pages over the nodes the way writing
+        ``vm.nr_hugepages`` does (interleaved, node 0 first); ``hugepages_per_node`` gives each
+        node's count explicitly. Remaining keywords set Machine fields (sizes parsed).
+        """
+        ps = parse_size(page_size, "page_size")
+        sizes = (
+            [parse_size(s, "hugepage_sizes") for s in hugepage_sizes]
+            if hugepage_sizes is not None
+            else default_hugepage_sizes(arch, ps)
+        )
+        default = (
+            parse_size(default_hugepage_size, "default_hugepage_size")
+            if default_hugepage_size is not None
+            else (pmd_size(arch, ps) if sizes else None)
+        )
+        mem = parse_size(mem_per_node, "mem_per_node")
+        node_list = [Node(i, mem) for i in range(nodes)]
+        if hugepages_per_node is not None:
+            if len(hugepages_per_node) != nodes:
+                raise MachineError(
+                    f"hugepages_per_node: {len(hugepages_per_node)} entries for {nodes} nodes"
+                )
+            for node, pools in zip(node_list, hugepages_per_node, strict=True):
+                for s, count in pools.items():
+                    node.hugepages[parse_size(s, "hugepages_per_node")] = HugePool(count)
+        for s, count in (hugepages or {}).items():
+            size = parse_size(s, "hugepages")
+            for i, node in enumerate(node_list):
+                share = count // nodes + (1 if i < count % nodes else 0)
+                pool = node.hugepages.setdefault(size, HugePool())
+                pool.total += share
+        m = cls(
+            arch=arch,
+            page_size=ps,
+            hugepage_sizes=sizes,
+            default_hugepage_size=default,
+            nodes=node_list,
+        )
+        for key, value in kw.items():
+            if not hasattr(m, key):
+                raise MachineError(f"{key}: not a Machine field")
+            if key in _SIZE_FIELDS and value is not None:
+                value = parse_size(value, key)  # type: ignore[arg-type]
+            if key in _SIZE_KEYED_FIELDS and isinstance(value, dict):
+                value = {parse_size(k, key): v for k, v in value.items()}
+            setattr(m, key, value)
+        return m.validate()
+
+    @classmethod
+    def x86_64(cls, **kw: object) -> Machine:
+        """An x86_64 host: 4 KiB pages, 2 MiB and 1 GiB hugepage sizes, default 2 MiB."""
+        return cls.build(arch="x86_64", page_size=4096, **kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def arm64(cls, page_size: int | str = "4KiB", **kw: object) -> Machine:
+        """An arm64 host with a 4K, 16K or 64K base page and that granule's hugepage sizes."""
+        ps = parse_size(page_size, "page_size")
+        if ps not in _ARM64_SIZES:
+            raise MachineError(f"page_size: arm64 has 4KiB, 16KiB or 64KiB pages, not {ps}")
+        return cls.build(arch="arm64", page_size=ps, **kw)  # type: ignore[arg-type]
+
+
+_SIZE_FIELDS = {
+    "mem_total",
+    "mem_free",
+    "mem_available",
+    "committed_as",
+    "rlimit_as",
+    "memcg_max",
+    "swap_total",
+}
+_SIZE_KEYED_FIELDS = {"hugepages_reserved", "nr_overcommit_hugepages", "hugetlb_cgroup_max"}
+
+# kernel-model.md section 8.
+_ARM64_SIZES = {
+    4 * KiB: [64 * KiB, 2 * MiB, 32 * MiB, GiB],
+    16 * KiB: [2 * MiB, 32 * MiB, GiB],
+    64 * KiB: [2 * MiB, 512 * MiB, 16 * GiB],
+}
+
+
+def default_hugepage_sizes(arch: str, page_size: int) -> list[int]:
+    if arch == "arm64":
+        return list(_ARM64_SIZES.get(page_size, [2 * MiB]))
+    if arch == "x86_64":
+        return [2 * MiB, GiB]
+    if arch == "s390x":
+        return [MiB]
+    return [2 * MiB]
+
+
+def pmd_size(arch: str, page_size: int) -> int:
+    """The default hugepage size: the PMD size of the base page."""
+    if arch == "arm64":
+        return {4 * KiB: 2 * MiB, 16 * KiB: 32 * MiB, 64 * KiB: 512 * MiB}.get(page_size, 2 * MiB)
+    if arch == "s390x":
+        return MiB
+    return 2 * MiB
+
+
+_VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_kernel_version(release: str) -> tuple[int, int, int]:
+    """(major, minor, patch) from a release string such as ``6.18.44-fc-v1045`` or ``3.10``."""
+    m = _VERSION_RE.match(release.strip())
+    if not m:
+        raise MachineError(f"kernel_version: cannot read {release!r} (expected e.g. '5.15.0')")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
