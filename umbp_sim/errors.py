@@ -1,0 +1,39 @@
+"""Exceptions umbp-sim raises to its users."""
+
+from __future__ import annotations
+
+
+class UmbpSimError(Exception):
+    """Base of umbp-sim's own errors (bad input, bad dumps, bad scenario files)."""
+
+
+class SimulatedCrash(RuntimeError):
+    """The simulated process died: a SIGBUS on a hugetlb fault, an OOM kill (SIGKILL).
+
+    Raised instead of a real signal. ``signal`` is the name ("SIGBUS"), ``where`` the operation
+    that faulted ("prefault touch", "madvise(MADV_POPULATE_WRITE)"), ``node`` and
+    ``hugepage_size`` (bytes) what the fault needed, when known.
+    """
+
+    def __init__(
+        self,
+        signal: str,
+        where: str,
+        node: int | None = None,
+        hugepage_size: int | None = None,
+        detail: str = "",
+    ) -> None:
+        self.signal = signal
+        self.where = where
+        self.node = node
+        self.hugepage_size = hugepage_size
+        self.detail = detail
+        parts = [f"killed by {signal} during {where}"]
+        if node is not None:
+            parts.append(f"of node {node}")
+        if hugepage_size is not None:
+            parts.append(f"({hugepage_size // 1024} kB pages)")
+        msg = " ".join(parts)
+        if detail:
+            msg += f": {detail}"
+        super().__init__(msg)
