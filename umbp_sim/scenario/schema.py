@@ -1,0 +1,266 @@
+"""Scenario files: one simulated host, its faults, one request, the outcome that must follow.
+
+Loading checks every key against the schema below; an unknown key, a wrong type or a bad value
+is a ``ScenarioError`` naming the file and the key (``scenarios/x.toml: [request].size: ...``).
+Nothing here runs anything: ``umbp_sim.scenario.runner`` does.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from umbp_sim.errors import UmbpSimError
+from umbp_sim.units import SizeError, parse_size
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+class ScenarioError(UmbpSimError):
+    """A malformed scenario file. The message starts with the file and the key."""
+
+    exit_code = 65
+
+
+OUTCOMES = ("ok", "demoted", "failed", "crashed")
+BACKINGS = ("Anonymous", "AnonymousHugetlb", "AnonymousShm", "AnonymousShmHugetlb")
+STEP_OPS = ("alloc", "free", "acquire", "release", "lookup", "set_nr_hugepages")
+LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
+
+# Keys a [machine] table may hold besides `dump`: Machine.build's keywords and Machine fields.
+MACHINE_KEYS = {
+    "arch", "nodes", "mem_per_node", "hugepages", "hugepages_per_node", "page_size",
+    "hugepage_sizes", "default_hugepage_size", "possible_nodes", "online_nodes", "numa_sysfs",
+    "hugepages_reserved", "nr_overcommit_hugepages", "overcommit_memory", "overcommit_ratio",
+    "overcommit_kbytes", "swap_total", "mem_total", "mem_free", "mem_available",
+    "committed_as", "rlimit_as", "memcg_max", "hugetlb_cgroup_max", "kernel_version", "name",
+    "free_hugepages_per_node",
+}  # fmt: skip
+ALLOC_KEYS = {"size", "backing", "hugepage_size", "numa_node", "prefault"}
+SGLANG_KEYS = {
+    "layers", "kv_heads", "head_dim", "kv_lora_rank", "qk_rope_head_dim", "dtype",
+    "hicache_size", "hicache_ratio", "device_pool_tokens", "page_size", "layout",
+    "allocate_calls", "tp_size",
+}  # fmt: skip
+EXPECT_KEYS = {
+    "outcome", "actual_backing", "mapped_size", "error", "error_regex", "warnings",
+    "no_warnings", "signal", "crash_node", "counters", "no_leaks", "steps",
+}  # fmt: skip
+
+
+@dataclass
+class Scenario:
+    path: Path
+    name: str
+    description: str
+    source: str
+    machine: dict[str, Any]  # raw [machine] table; `dump` resolved to an absolute Path
+    faults: list[dict[str, Any]]  # raw [[faults]] tables, read by FaultPlan.from_dict
+    env: dict[str, str]
+    request_kind: str  # "alloc" | "steps" | "sglang"
+    request: dict[str, Any]
+    expect: dict[str, Any]
+    tags: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.path.name}: {self.name}"
+
+
+def _err(path: Path, key: str, msg: str) -> ScenarioError:
+    return ScenarioError(f"{path}: {key}: {msg}")
+
+
+def _check_keys(path: Path, where: str, table: dict[str, Any], allowed: set[str]) -> None:
+    for key in table:
+        if key not in allowed:
+            hint = ", ".join(sorted(allowed))
+            raise _err(path, f"{where}.{key}", f"unknown key (allowed: {hint})")
+
+
+def _table(path: Path, doc: dict[str, Any], key: str, required: bool) -> dict[str, Any]:
+    value = doc.get(key)
+    if value is None:
+        if required:
+            raise _err(path, f"[{key}]", "missing table")
+        return {}
+    if not isinstance(value, dict):
+        raise _err(path, f"[{key}]", f"must be a table, not {type(value).__name__}")
+    return value
+
+
+def _string(path: Path, where: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise _err(path, where, f"must be a string, not {value!r}")
+    return value
+
+
+def _size(path: Path, where: str, value: Any) -> int:
+    try:
+        return parse_size(value, where)
+    except SizeError as e:
+        raise ScenarioError(f"{path}: {e}") from None
+
+
+def _choice(path: Path, where: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise _err(path, where, f"{value!r} is not one of {', '.join(choices)}")
+    return str(value)
+
+
+def _check_alloc(path: Path, where: str, table: dict[str, Any], allowed: set[str]) -> None:
+    _check_keys(path, where, table, allowed)
+    if "size" in table:
+        _size(path, f"{where}.size", table["size"])
+    if "backing" in table:
+        _choice(path, f"{where}.backing", table["backing"], BACKINGS)
+    if "hugepage_size" in table:
+        _size(path, f"{where}.hugepage_size", table["hugepage_size"])
+    if "numa_node" in table and (
+        not isinstance(table["numa_node"], int) or isinstance(table["numa_node"], bool)
+    ):
+        raise _err(path, f"{where}.numa_node", f"must be an integer, not {table['numa_node']!r}")
+    if "prefault" in table and not isinstance(table["prefault"], bool):
+        raise _err(path, f"{where}.prefault", "must be true or false")
+
+
+def _load_request(path: Path, req: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    kind = req.get("kind", "alloc")
+    _choice(path, "[request].kind", kind, ("alloc", "steps", "sglang"))
+    body = {k: v for k, v in req.items() if k != "kind"}
+    if kind == "alloc":
+        _check_alloc(path, "[request]", body, ALLOC_KEYS)
+        if "size" not in body:
+            raise _err(path, "[request].size", "missing (an alloc request needs a size)")
+    elif kind == "steps":
+        _check_keys(path, "[request]", body, {"steps"})
+        steps = body.get("steps")
+        if not isinstance(steps, list) or not steps:
+            raise _err(path, "[request].steps", "must be a non-empty array of tables")
+        for i, step in enumerate(steps):
+            where = f"[request].steps[{i}]"
+            if not isinstance(step, dict):
+                raise _err(path, where, "must be a table")
+            op = _choice(path, f"{where}.op", step.get("op"), STEP_OPS)
+            if op == "alloc":
+                _check_alloc(path, where, step, ALLOC_KEYS | {"op", "id"})
+                if "size" not in step:
+                    raise _err(path, f"{where}.size", "missing")
+            elif op == "set_nr_hugepages":
+                _check_keys(path, where, step, {"op", "hugepage_size", "pages", "node"})
+                if not isinstance(step.get("pages"), int):
+                    raise _err(path, f"{where}.pages", "must be an integer")
+            else:
+                _check_keys(path, where, step, {"op", "id", "offset", "size"})
+            if op in ("alloc", "free", "acquire", "release", "lookup"):
+                _string(path, f"{where}.id", step.get("id"))
+    else:
+        _check_keys(path, "[request]", body, SGLANG_KEYS)
+        if "layers" not in body:
+            raise _err(path, "[request].layers", "missing")
+        if "layout" in body:
+            _choice(path, "[request].layout", body["layout"], LAYOUTS)
+        if ("hicache_size" in body) == ("hicache_ratio" in body):
+            raise _err(path, "[request]", "give exactly one of hicache_size or hicache_ratio")
+    return str(kind), body
+
+
+def _load_expect(path: Path, exp: dict[str, Any]) -> dict[str, Any]:
+    _check_keys(path, "[expect]", exp, EXPECT_KEYS)
+    if "outcome" not in exp:
+        raise _err(path, "[expect].outcome", f"missing (one of {', '.join(OUTCOMES)})")
+    _choice(path, "[expect].outcome", exp["outcome"], OUTCOMES)
+    if "actual_backing" in exp:
+        _choice(path, "[expect].actual_backing", exp["actual_backing"], BACKINGS)
+    if "error_regex" in exp:
+        try:
+            re.compile(_string(path, "[expect].error_regex", exp["error_regex"]))
+        except re.error as e:
+            raise _err(path, "[expect].error_regex", f"not a valid regex: {e}") from None
+    if "warnings" in exp:
+        w = exp["warnings"]
+        if not isinstance(w, list) or not all(isinstance(s, str) for s in w):
+            raise _err(path, "[expect].warnings", "must be an array of strings")
+    if "counters" in exp:
+        counters = exp["counters"]
+        if not isinstance(counters, dict):
+            raise _err(path, "[expect].counters", "must be a table of counter = integer")
+        for key, value in counters.items():
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise _err(path, f"[expect].counters.{key}", f"must be an integer, not {value!r}")
+    return exp
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and check one scenario file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ScenarioError(f"{p}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{p}: not UTF-8 text") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{p}: invalid TOML: {e}") from None
+    _check_keys(p, "", doc, {"scenario", "machine", "faults", "env", "request", "expect"})
+
+    meta = _table(p, doc, "scenario", required=True)
+    _check_keys(p, "[scenario]", meta, {"name", "description", "source", "tags"})
+    name = _string(p, "[scenario].name", meta.get("name"))
+    description = _string(p, "[scenario].description", meta.get("description"))
+    source = _string(p, "[scenario].source", meta.get("source", ""))
+    tags = meta.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise _err(p, "[scenario].tags", "must be an array of strings")
+
+    machine = dict(_table(p, doc, "machine", required=True))
+    _check_keys(p, "[machine]", machine, MACHINE_KEYS | {"dump"})
+    if "dump" in machine:
+        dump = (p.parent / _string(p, "[machine].dump", machine["dump"])).resolve()
+        if not dump.exists():
+            raise _err(p, "[machine].dump", f"no such file: {dump}")
+        machine["dump"] = dump
+
+    faults = doc.get("faults", [])
+    if not isinstance(faults, list) or not all(isinstance(f, dict) for f in faults):
+        raise _err(p, "[[faults]]", "must be an array of tables")
+
+    env = _table(p, doc, "env", required=False)
+    for key, value in env.items():
+        if not key.startswith("SGLANG_HICACHE_HOST_"):
+            raise _err(p, f"[env].{key}", "only SGLANG_HICACHE_HOST_* variables are read")
+        _string(p, f"[env].{key}", value)
+
+    kind, request = _load_request(p, _table(p, doc, "request", required=True))
+    expect = _load_expect(p, _table(p, doc, "expect", required=True))
+    return Scenario(p, name, description, source, machine, faults, dict(env), kind, request,
+                    expect, list(tags))  # fmt: skip
+
+
+def find_scenarios(paths: list[str | Path]) -> list[Path]:
+    """The .toml files under each path (a file is taken as is), sorted, without duplicates."""
+    found: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found.extend(sorted(q for q in p.rglob("*.toml") if q.is_file()))
+        elif p.is_file():
+            found.append(p)
+        else:
+            raise ScenarioError(f"{p}: no such file or directory")
+    seen: set[Path] = set()
+    unique = []
+    for q in found:
+        r = q.resolve()
+        if r not in seen:
+            seen.add(r)
+            unique.append(q)
+    return unique
