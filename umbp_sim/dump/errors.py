@@ -22,6 +22,7 @@ class DumpError(UmbpSimError):
     def __init__(self, where: str, reason: str, line: int | None = None, kind: str = "malformed"):
         self.where = where
         self.line = line
+        reason = "; ".join(x.strip(" -") for x in reason.splitlines() if x.strip())  # one line
         self.reason = reason
         self.kind = kind
         loc = f"{where}:{line}" if line is not None else where
