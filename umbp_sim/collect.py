@@ -167,7 +167,7 @@ def _read_limit(c: _Collector, path: str) -> int | None | str:
         return "absent"
     if text == "max":
         return None
-    if text.isdigit():
+    if re.fullmatch(r"[0-9]+", text):
         v = int(text)
         return None if v >= _V1_UNLIMITED else v
     return "absent"

@@ -61,7 +61,7 @@ GiB = 1 << 30
 DEFAULT_KERNEL_VERSION = "6.18.0"
 HUGEPAGES = "sys/kernel/mm/hugepages"
 NODES = "sys/devices/system/node"
-_NODE_DIR_RE = re.compile(r"^node(\d+)$")
+_NODE_DIR_RE = re.compile(r"^node([0-9]+)$")
 
 
 @dataclass

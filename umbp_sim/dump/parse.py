@@ -36,14 +36,15 @@ MEMINFO_COUNT_KEYS = ("HugePages_Total", "HugePages_Free", "HugePages_Rsvd", "Hu
 NODE_MEMINFO_KB_KEYS = ("MemTotal", "MemFree", "MemUsed")
 NODE_MEMINFO_COUNT_KEYS = ("HugePages_Total", "HugePages_Free", "HugePages_Surp")
 
-_KEY_RE = re.compile(r"^([A-Za-z0-9_()]+):(.*)$")
-_NODE_KEY_RE = re.compile(r"^Node\s+(\d+)\s+([A-Za-z0-9_()]+):(.*)$")
-_KB_RE = re.compile(r"^\s*(\d+)\s+kB\s*$")
-_COUNT_RE = re.compile(r"^\s*(\d+)\s*$")
-_INT_RE = re.compile(r"^\s*(\d+)\s*$")
-_RANGE_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
-_HUGEPAGE_DIR_RE = re.compile(r"^hugepages-(\d+)kB$")
-_CGROUP_HUGETLB_RE = re.compile(r"^hugetlb\.(\d+)(KB|MB|GB|TB)\.max$")
+_KEY_RE = re.compile(r"^([A-Za-z0-9_()]+):(.*)$", re.ASCII)
+_NODE_KEY_RE = re.compile(r"^Node\s+(\d+)\s+([A-Za-z0-9_()]+):(.*)$", re.ASCII)
+_KB_RE = re.compile(r"^\s*(\d+)\s+kB\s*$", re.ASCII)
+_COUNT_RE = re.compile(r"^\s*(\d+)\s*$", re.ASCII)
+_INT_RE = re.compile(r"^\s*(\d+)\s*$", re.ASCII)
+_RANGE_RE = re.compile(r"^(\d+)(?:-(\d+))?$", re.ASCII)
+_HUGEPAGE_DIR_RE = re.compile(r"^hugepages-(\d+)kB$", re.ASCII)
+_DIGITS = re.compile(r"[0-9]+").fullmatch  # str.isdigit() also accepts '²'
+_CGROUP_HUGETLB_RE = re.compile(r"^hugetlb\.(\d+)(KB|MB|GB|TB)\.max$", re.ASCII)
 
 
 def _number(raw: str, where: str, line: int, key: str) -> int:
@@ -180,7 +181,7 @@ def parse_distance(text: str, where: str = "distance") -> list[int]:
     first = lines[0] if lines else ""
     out = []
     for tok in first.split():
-        if not tok.isdigit() or len(tok) > 5:
+        if not _DIGITS(tok) or len(tok) > 5:
             raise DumpError(where, f"cannot read distance {tok[:20]!r}", 1)
         out.append(int(tok))
     if not out:
@@ -209,7 +210,7 @@ def parse_limits(text: str, where: str = "limits") -> dict[str, tuple[int | None
         for tok in fields[:2]:
             if tok == "unlimited":
                 values.append(None)
-            elif tok.isdigit():
+            elif _DIGITS(tok):
                 values.append(_number(tok, where, n, name))
             else:
                 raise DumpError(where, f"cannot read value {tok[:30]!r} for {name}", n)
@@ -232,14 +233,14 @@ def parse_cgroup_max(text: str, where: str = "memory.max") -> int | None:
 def parse_osrelease(text: str, where: str = "osrelease") -> str:
     """``/proc/sys/kernel/osrelease`` (``6.18.44-fc-v1045``), checked to start with X.Y."""
     first = (_lines(text) or [""])[0].strip()
-    if not re.match(r"^\d+\.\d+", first):
+    if not re.match(r"^[0-9]+\.[0-9]+", first):
         raise DumpError(where, f"cannot read kernel release {first[:60]!r}", 1)
     return first
 
 
 def parse_proc_version(text: str, where: str = "version") -> str:
     """The release out of ``/proc/version`` (``Linux version 3.10.0-1160... (...)``)."""
-    m = re.match(r"^Linux version (\d+\.\d+\S*)", text)
+    m = re.match(r"^Linux version ([0-9]+\.[0-9]+\S*)", text)
     if not m:
         raise DumpError(where, "cannot find 'Linux version X.Y' in the first line", 1)
     return m.group(1)

@@ -32,7 +32,7 @@ RELEVANT = re.compile(
     r"^(?:proc/(?:meminfo|version|cpuinfo|self/limits|sys/vm/[a-z_]+|sys/kernel/osrelease)"
     r"|sys/kernel/mm/hugepages/.+"
     r"|sys/devices/system/node/(?:online|possible|has_memory"
-    r"|node\d+/(?:meminfo|cpulist|distance|hugepages/.+))"
+    r"|node[0-9]+/(?:meminfo|cpulist|distance|hugepages/.+))"
     r"|sys/fs/cgroup/(?:memory\.max|hugetlb\.[^/]+\.max)"
     r"|umbp-sim-collect\.json)$"
 )
