@@ -65,12 +65,14 @@ class _Collector:
             # Small reads: /proc/sys handlers allocate a buffer of the requested size, and a
             # 4 MiB read(2) on them fails with ENOMEM.
             with open(self.host(path), "rb", buffering=0) as f:
-                chunks = []
-                while sum(map(len, chunks)) < 4 << 20:
+                chunks: list[bytes] = []
+                size = 0
+                while size < 4 << 20:
                     chunk = f.read(65536)
                     if not chunk:
                         break
                     chunks.append(chunk)
+                    size += len(chunk)
                 return b"".join(chunks)
         except OSError as e:
             self.result.missing[path.lstrip("/")] = e.strerror or type(e).__name__
@@ -178,7 +180,7 @@ def _effective(c: _Collector, mount: str, cg: str, fname: str) -> tuple[int | No
     best: tuple[int | None, str] | None = None
     for level in _ancestors(cg):
         v = _read_limit(c, os.path.join(mount, level.lstrip("/"), fname))
-        if v == "absent":
+        if isinstance(v, str):  # "absent"
             continue
         if best is None or (v is not None and (best[0] is None or v < best[0])):
             best = (v, level)  # type: ignore[assignment]
