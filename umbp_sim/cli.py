@@ -22,6 +22,8 @@ EX_DATAERR = 65
 # name -> module under umbp_sim.commands
 COMMANDS: dict[str, str] = {
     "probe": "probe",
+    "inspect": "inspect",
+    "collect": "collect",
 }
 
 

@@ -170,6 +170,16 @@ class Machine:
 
     # ---- construction --------------------------------------------------------------------
     @classmethod
+    def from_dump(cls, path: object) -> Machine:
+        """A host from a dump: directory, .tar[.gz|.bz2|.xz] or bare meminfo (umbp_sim.dump).
+
+        Raises ``umbp_sim.dump.DumpError`` naming the file and line for a malformed dump.
+        """
+        from umbp_sim.dump import load_dump  # lazy: machine.py stays import-light
+
+        return load_dump(path)[0]  # type: ignore[arg-type]
+
+    @classmethod
     def build(
         cls,
         *,

@@ -1,0 +1,101 @@
+"""``umbp-sim inspect``: the JSON of issue 3, a table, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from umbp_sim import cli
+
+DATA = Path(__file__).parent / "data" / "machines"
+REQUIRED = [
+    "page_size",
+    "default_hugepage_size",
+    "mem_total",
+    "mem_available",
+    "commit_limit",
+    "committed_as",
+    "hugepages",
+    "nodes",
+]
+
+
+@pytest.fixture(autouse=True)
+def _only_my_commands(monkeypatch: pytest.MonkeyPatch) -> None:
+    # cli.build_parser imports every registered command; test these two on their own.
+    monkeypatch.setattr(cli, "COMMANDS", {"inspect": "inspect", "collect": "collect"})
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as e:  # argparse
+        code = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_of_32intel64(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "inspect", str(DATA / "32intel64-2p8co2t+8ve.tar.bz2"), "--json")
+    assert code == 0 and err == ""
+    doc = json.loads(out)
+    assert list(doc)[: len(REQUIRED)] == REQUIRED
+    assert doc["page_size"] == 4096 and doc["default_hugepage_size"] == 2097152
+    assert doc["mem_total"] == 97445600 * 1024 and doc["mem_available"] == 83337000 * 1024
+    assert doc["commit_limit"] == 52917100 * 1024 and doc["committed_as"] == 1690036 * 1024
+    assert doc["hugepages"] == {
+        "2097152": {"total": 4096, "free": 4096, "reserved": 0, "surplus": 0},
+        "1073741824": {"total": 0, "free": 0, "reserved": 0, "surplus": 0},
+    }
+    assert doc["nodes"][1] == {
+        "id": 1,
+        "mem_total": 49519964 * 1024,
+        "mem_free": 10710036 * 1024,
+        "hugepages": {
+            "2097152": {"total": 2048, "free": 2048, "surplus": 0},
+            "1073741824": {"total": 0, "free": 0, "surplus": 0},
+        },
+    }
+
+
+def test_json_nulls_for_what_the_dump_lacks(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "inspect", str(DATA / "2i386-2c-nohugepage.tar.bz2"), "--json")
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["mem_available"] is None and doc["default_hugepage_size"] is None
+    assert doc["hugepages"] == {} and doc["nodes"] == []
+    assert doc["commit_limit"] == 3134184 * 1024 and doc["rlimit_as"] is None
+
+
+def test_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "inspect", str(DATA / "16amd64-4n4c-cgroup-distance-merge.tar.bz2"))
+    assert code == 0
+    assert "  2MiB (default)        2048     2048        0        0          0" in out
+    assert "nodes: possible [0, 1, 2, 3], online [0, 1, 2, 3]" in out
+
+
+@pytest.mark.parametrize(
+    "content, expect",
+    [
+        (None, "no such file or directory"),
+        (b"\x00\x01binary junk", "expected 'Key: value'"),
+        (b"BZh91AY&SY truncated", "corrupt or unreadable tarball"),
+    ],
+)
+def test_bad_input_is_one_line_exit_65(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes | None, expect: str
+) -> None:
+    p = tmp_path / "dump.tar.bz2" if content and content.startswith(b"BZh") else tmp_path / "x"
+    if content is not None:
+        p.write_bytes(content)
+    code, out, err = run(capsys, "inspect", str(p))
+    assert code == 65 and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"umbp-sim inspect: {p}")
+    assert expect in err and "Traceback" not in err
+
+
+def test_usage_error_exit_64(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "inspect")
+    assert code == 64 and "required: dump" in err

@@ -1,0 +1,81 @@
+"""``umbp-sim inspect DUMP [--json]``: what a dump says about the host, as umbp-sim models it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from umbp_sim.units import format_size
+
+HELP = "print the host model read from a dump (directory, tarball or bare meminfo)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dump", help="dump directory, .tar[.gz|.bz2|.xz], or a meminfo file")
+    parser.add_argument("--json", action="store_true", help="print the model as JSON (bytes)")
+
+
+def _size(v: object) -> str:
+    if isinstance(v, int) and v >= 1 << 30 and v % (1 << 30):
+        return f"{v / (1 << 30):.2f}GiB"
+    if isinstance(v, int) and v >= 1 << 20 and v % (1 << 20):
+        return f"{v / (1 << 20):.1f}MiB"
+    return format_size(v) if isinstance(v, int) else ("-" if v is None else str(v))
+
+
+def _om(v: object) -> str:
+    return "-" if v is None else str(v)
+
+
+def render_table(doc: dict) -> str:
+    """The readable form of ``DumpFacts.to_json()``."""
+    out = [
+        f"dump {doc['name']}: {doc['arch']}, kernel {doc['kernel_version']}"
+        f" ({doc['kernel_version_source']}), page size {_size(doc['page_size'])}",
+        f"memory: total {_size(doc['mem_total'])}, free {_size(doc['mem_free'])}, "
+        f"available {_size(doc['mem_available'])}, swap {_size(doc['swap_total'])}",
+        f"commit: limit {_size(doc['commit_limit'])}, committed {_size(doc['committed_as'])}, "
+        f"overcommit_memory {_om(doc['overcommit_memory'])}",
+        f"limits: RLIMIT_AS {_size(doc['rlimit_as'])}, memory.max {_size(doc['memcg_max'])}",
+    ]
+    default = doc["default_hugepage_size"]
+    if doc["hugepages"]:
+        out.append("hugepages (pages)       total     free reserved  surplus overcommit")
+        for size, p in doc["hugepages"].items():
+            mark = " (default)" if int(size) == default else ""
+            oc = doc["nr_overcommit_hugepages"].get(size)
+            out.append(
+                f"  {_size(int(size)) + mark:<18}{p['total']:>8} {p['free']:>8} "
+                f"{p['reserved']:>8} {p['surplus']:>8} {'-' if oc is None else oc:>10}"
+            )
+    else:
+        out.append("hugepages: none (no hugepage sizes in the dump)")
+    if doc["nodes"]:
+        out.append(f"nodes: possible {doc['possible_nodes']}, online {doc['online_nodes']}")
+        out.append("  node   mem_total    mem_free  hugepages total/free/surplus")
+        for n in doc["nodes"]:
+            pools = ", ".join(
+                f"{_size(int(s))} {p['total']}/{p['free']}/{p['surplus']}"
+                for s, p in n["hugepages"].items()
+            )
+            out.append(
+                f"  {n['id']:>4} {_size(n['mem_total']):>11} {_size(n['mem_free']):>11}  "
+                f"{pools or '-'}"
+            )
+    else:
+        out.append("nodes: none in the dump (no sys/devices/system/node)")
+    for note in doc["notes"]:
+        out.append(f"note: {note}")
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    from umbp_sim.dump import load_dump
+
+    _machine, facts = load_dump(args.dump)  # building the Machine validates the dump too
+    doc = facts.to_json()
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(render_table(doc))
+    return 0

@@ -1,0 +1,142 @@
+"""DumpFacts -> Machine: fill what the dump does not say, keep what it does.
+
+Rules (each one that fires adds a line to ``facts.notes``):
+- No node directory (s390, i386 dumps): one node 0 with MemTotal/MemFree and the global pools.
+- A node without meminfo: the part of MemTotal the other nodes do not account for, split evenly.
+- Node pools are the Machine's truth (pages live on nodes). When the nodes' sum differs from the
+  global count, the node numbers are kept and the difference is noted. Per node, ``free`` and
+  ``surplus`` larger than ``total`` are cut to ``total``; the global reserved count is cut to
+  the pages free on the nodes (the kernel keeps resv <= free).
+- A node listed in a nodeN directory or in ``online`` but not in ``possible`` is added to
+  ``possible``; missing online/possible lists default to the node ids.
+- overcommit_memory 0, overcommit_ratio solved from CommitLimit (else 50) and overcommit_kbytes
+  0 when the sysctl files are absent; RLIMIT_AS and memory.max absent or unlimited -> None.
+"""
+
+from __future__ import annotations
+
+from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.facts import DumpFacts, inferred_overcommit_ratio
+from umbp_sim.machine import HugePool, Machine, MachineError, Node
+
+
+def build_machine(f: DumpFacts) -> Machine:
+    nodes = _nodes(f)
+    node_ids = [n.id for n in nodes]
+    possible = sorted(set(f.possible_nodes or []) | set(node_ids) | set(f.online_nodes or []))
+    if f.possible_nodes is not None and possible != f.possible_nodes:
+        f.notes.append(
+            f"possible nodes {f.possible_nodes} do not include all nodes/online nodes: "
+            f"using {possible}"
+        )
+    online = f.online_nodes if f.online_nodes is not None else None
+
+    reserved: dict[int, int] = {}
+    overcommit: dict[int, int] = {}
+    for size, pool in f.hugepages.items():
+        node_total = sum(n.hugepages.get(size, HugePool()).total for n in nodes)
+        node_free = sum(n.hugepages.get(size, HugePool()).free_pages() for n in nodes)
+        if f.nodes and node_total != pool.total:
+            f.notes.append(
+                f"{size // 1024} kB pages: nodes hold {node_total}, the global count is "
+                f"{pool.total}; the simulation uses the nodes' pages"
+            )
+        resv = pool.reserved
+        if resv > node_free:
+            f.notes.append(
+                f"{size // 1024} kB pages: {resv} reserved but {node_free} free; reserved "
+                f"cut to {node_free}"
+            )
+            resv = node_free
+        if resv:
+            reserved[size] = resv
+        if pool.overcommit:
+            overcommit[size] = pool.overcommit
+
+    ratio = f.overcommit_ratio
+    if ratio is None:
+        ratio = inferred_overcommit_ratio(f) if not f.overcommit_kbytes else None
+        if ratio is not None:
+            f.notes.append(f"overcommit_ratio {ratio}: solved from CommitLimit")
+        else:
+            ratio = 50
+            f.notes.append("overcommit_ratio 50: the kernel default (not in the dump)")
+    if f.overcommit_memory is None:
+        f.notes.append("overcommit_memory 0: the kernel default (not in the dump)")
+
+    m = Machine(
+        arch=f.arch,
+        page_size=f.page_size,
+        hugepage_sizes=sorted(f.hugepage_sizes),
+        default_hugepage_size=f.default_hugepage_size,
+        nodes=nodes,
+        possible_nodes=possible if (f.possible_nodes is not None or online is not None) else None,
+        online_nodes=online,
+        numa_sysfs=f.numa_sysfs,
+        hugepages_reserved=reserved,
+        nr_overcommit_hugepages=overcommit,
+        overcommit_memory=f.overcommit_memory or 0,
+        overcommit_ratio=ratio,
+        overcommit_kbytes=f.overcommit_kbytes or 0,
+        swap_total=f.swap_total or 0,
+        mem_total=f.mem_total,
+        mem_free=f.mem_free,
+        mem_available=f.mem_available,
+        committed_as=f.committed_as or 0,
+        rlimit_as=f.rlimit_as if isinstance(f.rlimit_as, int) else None,
+        memcg_max=f.memcg_max if isinstance(f.memcg_max, int) else None,
+        hugetlb_cgroup_max={s: v for s, v in f.hugetlb_cgroup_max.items() if isinstance(v, int)},
+        kernel_version=f.kernel_version,
+        name=f.name,
+    )
+    try:
+        return m.validate()
+    except MachineError as e:  # a rule above missed a case: still the dump's fault
+        raise DumpError(f.source, f"inconsistent dump: {e}") from None
+
+
+def _nodes(f: DumpFacts) -> list[Node]:
+    if not f.nodes:
+        return [
+            Node(
+                0,
+                f.mem_total,
+                f.mem_free,
+                hugepages={
+                    s: _pool(p.total, p.free, p.surplus, f, f"{s // 1024} kB (global)")
+                    for s, p in f.hugepages.items()
+                },
+            )
+        ]
+    known = sum(n.mem_total for n in f.nodes if n.mem_total is not None)
+    unknown = [n for n in f.nodes if n.mem_total is None]
+    share = max(0, f.mem_total - known) // len(unknown) if unknown else 0
+    if unknown:
+        f.notes.append(
+            f"no meminfo for node(s) {','.join(str(n.id) for n in unknown)}: each given "
+            f"{share} bytes of the MemTotal the other nodes do not hold"
+        )
+    out = []
+    for n in f.nodes:
+        out.append(
+            Node(
+                n.id,
+                n.mem_total if n.mem_total is not None else share,
+                n.mem_free,
+                cpus=n.cpus or "",
+                distances=n.distances,
+                hugepages={
+                    s: _pool(p.total, p.free, p.surplus, f, f"node {n.id} {s // 1024} kB")
+                    for s, p in n.hugepages.items()
+                },
+            )
+        )
+    return out
+
+
+def _pool(total: int, free: int, surplus: int, f: DumpFacts, what: str) -> HugePool:
+    if free > total or surplus > total:
+        f.notes.append(
+            f"{what}: free {free} / surplus {surplus} exceed total {total}; cut to {total}"
+        )
+    return HugePool(total, min(free, total), min(surplus, total))
