@@ -13,6 +13,7 @@ import gc
 import logging
 import mmap
 import sys
+import types
 import weakref
 from dataclasses import dataclass, field
 
@@ -20,7 +21,8 @@ import pytest
 import torch
 
 from umbp_sim.sglang.env import EnvVarError
-from umbp_sim.sglang.sizing import MLAModel, hicache_request
+from umbp_sim.sglang.sizing import HicacheRequest, MLAModel, hicache_request
+from umbp_sim.sglang.startup import start_host_pool
 from umbp_sim.sglang.tensor_allocator import (
     DEMOTION_WARNING,
     LOGGER_NAME,
@@ -300,3 +302,85 @@ def test_torch_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
         "torch is required for UMBPHostTensorAllocator "
         "(install torch, e.g. pip install 'umbp-sim[torch]')"
     )
+
+
+# ---- start_host_pool: sglang's startup order, reported ----------------------------------------
+
+BIG_HOST = {"MemTotal": 64 << 20, "MemFree": 60 << 20, "MemAvailable": 60 << 20}  # 64 GiB
+
+
+def small_request(layout: str = "page_first_kv_split") -> HicacheRequest:
+    model = MLAModel(2, 512, 64, "bfloat16", index_head_dim=128)
+    return hicache_request(model, device_pool_tokens=100, page_size=64, layout=layout)
+
+
+def test_startup_demoted_and_freed() -> None:
+    mod, made = fake_module()
+    r = start_host_pool(small_request(), BIG_HOST, env={}, module=mod)
+    assert (r.outcome, r.stage, r.error) == ("demoted", "done", None)
+    assert r.warnings == [DEMOTION_WARNING] * 3
+    assert len(r.handles) == 3
+    assert made[0].live == {} and len(made[0].freed) == 3  # keep=False frees
+    r2 = start_host_pool(small_request("layer_first"), BIG_HOST, env={}, module=mod, keep=True)
+    assert r2.outcome == "demoted" and len(r2.tensors) == 1
+    assert r2.tensors[0].shape == small_request("layer_first").dims[0]
+    assert len(made[1].live) == 1
+    r2.close()
+    assert made[1].live == {}
+
+
+def test_startup_ok_without_hugepages() -> None:
+    mod, _ = fake_module()
+    r = start_host_pool(small_request(), BIG_HOST, env={"SGLANG_HICACHE_HOST_HUGEPAGE": "0"},
+                        module=mod)  # fmt: skip
+    assert (r.outcome, r.warnings) == ("ok", [])
+
+
+def test_startup_host_check_failure() -> None:
+    mod, made = fake_module()
+    tiny = {"MemTotal": 12 << 20, "MemFree": 11 << 20, "MemAvailable": 10 << 20}  # 10 GiB
+    r = start_host_pool(small_request(), tiny, env={}, module=mod)
+    assert (r.outcome, r.stage) == ("failed", "host_check")
+    assert r.error == (
+        "ValueError: Not enough host memory available. Requesting 0.00 GB but only have "
+        "0.00 GB free. Please reduce the size of the hierarchical cache."
+    )
+    assert made[0].calls == []
+
+
+def test_startup_null_handle_and_env_death() -> None:
+    mod, made = fake_module()
+    failing = types.SimpleNamespace(
+        UMBPHostBufferBacking=UMBPHostBufferBacking,
+        UMBPHostMemAllocator=lambda: FakeAllocator(fail=True),
+    )
+    r = start_host_pool(
+        small_request(), BIG_HOST, env={"SGLANG_HICACHE_HOST_NUMA_NODE": "3"}, module=failing
+    )
+    assert (r.outcome, r.stage) == ("failed", "allocate")
+    nbytes = small_request().buffers[0].nbytes
+    assert r.error == (
+        f"RuntimeError: UMBPHostMemAllocator.alloc({nbytes} bytes) failed "
+        "(requested_backing=UMBPHostBufferBacking.AnonymousHugetlb, numa_node=3)."
+    )
+    r = start_host_pool(small_request(), BIG_HOST,
+                        env={"SGLANG_HICACHE_HOST_HUGEPAGE_SIZE": "2M"}, module=mod)  # fmt: skip
+    assert (r.outcome, r.stage) == ("failed", "allocator")
+    assert r.error == "ValueError: invalid literal for int() with base 10: '2M'"
+    assert made == []  # sglang died before any allocation
+
+
+def test_startup_falls_back_when_allocator_unavailable() -> None:
+    class Broken:
+        UMBPHostBufferBacking = UMBPHostBufferBacking
+
+        @staticmethod
+        def UMBPHostMemAllocator() -> None:  # noqa: N802
+            raise RuntimeError("mori.umbp is not available")
+
+    r = start_host_pool(small_request(), BIG_HOST, env={}, module=Broken)
+    assert (r.outcome, r.stage) == ("fallback", "done")
+    assert r.warnings == [
+        "UMBPHostTensorAllocator unavailable (mori.umbp is not available). "
+        "Falling back to torch.empty-based allocator."
+    ]

@@ -29,6 +29,7 @@ from umbp_sim.sglang.sizing import (
     parse_meminfo,
     read_meminfo,
 )
+from umbp_sim.sglang.startup import HostPoolStartup, start_host_pool
 from umbp_sim.sglang.tensor_allocator import (
     DEMOTION_WARNING,
     LOGGER_NAME,
@@ -45,6 +46,7 @@ __all__ = [
     "EnvVarError",
     "HicacheRequest",
     "HostAllocEnv",
+    "HostPoolStartup",
     "MHAModel",
     "MLAModel",
     "SglangEnvFailure",
@@ -65,4 +67,5 @@ __all__ = [
     "read_meminfo",
     "sglang_env_failure",
     "sglang_parse_env",
+    "start_host_pool",
 ]

@@ -127,6 +127,7 @@ class UMBPHostTensorAllocator:
         self.dims: tuple[int, ...] | None = None
         self.dtype: Any = None
         self.free_errors: list[str] = []
+        self.demotions = 0  # allocations that asked for hugepages and got 4 KiB pages
         # Every mapping handed out and not yet released; weakly, every mapping not yet freed.
         self._owned: list[_Mapping] = []
         self._alive: weakref.WeakSet[_Mapping] = weakref.WeakSet()
@@ -199,6 +200,7 @@ class UMBPHostTensorAllocator:
             self._use_hugepage
             and handle.actual_backing == self._mod.UMBPHostBufferBacking.Anonymous
         ):
+            self.demotions += 1
             logger.warning(DEMOTION_WARNING)
         return tensor.view(tuple(dims))
 
