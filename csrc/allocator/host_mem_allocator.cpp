@@ -8,17 +8,17 @@
 //   "HugePages of <H> kB: not configured on this kernel"         (no sysfs dir, not the default)
 //   "HugePages of <H> kB: counters unavailable"                   (nothing readable)
 // Once per Kernel instance and reason ([once] below; the reason key is in brackets):
-//   [hugepage-size:<hp>]
+//   [hugepage-size:<fallback B>:<hp>]
 //     "hugepage_size <hp> is not a power of two; falling back to <P> pages (<B>)"
 //     "hugepage_size <hp> cannot be encoded in MAP_HUGE_* (not larger than the <P> base page);
 //      falling back to <P> pages (<B>)"
-//   [hugetlb:<step>:<hp>:<E>]   step = memfd_create | ftruncate | mmap
+//   [hugetlb:<B>:<step>:<hp>:<E>]   B = requested backing, step = memfd_create | ftruncate | mmap
 //     "hugetlb memfd_create (<H> kB pages) failed: <E>; <C>; falling back to <P> pages
 //     (AnonymousShm)" "hugetlb ftruncate of the memfd to <N> bytes (<H> kB pages) failed: <E>; <C>;
 //     falling back to
 //      <P> pages (AnonymousShm)"
 //     "hugetlb mmap of <N> bytes (<H> kB pages) failed: <E>; <C>; falling back to <P> pages (<B>)"
-//   [hugetlb:populate:<hp>:EFAULT:<node>]
+//   [hugetlb:<B>:populate:<hp>:EFAULT:<node>]
 //     "MADV_POPULATE_WRITE of <N> bytes (<H> kB pages) failed: EFAULT (no free hugepage on the
 //      allowed nodes); <C>; unmapped, falling back to <P> pages (<B>)"
 //   [numa:possible]
@@ -347,14 +347,14 @@ class AllocRun {
     if (IsHugetlb(backing)) {
       const HostBufferBacking to = Demoted(backing);
       if (!IsPowerOfTwo(hp)) {
-        a_.WarnOnce("hugepage-size:" + std::to_string(hp), [&] {
+        a_.WarnOnce("hugepage-size:" + BackingName(to) + ":" + std::to_string(hp), [&] {
           return "hugepage_size " + std::to_string(hp) +
                  " is not a power of two; falling back to " + BasePages(page_) + " pages (" +
                  BackingName(to) + ")";
         });
         backing = to;
       } else if (hp <= page_) {
-        a_.WarnOnce("hugepage-size:" + std::to_string(hp), [&] {
+        a_.WarnOnce("hugepage-size:" + BackingName(to) + ":" + std::to_string(hp), [&] {
           return "hugepage_size " + std::to_string(hp) +
                  " cannot be encoded in MAP_HUGE_* (not larger than the " + BasePages(page_) +
                  " base page); falling back to " + BasePages(page_) + " pages (" + BackingName(to) +
@@ -510,7 +510,8 @@ class AllocRun {
   // A hugetlb step failed: one warning per (step, size, errno) with the requested size's counters.
   Status HugeFail(const char* step, size_t hp, int err, const std::function<std::string()>& head,
                   HostBufferBacking backing) {
-    a_.WarnOnce(std::string("hugetlb:") + step + ":" + std::to_string(hp) + ":" + ErrName(err),
+    a_.WarnOnce("hugetlb:" + BackingName(backing) + ":" + step + ":" + std::to_string(hp) + ":" +
+                    ErrName(err),
                 [&] {
                   return head() + ErrName(err) + "; " + HugepageCounters(k_, hp) + "; " +
                          HugeFallback(backing);
@@ -625,7 +626,8 @@ class AllocRun {
       } catch (...) {
       }
       if (Unmap(h) == Status::Crash) return Status::Crash;
-      a_.WarnOnce("hugetlb:populate:" + std::to_string(hp) + ":EFAULT:" + std::to_string(node),
+      a_.WarnOnce("hugetlb:" + BackingName(backing) + ":populate:" + std::to_string(hp) +
+                      ":EFAULT:" + std::to_string(node),
                   [&] {
                     return "MADV_POPULATE_WRITE of " + ns + " bytes (" + HugeKb(hp) +
                            " pages) failed: EFAULT (no free hugepage on the allowed nodes); " +
