@@ -13,7 +13,9 @@ def alloc_write_free(size: int) -> tuple[bool, object, int]:
     allocator = UMBPHostMemAllocator()
     handle = allocator.alloc(size, UMBPHostBufferBacking.Anonymous)
     ok = bool(handle)
-    if ok:
-        ctypes.c_ubyte.from_address(handle.ptr).value = 0x5A
-        allocator.free(handle)
-    return ok, handle.actual_backing if ok else None, handle.requested_size if ok else 0
+    if not ok:
+        return False, None, 0
+    backing, size = handle.actual_backing, handle.requested_size
+    ctypes.c_ubyte.from_address(handle.ptr).value = 0x5A
+    allocator.free(handle)
+    return True, backing, size

@@ -27,6 +27,9 @@ from umbp_sim.sglang.env import sglang_env_failure
 from umbp_sim.sglang.sizing import HicacheRequest, host_memory_budget, host_memory_error
 from umbp_sim.sglang.tensor_allocator import LOGGER_NAME, UMBPHostTensorAllocator
 
+# The allocator's own warnings (umbp-sim's, as mori logs them) and sglang's wrapper's.
+WARNING_LOGGERS = ("umbp_sim.allocator", LOGGER_NAME)
+
 FALLBACK_WARNING = (
     "UMBPHostTensorAllocator unavailable ({exc}). Falling back to torch.empty-based allocator."
 )
@@ -95,8 +98,9 @@ def start_host_pool(
         return result
 
     collect = _Collect()
-    log = logging.getLogger(LOGGER_NAME)
-    log.addHandler(collect)
+    logs = [logging.getLogger(name) for name in WARNING_LOGGERS]
+    for log in logs:
+        log.addHandler(collect)
     try:
         try:
             allocator = UMBPHostTensorAllocator(env, module=module)
@@ -133,7 +137,8 @@ def start_host_pool(
             result.outcome = "demoted"
         return result
     finally:
-        log.removeHandler(collect)
+        for log in logs:
+            log.removeHandler(collect)
         result.warnings = collect.messages
         if not keep:
             result.close()
