@@ -148,6 +148,14 @@ def test_bad_input_names_the_argument(call, text: str) -> None:  # type: ignore[
     assert str(ei.value).startswith(text)
 
 
+def test_kv_heads_per_rank() -> None:
+    assert sizing.kv_heads_per_rank(8, 1) == 8
+    assert sizing.kv_heads_per_rank(8, 8) == 1
+    assert sizing.kv_heads_per_rank(8, 16) == 1  # replicated, never 0
+    with pytest.raises(SizingError, match="^tp_size: must be > 0, got 0$"):
+        sizing.kv_heads_per_rank(8, 0)
+
+
 def test_dtype_itemsize_accepts_torch_dtypes() -> None:
     import torch
 
@@ -245,7 +253,9 @@ REPORT2_MEMINFO = {
 
 
 def test_report2_figures() -> None:
-    assert REPORT2_MEMINFO["HugePages_Total"] * MiB2 == 1582 * GiB
+    assert sizing.hugetlb_pool_bytes(REPORT2_MEMINFO) == 1582 * GiB
+    assert sizing.hugetlb_pool_bytes(REPORT1_MEMINFO) == 16 * GiB
+    assert sizing.hugetlb_pool_bytes({"MemTotal": 1}) == 0
     r = hicache_request(DEEPSEEK_V3, hicache_ratio=2.0, device_pool_tokens=1_257_280, page_size=64)
     assert (r.bytes_per_token, r.tokens, r.nbytes) == (70272, 2_514_624, 176_707_657_728)
     assert host_memory_budget(REPORT2_MEMINFO) == 105_819_381_760

@@ -155,6 +155,13 @@ def mla_bytes_per_token(
     return (kv_lora_rank + qk_rope_head_dim) * itemsize * layers
 
 
+def kv_heads_per_rank(total_kv_heads: int, tp_size: int) -> int:
+    """sglang's ``get_num_kv_heads(tp_size)``: KV heads are split across TP ranks, at least one."""
+    _positive_int(total_kv_heads, "kv_heads")
+    _positive_int(tp_size, "tp_size")
+    return max(1, total_kv_heads // tp_size)
+
+
 def host_pool_tokens(
     bytes_per_token: int,
     page_size: int,
@@ -440,6 +447,23 @@ def host_available_bytes(
     if avail > total:
         return free
     return avail
+
+
+def hugetlb_pool_bytes(meminfo: Mapping[str, int]) -> int:
+    """Bytes reserved in the default-size hugetlb pool (HugePages_Total * Hugepagesize).
+
+    None of it is in MemAvailable, so sglang's host check cannot see it even when it is free.
+    """
+    return mem_field(meminfo, "HugePages_Total", 0) * mem_field(meminfo, "Hugepagesize", 0) * 1024
+
+
+def mem_field(meminfo: Mapping[str, int], name: str, default: int | None = None) -> int:
+    """One meminfo field (in the file's unit); a missing one is ``default`` or an error."""
+    if name in meminfo:
+        return meminfo[name]
+    if default is None:
+        raise SizingError(f"meminfo: {name} missing")
+    return default
 
 
 def host_memory_budget(
