@@ -422,7 +422,11 @@ class AllocRun {
   Status Map(HostBufferHandle& h, size_t hp) {
     const size_t n = h.mapped_size;
     const std::string ns = std::to_string(n);
-    const int huge_bits = IsHugetlb(h.actual_backing) ? (Log2(hp) << kHugeShift) : 0;
+    // log2(size) in bits 26..31; sizes >= 2^32 (16 GiB pages) set the sign bit of the int flags,
+    // as the kernel's own MAP_HUGE_16GB does, so shift as unsigned.
+    const int huge_bits = IsHugetlb(h.actual_backing)
+                              ? static_cast<int>(static_cast<unsigned>(Log2(hp)) << kHugeShift)
+                              : 0;
     switch (h.actual_backing) {
       case HostBufferBacking::Anonymous:
       case HostBufferBacking::AnonymousHugetlb: {
