@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -12,6 +13,9 @@ import pytest
 from umbp_sim import _native
 
 HUGEPAGES_SYSFS = Path("/sys/kernel/mm/hugepages")
+# Hugepage pools are host-wide: tests that set them (in xdist workers, or other checkouts on the
+# same host) take this lock for their whole duration.
+POOL_LOCK = "/tmp/umbp-sim-hugepage-pool.lock"
 
 
 def hugepage_counters(size_kb: int = 2048) -> dict[str, int]:
@@ -45,6 +49,8 @@ def nr_hugepages() -> Iterator[Callable[..., int]]:
     if os.geteuid() != 0:
         pytest.fail("tests that set nr_hugepages must run as root (CI does)")
     saved: dict[Path, int] = {}
+    lock = open(POOL_LOCK, "a")  # noqa: SIM115 - held until the finalizer
+    fcntl.flock(lock, fcntl.LOCK_EX)
 
     def set_pool(count: int, size_kb: int = 2048) -> int:
         path = HUGEPAGES_SYSFS / f"hugepages-{size_kb}kB" / "nr_hugepages"
@@ -62,6 +68,8 @@ def nr_hugepages() -> Iterator[Callable[..., int]]:
             now = int(path.read_text())
             if now != old:
                 problems.append(f"{path} is {now} after restoring {old} (pages still in use?)")
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
         if problems:
             pytest.fail("; ".join(problems))
 

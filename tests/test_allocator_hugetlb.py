@@ -203,3 +203,21 @@ def test_unusable_hugepage_size_demotes(linux_kernel, caplog, hugepage_size, tex
     assert (h.mapped_size, h.actual_alignment) == (2 * PAGE, PAGE)
     assert caplog.messages == [f"{text}; falling back to 4 KiB pages ({fallback.name})"]
     a.free(h)
+
+
+def test_16gib_size_bits_reach_the_kernel(linux_kernel, caplog):
+    # log2(16 GiB) = 34: the size field sets bit 31 of the flags (as MAP_HUGE_16GB does). x86
+    # has no such size, so the kernel answers EINVAL / ENODEV, not a mangled flag error.
+    a = UMBPHostMemAllocator(kernel=linux_kernel)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        h1 = a.alloc(100, AnonymousHugetlb, hugepage_size=16 * GiB, prefault=False)
+        h2 = a.alloc(100, AnonymousShmHugetlb, hugepage_size=16 * GiB, prefault=False)
+    assert (h1.actual_backing, h2.actual_backing) == (Anonymous, AnonymousShm)
+    assert caplog.messages == [
+        "hugetlb mmap of 17179869184 bytes (16777216 kB pages) failed: EINVAL; HugePages of "
+        "16777216 kB: not configured on this kernel; falling back to 4 KiB pages (Anonymous)",
+        "hugetlb memfd_create (16777216 kB pages) failed: ENODEV; HugePages of 16777216 kB: "
+        "not configured on this kernel; falling back to 4 KiB pages (AnonymousShm)",
+    ]
+    a.free(h1)
+    a.free(h2)

@@ -6,7 +6,7 @@ as module attributes), ``UMBPHostBufferHandle``.
 
 from importlib import metadata as _metadata
 
-from umbp_sim import _native
+import umbp_sim._native as _native
 from umbp_sim.allocator import (
     Anonymous,
     AnonymousHugetlb,

@@ -17,7 +17,8 @@ import signal as _signal
 import threading
 from typing import Any
 
-from umbp_sim import _context, _native
+import umbp_sim._native as _native
+from umbp_sim import _context
 from umbp_sim.errors import SimulatedCrash
 
 logger = logging.getLogger("umbp_sim.allocator")

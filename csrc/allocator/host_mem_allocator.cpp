@@ -1,3 +1,4 @@
+// clang-format off
 // HostMemAllocator on the Kernel seam. See host_mem_allocator.h for the contract.
 //
 // Warning texts (product: scenarios match them; keep them stable). Placeholders: <N> bytes as a
@@ -14,9 +15,9 @@
 //      falling back to <P> pages (<B>)"
 //   [hugetlb:<B>:<step>:<hp>:<E>]   B = requested backing, step = memfd_create | ftruncate | mmap
 //     "hugetlb memfd_create (<H> kB pages) failed: <E>; <C>; falling back to <P> pages
-//     (AnonymousShm)" "hugetlb ftruncate of the memfd to <N> bytes (<H> kB pages) failed: <E>; <C>;
-//     falling back to
-//      <P> pages (AnonymousShm)"
+//      (AnonymousShm)"
+//     "hugetlb ftruncate of the memfd to <N> bytes (<H> kB pages) failed: <E>; <C>; falling back
+//      to <P> pages (AnonymousShm)"
 //     "hugetlb mmap of <N> bytes (<H> kB pages) failed: <E>; <C>; falling back to <P> pages (<B>)"
 //   [hugetlb:<B>:populate:<hp>:EFAULT:<node>]
 //     "MADV_POPULATE_WRITE of <N> bytes (<H> kB pages) failed: EFAULT (no free hugepage on the
@@ -58,6 +59,7 @@
 //   "Alloc: internal error (<what>); returning an invalid handle"
 //   "Alloc: no kernel; returning an invalid handle"
 // (Wrapped lines above are one line in the text, joined by a single space.)
+// clang-format on
 #include "allocator/host_mem_allocator.h"
 
 #include <fcntl.h>
@@ -422,7 +424,11 @@ class AllocRun {
   Status Map(HostBufferHandle& h, size_t hp) {
     const size_t n = h.mapped_size;
     const std::string ns = std::to_string(n);
-    const int huge_bits = IsHugetlb(h.actual_backing) ? (Log2(hp) << kHugeShift) : 0;
+    // log2(size) in bits 26..31; sizes >= 2^32 (16 GiB pages) set the sign bit of the int flags,
+    // as the kernel's own MAP_HUGE_16GB does, so shift as unsigned.
+    const int huge_bits = IsHugetlb(h.actual_backing)
+                              ? static_cast<int>(static_cast<unsigned>(Log2(hp)) << kHugeShift)
+                              : 0;
     switch (h.actual_backing) {
       case HostBufferBacking::Anonymous:
       case HostBufferBacking::AnonymousHugetlb: {

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from umbp_sim import _native
+import umbp_sim._native as _native
 from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.units import SizeError, format_size, parse_size
