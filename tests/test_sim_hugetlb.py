@@ -7,7 +7,7 @@ import errno
 import pytest
 
 from umbp_sim import _native
-from umbp_sim.machine import GiB, MiB, Machine
+from umbp_sim.machine import GiB, Machine, MiB
 from umbp_sim.sim import HugePages, SimHost
 
 C = _native.constants

@@ -91,9 +91,7 @@ def to_sim_config(machine: Machine) -> _native.SimConfig:
     cfg.overcommit_kbytes = machine.overcommit_kbytes
     cfg.swap_total = machine.swap_total
     cfg.mem_total = machine.total_memory()
-    mem_free = (
-        machine.mem_free if machine.mem_free is not None else sum(n.mem_free for n in nodes)
-    )
+    mem_free = machine.mem_free if machine.mem_free is not None else sum(n.mem_free for n in nodes)
     cfg.mem_free = mem_free
     cfg.mem_available = machine.mem_available if machine.mem_available is not None else mem_free
     cfg.committed_as = machine.committed_as
