@@ -11,6 +11,7 @@ runs even when the test fails.
 from __future__ import annotations
 
 import errno
+import fcntl
 import glob
 import json
 import os
@@ -214,16 +215,29 @@ def _write(path: str, value: int) -> None:
         f.write(str(value))
 
 
+# Hugepage pools are host-wide: every checkout's pool-changing tests take this lock (the same
+# one as tests/conftest.py of the allocator) for their whole duration.
+POOL_LOCK = "/tmp/umbp-sim-hugepage-pool.lock"
+
+
 @pytest.fixture
 def real_pool(request: pytest.FixtureRequest) -> Callable[..., None]:
+    lock = open(POOL_LOCK, "a")  # noqa: SIM115 - held until the finalizer
+    fcntl.flock(lock, fcntl.LOCK_EX)
     saved = {p: int(_read(p)) for p in POOL_FILES}
 
     def restore() -> None:
-        for p in sorted(saved, key=lambda p: "overcommit" not in p):  # overcommit first
-            try:
-                _write(p, saved[p])
-            except OSError:
-                pass
+        try:
+            for p in sorted(saved, key=lambda p: "overcommit" not in p):  # overcommit first
+                try:
+                    _write(p, saved[p])
+                except OSError:
+                    pass
+            left = {p: int(_read(p)) for p in saved if int(_read(p)) != saved[p]}
+            assert not left, f"pool not restored (pages still in use?): {left}"
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.close()
 
     request.addfinalizer(restore)
 
