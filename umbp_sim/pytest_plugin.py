@@ -63,11 +63,11 @@ def _live_file_class() -> type:
             return self._render()
 
         @property
-        def st_size(self) -> int:
+        def st_size(self) -> int:  # type: ignore[override]
             return len(self._render())
 
-        @property
-        def size(self) -> int:
+        @property  # type: ignore[misc]
+        def size(self) -> int:  # type: ignore[override]
             return len(self._render())
 
         def is_large_file(self) -> bool:

@@ -431,8 +431,13 @@ uint64_t SimKernel::total_vm() {
   return vm;
 }
 
-// vm_commit_limit (mm/util.c), in bytes.
 uint64_t SimKernel::commit_limit() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return commit_limit_locked();
+}
+
+// vm_commit_limit (mm/util.c), in bytes.
+uint64_t SimKernel::commit_limit_locked() const {
   uint64_t ps = cfg_.page_size;
   if (cfg_.overcommit_kbytes) return cfg_.overcommit_kbytes * 1024 + cfg_.swap_total;
   uint64_t total_pages = cfg_.mem_total / ps;

@@ -138,7 +138,7 @@ class SimKernel : public Kernel {
   // global only; per node it is 0).
   std::vector<long> hugepage_counters(uint64_t size, int node);
   uint64_t committed_as();
-  uint64_t commit_limit();
+  uint64_t commit_limit();  // CommitLimit in bytes
   uint64_t total_vm();
 
  private:
@@ -162,6 +162,7 @@ class SimKernel : public Kernel {
   void node_mem_take(int node, int64_t bytes);
   void release_object_range(SimObject& o, uint64_t first, uint64_t count);
   void drop_object_ref(const SimObjectPtr& o);
+  uint64_t commit_limit_locked() const;
   SysResult die(int sig, const std::string& where, int node, uint64_t hsize,
                 const std::string& detail);
 

@@ -94,7 +94,7 @@ int SimKernel::commit_check(uint64_t bytes, uint64_t /*new_vm_bytes*/) {
   if (cfg_.overcommit_memory == 0) {
     if (pages > cfg_.mem_total / ps + cfg_.swap_total / ps) return ENOMEM;
   } else if (cfg_.overcommit_memory == 2) {
-    int64_t allowed = static_cast<int64_t>(commit_limit() / ps);
+    int64_t allowed = static_cast<int64_t>(commit_limit_locked() / ps);
     if (!cfg_.root) allowed -= static_cast<int64_t>(cfg_.admin_reserve_kbytes * 1024 / ps);
     uint64_t vm = cfg_.base_vm;
     for (const auto& [s, v] : vmas_) vm += v.len();

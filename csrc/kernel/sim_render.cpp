@@ -78,7 +78,7 @@ std::map<std::string, std::string> SimKernel::render_all() {
          {"Mapped:", "Shmem:", "KReclaimable:", "Slab:", "SReclaimable:", "SUnreclaim:",
           "KernelStack:", "PageTables:", "NFS_Unstable:", "Bounce:", "WritebackTmp:"})
       kb_line(m, "", l, 0);
-    kb_line(m, "", "CommitLimit:", commit_limit() / 1024);
+    kb_line(m, "", "CommitLimit:", commit_limit_locked() / 1024);
     kb_line(m, "", "Committed_AS:", (cfg_.committed_as + committed_) / 1024);
     kb_line(m, "", "VmallocTotal:", 34359738367ULL);
     kb_line(m, "", "VmallocUsed:", 0);
