@@ -230,3 +230,15 @@ def test_huge_mapping_costs_counters_not_memory() -> None:
     assert h.hugepages(GiB) == HugePages(4000, 100, 0, 0)
     assert k.munmap(a.value, 3900 * GiB).ok
     assert h.hugepages(GiB) == HugePages(4000, 4000, 0, 0)
+
+
+def test_dontneed_does_not_restore_while_surplus_exists() -> None:
+    h = host(hugepages={"2MiB": 1}, nr_overcommit_hugepages={"2MiB": 1})
+    k = h.kernel
+    a = k.mmap(0, 2 * H2, RW, HUGE).value
+    assert counters(h) == (2, 2, 2, 1)
+    assert k.madvise(a, H2, POP_W).ok
+    assert counters(h) == (2, 1, 1, 1)
+    assert k.madvise(a, H2, C["MADV_DONTNEED"]).ok  # surplus page dissolved, no restore
+    assert counters(h) == (1, 1, 1, 0)
+    assert h.mappings()[0].reserved_pages == 1

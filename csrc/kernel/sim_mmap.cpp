@@ -526,18 +526,34 @@ SysResult SimKernel::madvise(void* addr, size_t length, int advice) {
       // madvise(a, 4096, MADV_DONTNEED) returns 0 and changes nothing (measured on 6.18).
       if (o.shared) continue;  // the page stays in the file
       uint64_t f = v.pgoff + (s - v.start) / o.page, n = (e - s) / o.page;
-      long faulted = static_cast<long>(o.pages.count(f, n, PageState::Faulted));
       for (const auto& seg : o.pages.segments(f, n)) {
         if (seg.state != PageState::Faulted) continue;
-        bool restore = version_at_least(6, 8) && !v.noreserve;
+        // 6.8+ restores the reservation of a freed private page, but only while the hstate
+        // has no surplus pages (a surplus page is dissolved instead). Surplus never grows here,
+        // so the segment becomes [not restored...][restored...].
+        const bool can_restore = version_at_least(6, 8) && !v.noreserve;
+        uint64_t plain = 0, restored = 0;
         for (const auto& [nd, c] : seg.nodes) {
-          free_huge_pages(*o.h, nd, static_cast<long>(c));
+          uint64_t left = c;
+          while (left > 0) {
+            if (can_restore && o.h->surp() == 0) {
+              free_huge_pages(*o.h, nd, static_cast<long>(left));
+              o.h->resv += static_cast<long>(left);
+              restored += left;
+              left = 0;
+            } else {
+              long ns = o.h->node[nd].surp;
+              uint64_t k = (ns > 0 && can_restore) ? std::min<uint64_t>(left, ns) : left;
+              free_huge_pages(*o.h, nd, static_cast<long>(k));
+              plain += k;
+              left -= k;
+            }
+          }
           o.h->cg_usage -= std::min<uint64_t>(o.h->cg_usage, c * o.page);
         }
-        o.pages.assign(seg.start, seg.len, restore ? PageState::Reserved : PageState::None);
-        if (restore) o.h->resv += static_cast<long>(seg.len);
+        o.pages.assign(seg.start, plain, PageState::None);
+        o.pages.assign(seg.start + plain, restored, PageState::Reserved);
       }
-      (void)faulted;
     } else if (!o.shared) {
       uint64_t f = v.pgoff + (s - v.start) / o.page, n = round_up(e - s, o.page) / o.page;
       for (const auto& seg : o.pages.segments(f, n)) {
