@@ -168,17 +168,18 @@ def run_step(k: Any, names: dict[str, int], op: list[Any], admin: Callable[..., 
         r = k.close(names.get(op[1], -1))
     elif kind == "touch":
         r = k.touch(addr(op[1], op[2]), op[3], 4096)
-    elif kind == "admin":  # file, size, value
-        e = admin(op[1], op[2], op[3])
+    elif kind == "admin":  # file, size, value[, node]
+        e = admin(*op[1:])
         return {"ok": e == 0, "error": e, "signal": 0, "aligned": None}
     else:
         raise ValueError(f"unknown op {kind}")
     return {"ok": r.ok, "error": r.error, "signal": r.signal, "aligned": aligned}
 
 
-def _real_admin(what: str, size: int, value: int) -> int:
+def _real_admin(what: str, size: int, value: int, node: int | None = None) -> int:
+    d = HP if node is None else f"/sys/devices/system/node/node{node}/hugepages"
     try:
-        with open(f"{HP}/hugepages-{size // 1024}kB/{what}", "w") as f:
+        with open(f"{d}/hugepages-{size // 1024}kB/{what}", "w") as f:
             f.write(str(value))
         return 0
     except OSError as e:
@@ -281,10 +282,10 @@ def run_differential(name: str, ops: list[list[Any]], rlimit_as_extra: int | Non
         cfg.base_vm = cfg_vm
         kernel = _native.SimKernel(cfg)
 
-    def sim_admin(what: str, size: int, value: int) -> int:
+    def sim_admin(what: str, size: int, value: int, node: int | None = None) -> int:
         try:
             if what == "nr_hugepages":
-                kernel.set_nr_hugepages(size, value, -1)
+                kernel.set_nr_hugepages(size, value, -1 if node is None else node)
             else:
                 kernel.set_nr_overcommit_hugepages(size, value)
             return 0
@@ -647,6 +648,52 @@ SEQUENCES: dict[str, tuple[dict[str, int], list[list[Any]], int | None]] = {
             ["madvise", "A", 0, 8 * MiB, PW],
             ["madvise", "A", 0, 8 * MiB, DONTNEED],
             ["munmap", "A", 0, 8 * MiB],
+        ],
+        None,
+    ),
+    "shared_anonymous_hugetlb": (
+        {"h2": 4},
+        [
+            [M, "S", 0, 3 * H2, RW, SHANON | C["MAP_HUGETLB"], None, 0],
+            ["madvise", "S", 0, H2, PW],
+            ["munmap", "S", H2, H2],
+            [M, "T", 0, 2 * H2, RW, SHANON | C["MAP_HUGETLB"], None, 0],
+            ["munmap", "S", 0, H2],
+            ["munmap", "S", 2 * H2, H2],
+            ["munmap", "T", 0, 2 * H2],
+        ],
+        None,
+    ),
+    "per_node_nr_hugepages": (
+        {"h2": 4},
+        [
+            [M, "A", 0, 2 * H2, RW, HUGE, None, 0],
+            ["madvise", "A", 0, H2, PW],
+            ["admin", "nr_hugepages", H2, 1, 0],
+            ["admin", "nr_hugepages", H2, 0, 0],
+            ["munmap", "A", 0, 2 * H2],
+            ["admin", "nr_hugepages", H2, 4],
+        ],
+        None,
+    ),
+    "bound_noreserve_surplus_at_fault": (
+        {"h2": 2, "over2": 2},
+        [
+            [M, "N", 0, 5 * H2, RW, HUGE | NORES, None, 0],
+            ["mbind", "N", 0, 5 * H2, BIND, [0], 64, 0],
+            ["madvise", "N", 0, 5 * H2, PW],
+            ["munmap", "N", 0, 2 * H2],
+            ["munmap", "N", 2 * H2, 3 * H2],
+        ],
+        None,
+    ),
+    "map_populate_hides_failure": (
+        {"h2": 2},
+        [
+            [M, "P", 0, 4 * H2, RW, HUGE | NORES | C["MAP_POPULATE"], None, 0],
+            [M, "Q", 0, 2 * H2, RW, HUGE | C["MAP_POPULATE"], None, 0],
+            ["madvise", None, 0, 0, PR],
+            ["munmap", "P", 0, 4 * H2],
         ],
         None,
     ),
