@@ -3,6 +3,7 @@
 #include <linux/mempolicy.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -68,7 +69,9 @@ int SimKernel::reserve_real(uintptr_t hint, uint64_t len, uint64_t align, bool f
     }
     if (p != MAP_FAILED) ::munmap(p, len);
   }
-  uint64_t total = len + align;
+  // Over-map by the alignment and trim, unless the real page size already aligns it.
+  static const uint64_t real_page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t total = align <= real_page ? len : len + align;
   if (total < len) return ENOMEM;
   void* p = try_map(nullptr, total, 0);
   if (p == MAP_FAILED) return ENOMEM;
