@@ -246,9 +246,13 @@ def test_record_names_and_reset(linux):
 
 def test_native_rule_errors(linux):
     r = _native.FaultRule()
-    r.op = "mmap"
+    r.op = "read_file"
     r.signal = signal.SIGBUS
-    with pytest.raises(ValueError, match="fault rule 0: a signal can only be injected"):
+    r.name = "x"
+    with pytest.raises(ValueError, match=r"^fault rule 0 \(x\): read_file cannot be answered"):
+        _native.FaultyKernel(linux, [r])
+    r.signal = 0
+    with pytest.raises(ValueError, match="needs exactly one of an errno, a signal or content"):
         _native.FaultyKernel(linux, [r])
     with pytest.raises(ValueError, match="unknown operation 'brk'"):
         r.op = "brk"
@@ -275,3 +279,17 @@ def test_threads_fire_the_same_number_of_times(linux):
         t.join()
     assert fk.calls(0) == 400
     assert sorted(r.call for r in fk.records()) == list(range(5, 401, 5))
+
+
+def test_read_file_content_and_signal_in_any_call(linux):
+    plan = FaultPlan(
+        (
+            FaultRule(op="read_file", content="0-3\n", path="/sys/devices/system/node/possible"),
+            FaultRule(op="mmap", signal="SIGKILL", nth=1),
+        )
+    )
+    fk = plan.wrap(linux)
+    assert fk.read_file("/sys/devices/system/node/possible") == "0-3\n"
+    r = fk.mmap(0, PAGE, PRW, ANON)
+    assert (r.value, r.error, r.signal) == (-1, 0, signal.SIGKILL)
+    assert [(x.op, x.signal_name) for x in fk.records()] == [("read_file", ""), ("mmap", "SIGKILL")]

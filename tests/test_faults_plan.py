@@ -93,10 +93,18 @@ def test_missing_file_is_one_line(tmp_path):
         ({"errno": "ENOMEM"}, "faults[0].op: missing"),
         ({"op": "mremap", "errno": "ENOMEM"}, "faults[0].op: unknown operation 'mremap'"),
         ({"op": "mmap", "errno": "ENOMEMX"}, "faults[0].errno: unknown errno 'ENOMEMX'"),
-        ({"op": "mmap"}, "faults[0].errno: give exactly one of errno or signal"),
+        ({"op": "mmap"}, "faults[0].errno: give exactly one of errno, signal, content"),
         (
-            {"op": "mmap", "signal": "SIGBUS"},
-            "faults[0].signal: only touch and madvise take a signal, not mmap",
+            {"op": "read_file", "signal": "SIGBUS"},
+            "faults[0].signal: read_file cannot be answered with a signal",
+        ),
+        (
+            {"op": "mmap", "content": "x"},
+            "faults[0].content: only read_file takes content, not mmap",
+        ),
+        (
+            {"op": "read_file", "errno": "EIO", "content": "x"},
+            "faults[0].content: give exactly one of errno, signal, content",
         ),
         ({"op": "touch", "signal": "SIGFOO"}, "faults[0].signal: unknown signal 'SIGFOO'"),
         ({"op": "mmap", "errno": "ENOMEM", "nth": 0}, "faults[0].nth: must be >= 1, got 0"),
@@ -210,7 +218,9 @@ _map_flags = st.lists(
 def rules(draw):
     op = draw(st.sampled_from(OPS))
     kw = {"op": op}
-    if op in ("touch", "madvise") and draw(st.booleans()):
+    if op == "read_file" and draw(st.booleans()):
+        kw["content"] = draw(st.text(max_size=30))
+    elif op != "read_file" and draw(st.booleans()):
         kw["signal"] = draw(st.sampled_from(["SIGBUS", "SIGKILL"]))
     else:
         kw["errno"] = draw(_errnos)

@@ -12,8 +12,9 @@ TOML schema (every key but ``op`` and one of ``errno``/``signal`` is optional)::
     name = "no 2 MiB pages"        # shown in records
     op = "mmap"                    # mmap munmap madvise mbind memfd_create ftruncate close
                                    # read_file touch
-    errno = "ENOMEM"               # an errno by name, or
-    signal = "SIGBUS"              # a simulated fatal signal (touch and madvise only)
+    errno = "ENOMEM"               # the answer: an errno by name, or
+    signal = "SIGBUS"              # a simulated fatal signal (any op but read_file), or
+    content = "0-3\n"              # read_file only: these bytes instead of the file's
     # which matching calls fire: at most one of nth / calls / every / first (none: all of them)
     nth = 3                        # the 3rd matching call (1-based)
     calls = [2, 5]                 # the 2nd..5th, inclusive
@@ -79,7 +80,6 @@ OPS = (
     "touch",
 )
 _LENGTH_OPS = ("mmap", "munmap", "madvise", "mbind", "ftruncate", "touch")
-_SIGNAL_OPS = ("touch", "madvise")
 _SCHEDULE_KEYS = ("nth", "calls", "every", "first")
 # filter key -> the operations it applies to
 _FILTER_OPS: dict[str, tuple[str, ...]] = {
@@ -150,6 +150,7 @@ class FaultRule:
     op: str
     errno: str | None = None
     signal: str | None = None
+    content: str | None = None
     nth: int | None = None
     calls: tuple[int, int] | None = None
     every: int | None = None
@@ -176,19 +177,25 @@ class FaultRule:
     def validate(self, where: str) -> None:
         if self.op not in OPS:
             raise _fail(where, "op", f"unknown operation {self.op!r} (one of {', '.join(OPS)})")
-        if (self.errno is None) == (self.signal is None):
-            raise _fail(where, "errno", "give exactly one of errno or signal")
+        answers = [k for k in ("errno", "signal", "content") if getattr(self, k) is not None]
+        if len(answers) != 1:
+            raise _fail(
+                where,
+                answers[1] if answers else "errno",
+                "give exactly one of errno, signal, content",
+            )
         if self.errno is not None and self.errno not in _ERRNOS:
             raise _fail(where, "errno", f"unknown errno {self.errno!r}")
         if self.signal is not None:
             if self.signal not in _SIGNALS:
                 raise _fail(where, "signal", f"unknown signal {self.signal!r}")
-            if self.op not in _SIGNAL_OPS:
-                raise _fail(
-                    where,
-                    "signal",
-                    f"only touch and madvise take a signal, not {self.op}",
-                )
+            if self.op == "read_file":
+                raise _fail(where, "signal", "read_file cannot be answered with a signal")
+        if self.content is not None:
+            if not isinstance(self.content, str):
+                raise _fail(where, "content", f"expected a string, got {self.content!r}")
+            if self.op != "read_file":
+                raise _fail(where, "content", f"only read_file takes content, not {self.op}")
         given = [k for k in _SCHEDULE_KEYS if getattr(self, k) is not None]
         if len(given) > 1:
             raise _fail(where, given[1], f"use only one of {', '.join(_SCHEDULE_KEYS)}")
@@ -281,7 +288,7 @@ class FaultRule:
                 if not isinstance(value, (list, tuple)) or len(value) != 2:
                     raise _fail(where, key, f"expected [a, b], got {value!r}")
                 kw[key] = tuple(value)
-            elif key in ("op", "errno", "signal", "advice", "mode", "path", "name"):
+            elif key in ("op", "errno", "signal", "content", "advice", "mode", "path", "name"):
                 if not isinstance(value, str):
                     raise _fail(where, key, f"expected a string, got {value!r}")
                 kw[key] = value
@@ -320,6 +327,8 @@ class FaultRule:
             r.error = _ERRNOS[self.errno]
         if self.signal is not None:
             r.signal = _SIGNALS[self.signal]
+        if self.content is not None:
+            r.content = self.content
         if self.nth is not None:
             r.when, r.a = "nth", self.nth
         elif self.calls is not None:

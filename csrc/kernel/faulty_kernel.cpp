@@ -52,10 +52,11 @@ bool& last_result_injected() {
 std::string FaultRule::problem() const {
   int i = static_cast<int>(op);
   if (i < 0 || i >= kSysOpCount) return "unknown operation";
-  if ((error != 0) == (signal != 0)) return "needs exactly one of an errno or a signal";
-  if (error < 0) return "errno must be positive";
-  if (signal && op != SysOp::Touch && op != SysOp::Madvise)
-    return "a signal can only be injected into touch or madvise";
+  if ((error != 0) + (signal != 0) + (has_content ? 1 : 0) != 1)
+    return "needs exactly one of an errno, a signal or content";
+  if (error < 0 || signal < 0) return "errno and signal must be positive";
+  if (signal && op == SysOp::ReadFile) return "read_file cannot be answered with a signal";
+  if (has_content && op != SysOp::ReadFile) return "only read_file can be answered with content";
   if ((when == When::Nth || when == When::Every) && a == 0) return "call index must be >= 1";
   if (when == When::Range && (a == 0 || b < a)) return "range must be [a, b] with 1 <= a <= b";
   if (!(probability >= 0.0 && probability <= 1.0)) return "probability must be in [0, 1]";
@@ -162,7 +163,7 @@ void FaultyKernel::reset() {
   records_.clear();
 }
 
-bool FaultyKernel::inject(SyscallArgs&& a, SysResult& out) {
+bool FaultyKernel::inject(SyscallArgs&& a, SysResult& out, std::string* content) {
   std::lock_guard<std::mutex> lock(mu_);
   size_t winner = rules_.size();
   for (size_t i = 0; i < rules_.size(); ++i) {
@@ -178,7 +179,12 @@ bool FaultyKernel::inject(SyscallArgs&& a, SysResult& out) {
   if (winner == rules_.size()) return false;
   const FaultRule& r = rules_[winner];
   ++fires_[winner];
-  out = r.signal ? SysResult::Crash(r.signal) : SysResult::Err(r.error);
+  if (r.has_content) {
+    out = SysResult::Ok(static_cast<long>(r.content.size()));
+    if (content) *content = r.content;
+  } else {
+    out = r.signal ? SysResult::Crash(r.signal) : SysResult::Err(r.error);
+  }
   records_.push_back(FaultRecord{winner, r.name, calls_[winner], std::move(a), r.error, r.signal});
   last_result_injected() = true;
   return true;
@@ -286,8 +292,8 @@ FileResult FaultyKernel::read_file(const std::string& path) {
     a.op = SysOp::ReadFile;
     a.text = path;
     SysResult r;
-    if (inject(std::move(a), r)) {
-      FileResult f;
+    FileResult f;
+    if (inject(std::move(a), r, &f.data)) {
       f.error = r.error;
       return f;
     }

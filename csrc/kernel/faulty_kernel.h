@@ -11,7 +11,9 @@
 //     range [a,b] / every k-th: k, 2k, ... / first N), the seeded probability draw passes, and the
 //     rule has fired fewer than max_fires times (0 = unlimited).
 //   - Rules are tried in order; the first one that fires wins and answers the call. The inner
-//     kernel is then NOT called (an injected munmap leaves the mapping in place).
+//     kernel is then NOT called (an injected munmap leaves the mapping in place). The answer is
+//     an errno, a simulated fatal signal (an OOM kill can land in any call; SIGBUS in a touch),
+//     or for read_file replacement content (a /proc or /sys file as another kernel writes it).
 //   - Probability is a pure function of (seed, rule index, call index): the same seed fires on
 //     the same call indices in every run. With several threads the calls are numbered in the
 //     order they take the rule lock, so which thread's call gets which index can vary; the set
@@ -32,8 +34,11 @@ namespace umbp {
 struct FaultRule {
   std::string name;  // for records and messages; may be empty
   SysOp op = SysOp::Mmap;
-  int error = 0;   // errno to answer with, or
-  int signal = 0;  // a simulated fatal signal (touch and madvise only)
+  // The answer: exactly one of
+  int error = 0;   // an errno,
+  int signal = 0;  // a simulated fatal signal (the process dies in this call; not read_file),
+  bool has_content = false;  // read_file only: these bytes instead of the file's
+  std::string content;
 
   enum class When : int { Always = 0, Nth, Range, Every, First };
   When when = When::Always;
@@ -107,7 +112,8 @@ class FaultyKernel final : public Kernel {
  private:
   bool active(SysOp op) const { return active_[static_cast<int>(op)]; }
   // True (and `out` set) when a rule fires on this call.
-  bool inject(SyscallArgs&& a, SysResult& out);
+  // For read_file, `content` receives a content answer.
+  bool inject(SyscallArgs&& a, SysResult& out, std::string* content = nullptr);
 
   KernelPtr inner_;
   std::vector<FaultRule> rules_;

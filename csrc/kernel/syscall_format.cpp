@@ -380,8 +380,8 @@ std::string format_result(const SyscallArgs& a, const SysResult& r, bool injecte
       out += std::string(" (") + std::strerror(r.error) + ")";
     return out;
   }
-  if (a.op == SysOp::Mmap) return " = " + hex(static_cast<unsigned long>(r.value));
-  return " = " + std::to_string(r.value);
+  if (a.op == SysOp::Mmap) return " = " + hex(static_cast<unsigned long>(r.value)) + tag;
+  return " = " + std::to_string(r.value) + tag;
 }
 
 }  // namespace umbp

@@ -98,6 +98,15 @@ void bind_faults(py::module_& m) {
       .def_readwrite("error", &FaultRule::error)
       .def_readwrite("signal", &FaultRule::signal)
       .def_property(
+          "content",
+          [](const FaultRule& r) -> py::object {
+            return r.has_content ? py::object(py::str(r.content)) : py::object(py::none());
+          },
+          [](FaultRule& r, std::optional<std::string> c) {
+            r.has_content = c.has_value();
+            r.content = c.value_or("");
+          })
+      .def_property(
           "when",
           [](const FaultRule& r) { return std::string(kWhenNames[static_cast<int>(r.when)]); },
           [](FaultRule& r, const std::string& s) {
