@@ -53,6 +53,6 @@ def test_failed_munmap_leaves_a_listed_leak():
 
 
 def test_unknown_source_is_a_type_error():
-    with pytest.raises(TypeError, match="collect_leaks: LinuxKernel is neither a traced kernel"):
+    with pytest.raises(TypeError, match="collect_leaks: LinuxKernel is not a traced kernel"):
         collect_leaks(_native.LinuxKernel())
     assert collect_leaks(None) == []
