@@ -252,7 +252,9 @@ def test_native_rule_errors(linux):
     with pytest.raises(ValueError, match=r"^fault rule 0 \(x\): read_file cannot be answered"):
         _native.FaultyKernel(linux, [r])
     r.signal = 0
-    with pytest.raises(ValueError, match="needs exactly one of an errno, a signal or content"):
+    with pytest.raises(
+        ValueError, match="needs exactly one of an errno, a signal, content or a throw"
+    ):
         _native.FaultyKernel(linux, [r])
     with pytest.raises(ValueError, match="unknown operation 'brk'"):
         r.op = "brk"
@@ -293,3 +295,18 @@ def test_read_file_content_and_signal_in_any_call(linux):
     r = fk.mmap(0, PAGE, PRW, ANON)
     assert (r.value, r.error, r.signal) == (-1, 0, signal.SIGKILL)
     assert [(x.op, x.signal_name) for x in fk.records()] == [("read_file", ""), ("mmap", "SIGKILL")]
+
+
+def test_throw_bad_alloc_is_recorded_and_traced(linux):
+    from umbp_sim.trace import instrument
+
+    st = instrument(linux, FaultPlan((FaultRule(op="close", throw="bad_alloc", nth=1),)))
+    with pytest.raises(MemoryError):
+        st.kernel.close(-1)
+    assert st.kernel.close(-1).error == errno.EBADF
+    (rec,) = st.faulty.records()
+    assert rec.threw and rec.call == 1
+    assert repr(rec) == "<FaultRecord rule 0 call 1: close(-1) -> throw std::bad_alloc>"
+    first, second = st.tracing.records()
+    assert first.threw and first.injected and not second.threw
+    assert first.text() == "close(-1) = ? (threw std::bad_alloc) (injected)"

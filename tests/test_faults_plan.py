@@ -93,7 +93,7 @@ def test_missing_file_is_one_line(tmp_path):
         ({"errno": "ENOMEM"}, "faults[0].op: missing"),
         ({"op": "mremap", "errno": "ENOMEM"}, "faults[0].op: unknown operation 'mremap'"),
         ({"op": "mmap", "errno": "ENOMEMX"}, "faults[0].errno: unknown errno 'ENOMEMX'"),
-        ({"op": "mmap"}, "faults[0].errno: give exactly one of errno, signal, content"),
+        ({"op": "mmap"}, "faults[0].errno: give exactly one of errno, signal, content, throw"),
         (
             {"op": "read_file", "signal": "SIGBUS"},
             "faults[0].signal: read_file cannot be answered with a signal",
@@ -104,7 +104,7 @@ def test_missing_file_is_one_line(tmp_path):
         ),
         (
             {"op": "read_file", "errno": "EIO", "content": "x"},
-            "faults[0].content: give exactly one of errno, signal, content",
+            "faults[0].content: give exactly one of errno, signal, content, throw",
         ),
         ({"op": "touch", "signal": "SIGFOO"}, "faults[0].signal: unknown signal 'SIGFOO'"),
         ({"op": "mmap", "errno": "ENOMEM", "nth": 0}, "faults[0].nth: must be >= 1, got 0"),
@@ -154,6 +154,10 @@ def test_missing_file_is_one_line(tmp_path):
         (
             {"op": "read_file", "errno": "ENOENT", "path": 3},
             "faults[0].path: expected a string, got 3",
+        ),
+        (
+            {"op": "mmap", "throw": "std::bad_alloc"},
+            "faults[0].throw: only 'bad_alloc' can be thrown, got 'std::bad_alloc'",
         ),
         ({"op": "mmap", "errno": "ENOMEM", "max_fires": 0}, "faults[0].max_fires: must be >= 1"),
     ],
@@ -220,6 +224,8 @@ def rules(draw):
     kw = {"op": op}
     if op == "read_file" and draw(st.booleans()):
         kw["content"] = draw(st.text(max_size=30))
+    elif draw(st.integers(0, 4)) == 0:
+        kw["throw"] = "bad_alloc"
     elif op != "read_file" and draw(st.booleans()):
         kw["signal"] = draw(st.sampled_from(["SIGBUS", "SIGKILL"]))
     else:

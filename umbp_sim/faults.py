@@ -14,7 +14,9 @@ TOML schema (every key but ``op`` and one of ``errno``/``signal`` is optional)::
                                    # read_file touch
     errno = "ENOMEM"               # the answer: an errno by name, or
     signal = "SIGBUS"              # a simulated fatal signal (any op but read_file), or
-    content = "0-3\n"              # read_file only: these bytes instead of the file's
+    content = "0-3\n"              # read_file only: these bytes instead of the file's, or
+    throw = "bad_alloc"            # the call throws std::bad_alloc (MemoryError in Python):
+                                   # the kernel layer ran out of memory
     # which matching calls fire: at most one of nth / calls / every / first (none: all of them)
     nth = 3                        # the 3rd matching call (1-based)
     calls = [2, 5]                 # the 2nd..5th, inclusive
@@ -151,6 +153,7 @@ class FaultRule:
     errno: str | None = None
     signal: str | None = None
     content: str | None = None
+    throw: str | None = None
     nth: int | None = None
     calls: tuple[int, int] | None = None
     every: int | None = None
@@ -177,12 +180,14 @@ class FaultRule:
     def validate(self, where: str) -> None:
         if self.op not in OPS:
             raise _fail(where, "op", f"unknown operation {self.op!r} (one of {', '.join(OPS)})")
-        answers = [k for k in ("errno", "signal", "content") if getattr(self, k) is not None]
+        answers = [
+            k for k in ("errno", "signal", "content", "throw") if getattr(self, k) is not None
+        ]
         if len(answers) != 1:
             raise _fail(
                 where,
                 answers[1] if answers else "errno",
-                "give exactly one of errno, signal, content",
+                "give exactly one of errno, signal, content, throw",
             )
         if self.errno is not None and self.errno not in _ERRNOS:
             raise _fail(where, "errno", f"unknown errno {self.errno!r}")
@@ -191,6 +196,8 @@ class FaultRule:
                 raise _fail(where, "signal", f"unknown signal {self.signal!r}")
             if self.op == "read_file":
                 raise _fail(where, "signal", "read_file cannot be answered with a signal")
+        if self.throw is not None and self.throw != "bad_alloc":
+            raise _fail(where, "throw", f"only 'bad_alloc' can be thrown, got {self.throw!r}")
         if self.content is not None:
             if not isinstance(self.content, str):
                 raise _fail(where, "content", f"expected a string, got {self.content!r}")
@@ -288,7 +295,17 @@ class FaultRule:
                 if not isinstance(value, (list, tuple)) or len(value) != 2:
                     raise _fail(where, key, f"expected [a, b], got {value!r}")
                 kw[key] = tuple(value)
-            elif key in ("op", "errno", "signal", "content", "advice", "mode", "path", "name"):
+            elif key in (
+                "op",
+                "errno",
+                "signal",
+                "content",
+                "throw",
+                "advice",
+                "mode",
+                "path",
+                "name",
+            ):
                 if not isinstance(value, str):
                     raise _fail(where, key, f"expected a string, got {value!r}")
                 kw[key] = value
@@ -329,6 +346,7 @@ class FaultRule:
             r.signal = _SIGNALS[self.signal]
         if self.content is not None:
             r.content = self.content
+        r.throw_bad_alloc = self.throw is not None
         if self.nth is not None:
             r.when, r.a = "nth", self.nth
         elif self.calls is not None:

@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <new>
 #include <stdexcept>
 
 namespace umbp {
@@ -52,8 +53,8 @@ bool& last_result_injected() {
 std::string FaultRule::problem() const {
   int i = static_cast<int>(op);
   if (i < 0 || i >= kSysOpCount) return "unknown operation";
-  if ((error != 0) + (signal != 0) + (has_content ? 1 : 0) != 1)
-    return "needs exactly one of an errno, a signal or content";
+  if ((error != 0) + (signal != 0) + (has_content ? 1 : 0) + (throw_bad_alloc ? 1 : 0) != 1)
+    return "needs exactly one of an errno, a signal, content or a throw";
   if (error < 0 || signal < 0) return "errno and signal must be positive";
   if (signal && op == SysOp::ReadFile) return "read_file cannot be answered with a signal";
   if (has_content && op != SysOp::ReadFile) return "only read_file can be answered with content";
@@ -179,13 +180,19 @@ bool FaultyKernel::inject(SyscallArgs&& a, SysResult& out, std::string* content)
   if (winner == rules_.size()) return false;
   const FaultRule& r = rules_[winner];
   ++fires_[winner];
+  if (r.throw_bad_alloc) {
+    records_.push_back(FaultRecord{winner, r.name, calls_[winner], std::move(a), 0, 0, true});
+    last_result_injected() = true;
+    throw std::bad_alloc();
+  }
   if (r.has_content) {
     out = SysResult::Ok(static_cast<long>(r.content.size()));
     if (content) *content = r.content;
   } else {
     out = r.signal ? SysResult::Crash(r.signal) : SysResult::Err(r.error);
   }
-  records_.push_back(FaultRecord{winner, r.name, calls_[winner], std::move(a), r.error, r.signal});
+  records_.push_back(
+      FaultRecord{winner, r.name, calls_[winner], std::move(a), r.error, r.signal, false});
   last_result_injected() = true;
   return true;
 }

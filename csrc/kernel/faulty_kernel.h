@@ -13,7 +13,8 @@
 //   - Rules are tried in order; the first one that fires wins and answers the call. The inner
 //     kernel is then NOT called (an injected munmap leaves the mapping in place). The answer is
 //     an errno, a simulated fatal signal (an OOM kill can land in any call; SIGBUS in a touch),
-//     or for read_file replacement content (a /proc or /sys file as another kernel writes it).
+//     or for read_file replacement content (a /proc or /sys file as another kernel writes it),
+//     or a std::bad_alloc thrown out of the call.
 //   - Probability is a pure function of (seed, rule index, call index): the same seed fires on
 //     the same call indices in every run. With several threads the calls are numbered in the
 //     order they take the rule lock, so which thread's call gets which index can vary; the set
@@ -39,6 +40,8 @@ struct FaultRule {
   int signal = 0;  // a simulated fatal signal (the process dies in this call; not read_file),
   bool has_content = false;  // read_file only: these bytes instead of the file's
   std::string content;
+  bool throw_bad_alloc = false;  // the call throws std::bad_alloc (the kernel layer ran out of
+                                 // memory): tests that callers which promise not to throw don't
 
   enum class When : int { Always = 0, Nth, Range, Every, First };
   When when = When::Always;
@@ -77,6 +80,7 @@ struct FaultRecord {
   SyscallArgs args;
   int error = 0;
   int signal = 0;
+  bool threw = false;
 };
 
 // Set to true by FaultyKernel on the calling thread when it answers a call itself. A wrapper

@@ -9,6 +9,8 @@
 namespace umbp {
 
 std::string TraceRecord::text() const {
+  if (threw)
+    return format_call(args) + " = ? (threw std::bad_alloc)" + (injected ? " (injected)" : "");
   return format_call(args) + format_result(args, result, injected);
 }
 
@@ -60,9 +62,9 @@ void TracingKernel::clear() {
   dropped_ = 0;
 }
 
-void TracingKernel::record(SyscallArgs&& a, const SysResult& r, bool injected) {
+void TracingKernel::record(SyscallArgs&& a, const SysResult& r, bool injected, bool threw) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (r.ok()) {
+  if (!threw && r.ok()) {
     if (a.op == SysOp::Mmap) {
       uintptr_t start = static_cast<uintptr_t>(r.value);
       size_t len = (a.length + page_ - 1) / page_ * page_;
@@ -81,7 +83,7 @@ void TracingKernel::record(SyscallArgs&& a, const SysResult& r, bool injected) {
     records_.pop_front();
     ++dropped_;
   }
-  records_.push_back(TraceRecord{++seq_, std::move(a), r, injected});
+  records_.push_back(TraceRecord{++seq_, std::move(a), r, injected, threw});
 }
 
 void TracingKernel::unmap_range(uintptr_t start, uintptr_t end) {
@@ -105,116 +107,98 @@ void TracingKernel::unmap_range(uintptr_t start, uintptr_t end) {
 
 size_t TracingKernel::page_size() { return inner_->page_size(); }
 
-SysResult TracingKernel::mmap(void* addr, size_t length, int prot, int flags, int fd,
-                              off_t offset) {
+// Calls `f` and records the call; a call that throws is recorded as such and rethrown.
+template <typename F>
+SysResult TracingKernel::traced(SyscallArgs&& a, F&& f) {
   last_result_injected() = false;
-  SysResult r = inner_->mmap(addr, length, prot, flags, fd, offset);
+  SysResult r;
+  try {
+    r = f();
+  } catch (...) {
+    record(std::move(a), SysResult::Err(0), last_result_injected(), true);
+    throw;
+  }
+  record(std::move(a), r, last_result_injected(), false);
+  return r;
+}
+
+namespace {
+SyscallArgs args_of(SysOp op, void* addr = nullptr, size_t length = 0) {
   SyscallArgs a;
-  a.op = SysOp::Mmap;
+  a.op = op;
   a.addr = reinterpret_cast<uintptr_t>(addr);
   a.length = length;
+  return a;
+}
+}  // namespace
+
+SysResult TracingKernel::mmap(void* addr, size_t length, int prot, int flags, int fd,
+                              off_t offset) {
+  SyscallArgs a = args_of(SysOp::Mmap, addr, length);
   a.prot = prot;
   a.flags = flags;
   a.fd = fd;
   a.offset = offset;
-  record(std::move(a), r, last_result_injected());
-  return r;
+  return traced(std::move(a), [&] { return inner_->mmap(addr, length, prot, flags, fd, offset); });
 }
 
 SysResult TracingKernel::munmap(void* addr, size_t length) {
-  last_result_injected() = false;
-  SysResult r = inner_->munmap(addr, length);
-  SyscallArgs a;
-  a.op = SysOp::Munmap;
-  a.addr = reinterpret_cast<uintptr_t>(addr);
-  a.length = length;
-  record(std::move(a), r, last_result_injected());
-  return r;
+  return traced(args_of(SysOp::Munmap, addr, length), [&] { return inner_->munmap(addr, length); });
 }
 
 SysResult TracingKernel::madvise(void* addr, size_t length, int advice) {
-  last_result_injected() = false;
-  SysResult r = inner_->madvise(addr, length, advice);
-  SyscallArgs a;
-  a.op = SysOp::Madvise;
-  a.addr = reinterpret_cast<uintptr_t>(addr);
-  a.length = length;
+  SyscallArgs a = args_of(SysOp::Madvise, addr, length);
   a.advice = advice;
-  record(std::move(a), r, last_result_injected());
-  return r;
+  return traced(std::move(a), [&] { return inner_->madvise(addr, length, advice); });
 }
 
 SysResult TracingKernel::mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
                                unsigned long maxnode, unsigned flags) {
-  // Decode the mask first: the callee may not keep it alive, and it must read as passed.
-  SyscallArgs a;
-  a.op = SysOp::Mbind;
-  a.addr = reinterpret_cast<uintptr_t>(addr);
-  a.length = length;
+  // Decoded before the call: the mask must read as it was passed.
+  SyscallArgs a = args_of(SysOp::Mbind, addr, length);
   a.mode = mode;
   a.nodes = mask_nodes(nodemask, maxnode);
   a.null_mask = nodemask == nullptr;
   a.maxnode = maxnode;
   a.flags = static_cast<int>(flags);
-  last_result_injected() = false;
-  SysResult r = inner_->mbind(addr, length, mode, nodemask, maxnode, flags);
-  record(std::move(a), r, last_result_injected());
-  return r;
+  return traced(std::move(a),
+                [&] { return inner_->mbind(addr, length, mode, nodemask, maxnode, flags); });
 }
 
 SysResult TracingKernel::memfd_create(const char* name, unsigned flags) {
-  last_result_injected() = false;
-  SysResult r = inner_->memfd_create(name, flags);
-  SyscallArgs a;
-  a.op = SysOp::MemfdCreate;
+  SyscallArgs a = args_of(SysOp::MemfdCreate);
   a.text = name ? name : "";
   a.flags = static_cast<int>(flags);
-  record(std::move(a), r, last_result_injected());
-  return r;
+  return traced(std::move(a), [&] { return inner_->memfd_create(name, flags); });
 }
 
 SysResult TracingKernel::ftruncate(int fd, off_t length) {
-  last_result_injected() = false;
-  SysResult r = inner_->ftruncate(fd, length);
-  SyscallArgs a;
-  a.op = SysOp::Ftruncate;
+  SyscallArgs a = args_of(SysOp::Ftruncate, nullptr, static_cast<size_t>(length));
   a.fd = fd;
-  a.length = static_cast<size_t>(length);
-  record(std::move(a), r, last_result_injected());
-  return r;
+  return traced(std::move(a), [&] { return inner_->ftruncate(fd, length); });
 }
 
 SysResult TracingKernel::close(int fd) {
-  last_result_injected() = false;
-  SysResult r = inner_->close(fd);
-  SyscallArgs a;
-  a.op = SysOp::Close;
+  SyscallArgs a = args_of(SysOp::Close);
   a.fd = fd;
-  record(std::move(a), r, last_result_injected());
-  return r;
+  return traced(std::move(a), [&] { return inner_->close(fd); });
 }
 
 FileResult TracingKernel::read_file(const std::string& path) {
-  last_result_injected() = false;
-  FileResult f = inner_->read_file(path);
-  SyscallArgs a;
-  a.op = SysOp::ReadFile;
+  SyscallArgs a = args_of(SysOp::ReadFile);
   a.text = path;
-  SysResult r = f.ok() ? SysResult::Ok(static_cast<long>(f.data.size())) : SysResult::Err(f.error);
-  record(std::move(a), r, last_result_injected());
+  FileResult f;
+  traced(std::move(a), [&] {
+    f = inner_->read_file(path);
+    return f.ok() ? SysResult::Ok(static_cast<long>(f.data.size())) : SysResult::Err(f.error);
+  });
   return f;
 }
 
 SysResult TracingKernel::touch(void* addr, size_t length, size_t stride) {
-  last_result_injected() = false;
-  SysResult r = inner_->touch(addr, length, stride);
-  SyscallArgs a;
-  a.op = SysOp::Touch;
-  a.addr = reinterpret_cast<uintptr_t>(addr);
-  a.length = length;
+  SyscallArgs a = args_of(SysOp::Touch, addr, length);
   a.stride = stride;
-  record(std::move(a), r, last_result_injected());
-  return r;
+  return traced(std::move(a), [&] { return inner_->touch(addr, length, stride); });
 }
 
 }  // namespace umbp

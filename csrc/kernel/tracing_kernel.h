@@ -26,6 +26,7 @@ struct TraceRecord {
   SyscallArgs args;
   SysResult result;  // read_file: value = bytes read on success
   bool injected = false;
+  bool threw = false;  // the call threw (std::bad_alloc injected, or the inner kernel's own)
 
   std::string text() const;  // one line, no newline
 };
@@ -59,7 +60,9 @@ class TracingKernel final : public Kernel {
   SysResult touch(void* addr, size_t length, size_t stride) override;
 
  private:
-  void record(SyscallArgs&& a, const SysResult& r, bool injected);
+  void record(SyscallArgs&& a, const SysResult& r, bool injected, bool threw);
+  template <typename F>
+  SysResult traced(SyscallArgs&& a, F&& f);
   void unmap_range(uintptr_t start, uintptr_t end);  // mu_ held
 
   KernelPtr inner_;

@@ -136,6 +136,7 @@ void bind_faults(py::module_& m) {
       .def_readwrite("memfd_flags_has", &FaultRule::memfd_flags_has)
       .def_readwrite("memfd_flags_lacks", &FaultRule::memfd_flags_lacks)
       .def_readwrite("path", &FaultRule::path)
+      .def_readwrite("throw_bad_alloc", &FaultRule::throw_bad_alloc)
       .def("problem", &FaultRule::problem);
 
   py::class_<FaultRecord>(m, "FaultRecord", "One injected answer")
@@ -148,13 +149,16 @@ void bind_faults(py::module_& m) {
       .def_property_readonly("call_text", [](const FaultRecord& r) { return format_call(r.args); })
       .def_readonly("error", &FaultRecord::error)
       .def_readonly("signal", &FaultRecord::signal)
+      .def_readonly("threw", &FaultRecord::threw)
       .def_property_readonly(
           "errno_name", [](const FaultRecord& r) { return std::string(errno_symbol(r.error)); })
       .def_property_readonly(
           "signal_name",
           [](const FaultRecord& r) { return r.signal ? std::string(signal_symbol(r.signal)) : ""; })
       .def("__repr__", [](const FaultRecord& r) {
-        std::string what = r.signal ? signal_symbol(r.signal) : errno_symbol(r.error);
+        std::string what = r.threw    ? "throw std::bad_alloc"
+                           : r.signal ? signal_symbol(r.signal)
+                                      : errno_symbol(r.error);
         return "<FaultRecord rule " + std::to_string(r.rule) +
                (r.rule_name.empty() ? "" : " (" + r.rule_name + ")") + " call " +
                std::to_string(r.call) + ": " + format_call(r.args) + " -> " + what + ">";
@@ -177,6 +181,7 @@ void bind_faults(py::module_& m) {
       .def_property_readonly("args", [](const TraceRecord& r) { return args_dict(r.args); })
       .def_readonly("result", &TraceRecord::result)
       .def_readonly("injected", &TraceRecord::injected)
+      .def_readonly("threw", &TraceRecord::threw)
       .def("text", &TraceRecord::text)
       .def("__repr__", [](const TraceRecord& r) { return "<TraceRecord " + r.text() + ">"; });
 
