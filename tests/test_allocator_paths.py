@@ -699,3 +699,102 @@ def test_leak_lines_name_every_kind(run):
     h = r.alloc.alloc(4096, AnonymousShm)
     assert re.fullmatch(r"buffer 0x[0-9a-f]+ \(4096 bytes, AnonymousShm\) not freed", r.leaks()[2])
     r.alloc.free(h)
+
+
+# ---- every errno name the warnings spell -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        "EPERM",
+        "ENOENT",
+        "EINTR",
+        "EIO",
+        "EBADF",
+        "EAGAIN",
+        "ENOMEM",
+        "EACCES",
+        "EFAULT",
+        "EBUSY",
+        "EEXIST",
+        "ENODEV",
+        "EINVAL",
+        "ENFILE",
+        "EMFILE",
+        "EFBIG",
+        "ENOSPC",
+        "ENOSYS",
+        "EOVERFLOW",
+        "EOPNOTSUPP",
+        "EHWPOISON",
+    ],
+)
+def test_errno_names_in_warnings(run, err):
+    r = run(FaultRule(op="mmap", errno=err))
+    assert not r.alloc.alloc(4096)
+    assert r.warnings() == [
+        f"mmap of 4096 bytes (Anonymous, 4 KiB pages) failed: {err}; returning an invalid handle"
+    ]
+
+
+# ---- inputs the Python surface cannot produce, through the native binding ---------------
+
+
+def test_unknown_backing_value(run):
+    r = run()
+    assert not r.alloc.alloc(4096, _native.UMBPHostBufferBacking(7))
+    assert r.warnings() == ["Alloc: unknown backing 7; returning an invalid handle"]
+    assert r.ops() == []
+
+
+def test_allocator_without_a_kernel():
+    a = _native.HostMemAllocator(None)
+    handle, messages, sig, where = a.alloc(4096, Anonymous, 2 * MiB, -1, True)
+    assert not handle and sig == 0
+    assert messages == [("warning", "Alloc: no kernel; returning an invalid handle")]
+    assert a.kernel is None
+    assert a.snapshot() == {"live": [], "shm": []}
+    assert a.lookup_shm_allocation(4096, 1) is None
+    assert a.acquire_shm_allocation(4096, 1) is None
+    assert a.release_shm_allocation(4096) == ([], 0, "")
+
+
+# ---- the never-throws contract: the kernel layer throws std::bad_alloc -------------------
+
+
+def test_alloc_survives_a_throwing_kernel(run):
+    r = run(FaultRule(op="mmap", throw="bad_alloc"))
+    assert not r.alloc.alloc(4096)
+    assert r.warnings() == ["Alloc: internal error (std::bad_alloc); returning an invalid handle"]
+    assert r.tracing.records()[0].threw
+    assert r.leaks() == []
+
+
+def test_warning_text_that_throws_is_dropped_not_raised(run):
+    # The counters of the demotion warning are read while the text is built.
+    r = run(HUGETLB_MMAP_ENOMEM, FaultRule(op="read_file", throw="bad_alloc"))
+    h = r.alloc.alloc(4096, AnonymousHugetlb)
+    assert h and h.actual_backing == Anonymous
+    assert r.warnings() == []
+    r.alloc.free(h)
+    assert r.leaks() == []
+
+
+def test_free_survives_a_throwing_munmap(run):
+    r = run(FaultRule(op="munmap", throw="bad_alloc"))
+    h = r.alloc.alloc(4096)
+    addr = h.ptr
+    r.alloc.free(h)
+    assert not h
+    assert r.leaks() == [f"mapping {addr:#x} length 4096 (4KiB) still mapped"]
+
+
+def test_release_survives_a_throwing_munmap(run):
+    r = run(FaultRule(op="munmap", throw="bad_alloc"))
+    h = r.alloc.alloc(4096, AnonymousShm)
+    base = h.ptr
+    r.alloc.acquire_shm_allocation(base, 1)
+    r.alloc.free(h)
+    r.alloc.release_shm_allocation(base)
+    assert r.alloc.snapshot()["shm"] == []

@@ -116,3 +116,18 @@ def test_touch_sigbus_from_the_simulated_kernel_with_a_plan(sim):
         f"touch({last.args['addr']:#x}, 2097152, 2097152) = ? +++ killed by SIGBUS +++"
     )
     assert not last.injected
+
+
+def test_efault_counters_that_throw_leave_an_empty_counter_text(sim):
+    host, st, alloc, warnings = sim(
+        FaultRule(op="madvise", errno="EFAULT", nth=1),
+        FaultRule(op="read_file", throw="bad_alloc", nth=1),
+    )
+    h = alloc.alloc(2 * MiB, AnonymousHugetlb)
+    assert h.actual_backing == Anonymous
+    assert warnings() == [
+        "MADV_POPULATE_WRITE of 2097152 bytes (2048 kB pages) failed: EFAULT (no free hugepage "
+        "on the allowed nodes); ; unmapped, falling back to 4 KiB pages (Anonymous)"
+    ]
+    alloc.free(h)
+    assert_no_leaks(st.kernel, alloc, host)
