@@ -798,3 +798,95 @@ def test_release_survives_a_throwing_munmap(run):
     r.alloc.free(h)
     r.alloc.release_shm_allocation(base)
     assert r.alloc.snapshot()["shm"] == []
+
+
+# ---- parsing corners of the files the allocator reads ------------------------------------
+
+SYSFS_2M = "/sys/kernel/mm/hugepages/hugepages-2048kB/"
+
+
+@pytest.mark.parametrize(
+    "rules, counters",
+    [
+        (
+            [FaultRule(op="read_file", content="\t 7\n", path=SYSFS_2M + "*")],
+            "free 7, total 7, reserved 7",
+        ),
+        (
+            [
+                FaultRule(op="read_file", content="", path=SYSFS_2M + "free_hugepages"),
+                FaultRule(op="read_file", path="/proc/meminfo", content="Hugepagesize: 2048 kB"),
+            ],
+            "counters unavailable",
+        ),
+        (
+            [
+                FaultRule(op="read_file", errno="ENOENT", path=SYSFS_2M + "nr_hugepages"),
+                FaultRule(
+                    op="read_file",
+                    path="/proc/meminfo",
+                    content="HugePages_Total: 4\nHugePages_Rsvd: 1\nHugepagesize: 2048 kB",
+                ),
+            ],
+            "counters unavailable",
+        ),
+        (
+            [
+                FaultRule(op="read_file", errno="ENOENT", path=SYSFS_2M + "resv_hugepages"),
+                FaultRule(
+                    op="read_file",
+                    path="/proc/meminfo",
+                    content="HugePages_Free: 4\nHugePages_Rsvd: 1\nHugepagesize: 2048 kB",
+                ),
+            ],
+            "counters unavailable",
+        ),
+    ],
+)
+def test_hugetlb_counter_parsing(run, rules, counters):
+    r = run(HUGETLB_MMAP_ENOMEM, *rules)
+    h = r.alloc.alloc(4096, AnonymousHugetlb)
+    assert r.warnings() == [
+        f"hugetlb mmap of 2097152 bytes (2048 kB pages) failed: ENOMEM; HugePages of 2048 kB: "
+        f"{counters}; falling back to 4 KiB pages (Anonymous)"
+    ]
+    r.alloc.free(h)
+
+
+@pytest.mark.parametrize(
+    "possible, node, text",
+    [
+        ("0 \n", 0, None),
+        ("0-1 \n", 1, None),
+        (
+            "0-x\n",
+            0,
+            "numa_node 0 requested but /sys/devices/system/node/possible cannot be parsed "
+            "('0-x'); buffer not bound",
+        ),
+    ],
+)
+def test_possible_list_parsing(run, possible, node, text):
+    r = run(
+        FaultRule(op="read_file", content=possible, path="/sys/devices/system/node/possible"),
+        FaultRule(op="mbind", errno="EINVAL", node=1),
+    )
+    h = r.alloc.alloc(4096, numa_node=node)
+    if text is None:
+        assert r.ops() == ["mmap", "mbind", "madvise"]
+        assert h.numa_node == (0 if node == 0 else -1)
+    else:
+        assert r.warnings() == [text]
+    r.alloc.free(h)
+
+
+def test_release_of_one_of_two_registrations_keeps_the_buffer(run):
+    r = run()
+    h = r.alloc.alloc(4096, AnonymousShm)
+    r.alloc.acquire_shm_allocation(h.ptr, 1)
+    r.alloc.acquire_shm_allocation(h.ptr, 1)
+    r.alloc.release_shm_allocation(h.ptr)
+    assert r.alloc.snapshot()["shm"][0]["active_registrations"] == 1
+    r.alloc.release_shm_allocation(h.ptr)
+    r.alloc.free(h)
+    assert r.leaks() == [] and r.warnings() == []
