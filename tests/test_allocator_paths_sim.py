@@ -110,7 +110,11 @@ def test_touch_sigbus_from_the_simulated_kernel_with_a_plan(sim):
     host, st, alloc, warnings = sim(FaultRule(op="madvise", errno="EINVAL"), machine=m)
     with pytest.raises(SimulatedCrash) as info:
         alloc.alloc(2 * MiB, AnonymousHugetlb, numa_node=0)
+    # The wrappers pass crash_info() down to the SimKernel that decided the crash.
     assert (info.value.signal, info.value.where) == ("SIGBUS", "prefault touch")
+    assert (info.value.node, info.value.hugepage_size) == (0, 2 * MiB)
+    assert st.kernel.crash_info() == host.kernel.crash_info() != None  # noqa: E711
+    assert st.faulty.crash_info() == host.kernel.crash_info()
     last = st.tracing.records()[-1]
     assert last.text() == (
         f"touch({last.args['addr']:#x}, 2097152, 2097152) = ? +++ killed by SIGBUS +++"

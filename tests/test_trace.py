@@ -188,3 +188,8 @@ def test_find_layer_walks_the_chain(linux):
     assert find_layer(st.kernel, _native.FaultyKernel) is st.faulty
     assert find_layer(st.kernel, _native.LinuxKernel) is not None
     assert st.faulty.inner is not None and st.tracing.inner is not None
+
+
+def test_crash_info_of_a_real_kernel_stack_is_none(linux):
+    st = instrument(linux, FaultPlan())
+    assert st.kernel.crash_info() is None and st.faulty.crash_info() is None

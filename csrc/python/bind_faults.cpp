@@ -74,6 +74,15 @@ py::dict args_dict(const SyscallArgs& a) {
   return d;
 }
 
+// A simulated crash is described by the kernel that decided it (SimKernel.crash_info()); a
+// wrapper passes the question down so the allocator's SimulatedCrash keeps node and page size.
+// An injected signal has no description: None.
+py::object inner_crash_info(const KernelPtr& inner) {
+  py::object k = py::cast(inner);
+  if (!py::hasattr(k, "crash_info")) return py::none();
+  return k.attr("crash_info")();
+}
+
 }  // namespace
 
 void bind_faults(py::module_& m) {
@@ -172,7 +181,8 @@ void bind_faults(py::module_& m) {
       .def("records", &FaultyKernel::records)
       .def("calls", &FaultyKernel::calls, py::arg("rule"))
       .def("fires", &FaultyKernel::fires, py::arg("rule"))
-      .def("reset", &FaultyKernel::reset);
+      .def("reset", &FaultyKernel::reset)
+      .def("crash_info", [](const FaultyKernel& k) { return inner_crash_info(k.inner()); });
 
   py::class_<TraceRecord>(m, "TraceRecord", "One traced call")
       .def_readonly("seq", &TraceRecord::seq)
@@ -195,7 +205,8 @@ void bind_faults(py::module_& m) {
       .def_property_readonly("calls", &TracingKernel::calls)
       .def("live_mappings", &TracingKernel::live_mappings)
       .def("open_fds", &TracingKernel::open_fds)
-      .def("clear", &TracingKernel::clear);
+      .def("clear", &TracingKernel::clear)
+      .def("crash_info", [](const TracingKernel& k) { return inner_crash_info(k.inner()); });
 }
 
 }  // namespace umbp::bindings
