@@ -18,6 +18,9 @@ from umbp_sim.allocator import (
     UMBPShmAllocation,
 )
 from umbp_sim.errors import SimulatedCrash, UmbpSimError
+from umbp_sim.faults import FaultPlan
+from umbp_sim.machine import HugePool, Machine, Node
+from umbp_sim.sim import HugePages, Mapping, SimHost, simulate
 
 try:
     __version__ = _metadata.version("umbp-sim")
@@ -29,12 +32,20 @@ __all__ = [
     "AnonymousHugetlb",
     "AnonymousShm",
     "AnonymousShmHugetlb",
+    "FaultPlan",
+    "HugePages",
+    "HugePool",
+    "Machine",
+    "Mapping",
+    "Node",
+    "SimHost",
     "SimulatedCrash",
     "UMBPHostBufferBacking",
     "UMBPHostBufferHandle",
     "UMBPHostMemAllocator",
     "UMBPShmAllocation",
     "UmbpSimError",
+    "simulate",
     "__version__",
     "_native",
 ]

@@ -13,6 +13,7 @@ hold when the simulation starts (a dump of a busy host).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -233,15 +234,22 @@ class Machine:
             default_hugepage_size=default,
             nodes=node_list,
         )
-        for key, value in kw.items():
-            if not hasattr(m, key):
+        return m.apply(**kw)
+
+    def apply(self, **fields: object) -> Machine:
+        """Set Machine fields by name (sizes as in ``build``), validate, and return self."""
+        for key, value in fields.items():
+            if key not in _FIELD_NAMES:
                 raise MachineError(f"{key}: not a Machine field")
             if key in _SIZE_FIELDS and value is not None:
                 value = parse_size(value, key)  # type: ignore[arg-type]
             if key in _SIZE_KEYED_FIELDS and isinstance(value, dict):
-                value = {parse_size(k, key): v for k, v in value.items()}
-            setattr(m, key, value)
-        return m.validate()
+                value = {
+                    parse_size(k, key): (parse_size(v, key) if key == "hugetlb_cgroup_max" else v)
+                    for k, v in value.items()
+                }
+            setattr(self, key, value)
+        return self.validate()
 
     @classmethod
     def x86_64(cls, **kw: object) -> Machine:
@@ -266,6 +274,7 @@ _SIZE_FIELDS = {
     "memcg_max",
     "swap_total",
 }
+_FIELD_NAMES = {f.name for f in dataclasses.fields(Machine)}
 _SIZE_KEYED_FIELDS = {"hugepages_reserved", "nr_overcommit_hugepages", "hugetlb_cgroup_max"}
 
 # kernel-model.md section 8.

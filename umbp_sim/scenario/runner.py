@@ -1,0 +1,379 @@
+"""Run a scenario on a simulated host and compare what happened with what it expects.
+
+The stack for one scenario::
+
+    allocator -> TracingKernel -> FaultyKernel (the [[faults]]) -> SimKernel (the [machine])
+
+Outcomes: ``crashed`` (a simulated SIGBUS/SIGKILL), ``failed`` (a null handle or the caller's
+error), ``demoted`` (hugepages asked for, 4 KiB pages given), ``ok``. Counters named in
+``[expect].counters`` are read after the request and before cleanup; leaks are looked for after
+cleanup (a crashed host is dead, so leaks are not counted there).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from umbp_sim import _context
+from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
+from umbp_sim.errors import SimulatedCrash
+from umbp_sim.faults import FaultPlan
+from umbp_sim.leaks import collect_leaks
+from umbp_sim.machine import HugePool, Machine
+from umbp_sim.scenario.schema import Scenario, ScenarioError
+from umbp_sim.sim import SimHost, simulate
+from umbp_sim.trace import instrument, trace_text
+from umbp_sim.units import parse_size
+
+HUGETLB_BACKINGS = {"AnonymousHugetlb", "AnonymousShmHugetlb"}
+WARNING_LOGGERS = ("umbp_sim", "sglang")
+_COUNTER_RE = re.compile(
+    r"^(?:node(?P<node>\d+)\.)?hugepages\.(?P<size>[0-9A-Za-z]+)\.(?P<field>total|free|reserved|surplus)$"
+)
+
+
+@dataclass
+class Observed:
+    outcome: str
+    actual_backing: str | None = None
+    mapped_size: int | None = None
+    error: str | None = None
+    signal: str | None = None
+    crash_node: int | None = None
+    warnings: list[str] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+    steps: list[str] = field(default_factory=list)
+    leaks: list[str] = field(default_factory=list)
+    trace: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "actual_backing": self.actual_backing,
+            "mapped_size": self.mapped_size,
+            "error": self.error,
+            "signal": self.signal,
+            "crash_node": self.crash_node,
+            "warnings": self.warnings,
+            "counters": self.counters,
+            "steps": self.steps,
+            "leaks": self.leaks,
+        }
+
+
+@dataclass
+class ScenarioResult:
+    scenario: Scenario
+    observed: Observed
+    mismatches: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.mismatches
+
+    def report(self) -> str:
+        """What differed, then the syscall trace: the failure report of a scenario."""
+        lines = [f"{self.scenario.path}: {self.scenario.name}"]
+        lines += [f"  {m}" for m in self.mismatches]
+        if self.observed.warnings:
+            lines.append("  warnings:")
+            lines += [f"    {w}" for w in self.observed.warnings]
+        if self.observed.trace:
+            lines.append("  syscall trace:")
+            lines += [f"    {t}" for t in self.observed.trace.splitlines()]
+        return "\n".join(lines)
+
+
+# ---- building the host ----------------------------------------------------------------------
+def build_machine(scn: Scenario) -> Machine:
+    """The Machine of a scenario's [machine] table: a dump plus overrides, or built inline."""
+    table = dict(scn.machine)
+    try:
+        free_per_node = table.pop("free_hugepages_per_node", None)
+        if "dump" in table:
+            dump = table.pop("dump")
+            for key in ("nodes", "mem_per_node", "hugepages", "hugepages_per_node"):
+                if key in table:
+                    raise ScenarioError(
+                        f"{scn.path}: [machine].{key}: cannot be combined with dump (the dump "
+                        "gives the nodes and pools; override Machine fields instead)"
+                    )
+            machine = Machine.from_dump(dump).apply(**table)
+        else:
+            machine = Machine.build(**table)  # type: ignore[arg-type]
+        if free_per_node is not None:
+            _set_free_pages(scn, machine, free_per_node)
+        return machine.validate()
+    except ScenarioError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise ScenarioError(f"{scn.path}: [machine]: {e}") from None
+
+
+def _set_free_pages(scn: Scenario, machine: Machine, per_node: Any) -> None:
+    if not isinstance(per_node, list) or len(per_node) != len(machine.nodes):
+        raise ScenarioError(
+            f"{scn.path}: [machine].free_hugepages_per_node: needs one table per node "
+            f"({len(machine.nodes)})"
+        )
+    for node, table in zip(machine.nodes, per_node, strict=True):
+        for size, free in table.items():
+            s = parse_size(size, "free_hugepages_per_node")
+            pool = node.hugepages.setdefault(s, HugePool())
+            pool.free = free
+
+
+# ---- running ---------------------------------------------------------------------------------
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextmanager
+def _collect_warnings() -> Iterator[list[str]]:
+    handler = _Collect()
+    loggers = [logging.getLogger(n) for n in WARNING_LOGGERS]
+    for log in loggers:
+        log.addHandler(handler)
+    try:
+        yield handler.messages
+    finally:
+        for log in loggers:
+            log.removeHandler(handler)
+
+
+def _null_handle_error(size: int, backing: str, node: int) -> str:
+    # What sglang's wrapper raises for a null handle: the text on-call engineers search for.
+    return (
+        f"RuntimeError: UMBPHostMemAllocator.alloc({size} bytes) failed "
+        f"(requested_backing=UMBPHostBufferBacking.{backing}, numa_node={node})."
+    )
+
+
+def _alloc_args(table: dict[str, Any]) -> tuple[int, str, int, int, bool]:
+    return (
+        parse_size(table["size"], "size"),
+        table.get("backing", "Anonymous"),
+        parse_size(table.get("hugepage_size", 2 << 20), "hugepage_size"),
+        int(table.get("numa_node", -1)),
+        bool(table.get("prefault", True)),
+    )
+
+
+def _backing_name(handle: Any) -> str:
+    return str(handle.actual_backing).rsplit(".", 1)[-1]
+
+
+def _run_alloc(scn: Scenario, allocator: UMBPHostMemAllocator, host: SimHost, obs: Observed) -> Any:
+    size, backing, hp, node, prefault = _alloc_args(scn.request)
+    handle = allocator.alloc(size, getattr(UMBPHostBufferBacking, backing), hp, node, prefault)
+    if not handle:
+        obs.outcome = "failed"
+        obs.error = _null_handle_error(size, backing, node)
+        return None
+    obs.actual_backing = _backing_name(handle)
+    obs.mapped_size = handle.mapped_size
+    demoted = backing in HUGETLB_BACKINGS and obs.actual_backing not in HUGETLB_BACKINGS
+    obs.outcome = "demoted" if demoted else "ok"
+    return handle
+
+
+def _run_steps(scn: Scenario, allocator: UMBPHostMemAllocator, host: SimHost, obs: Observed) -> None:
+    handles: dict[str, Any] = {}
+    obs.outcome = "ok"
+    for i, step in enumerate(scn.request["steps"]):
+        op = step["op"]
+        if op == "alloc":
+            size, backing, hp, node, prefault = _alloc_args(step)
+            h = allocator.alloc(size, getattr(UMBPHostBufferBacking, backing), hp, node, prefault)
+            handles[step["id"]] = h
+            if not h:
+                obs.steps.append("alloc failed")
+                obs.outcome = "failed"
+                obs.error = _null_handle_error(size, backing, node)
+                continue
+            got = _backing_name(h)
+            demoted = backing in HUGETLB_BACKINGS and got not in HUGETLB_BACKINGS
+            if demoted and obs.outcome == "ok":
+                obs.outcome = "demoted"
+            obs.actual_backing, obs.mapped_size = got, h.mapped_size
+            obs.steps.append(f"alloc {'demoted' if demoted else 'ok'} {got} {h.mapped_size}")
+            continue
+        if op == "set_nr_hugepages":
+            hp = parse_size(step.get("hugepage_size", 2 << 20), "hugepage_size")
+            host.set_nr_hugepages(hp, step["pages"], step.get("node"))
+            obs.steps.append(f"nr_hugepages {host.hugepages(hp).total}")
+            continue
+        if step["id"] not in handles:
+            raise ScenarioError(
+                f"{scn.path}: [request].steps[{i}].id: {step['id']!r} names no earlier alloc"
+            )
+        h = handles[step["id"]]
+        ptr = h.ptr + int(step.get("offset", 0)) if h else 0
+        if op == "free":
+            allocator.free(h)
+            obs.steps.append("freed")
+        elif op in ("acquire", "lookup"):
+            size = parse_size(step.get("size", 1), "size")
+            fn = allocator.acquire_shm_allocation if op == "acquire" else (
+                allocator.lookup_shm_allocation
+            )
+            found = fn(ptr, size)
+            obs.steps.append(f"{op} {'found' if found is not None else 'none'}")
+        elif op == "release":
+            allocator.release_shm_allocation(h.ptr if h else 0)
+            obs.steps.append("released")
+
+
+def _run_sglang(scn: Scenario, host: SimHost, obs: Observed) -> None:
+    from umbp_sim.sglang import MHAModel, MLAModel, hicache_request, start_host_pool
+    from umbp_sim.sglang.sizing import parse_meminfo
+
+    r = scn.request
+    dtype = r.get("dtype", "bfloat16")
+    try:
+        if "kv_lora_rank" in r:
+            model: Any = MLAModel(r["layers"], r["kv_lora_rank"], r.get("qk_rope_head_dim", 64),
+                                  dtype, r.get("index_head_dim"))  # fmt: skip
+        else:
+            kv_heads = r["kv_heads"]
+            if "tp_size" in r:
+                kv_heads = max(1, kv_heads // r["tp_size"])
+            model = MHAModel(r["layers"], kv_heads, r["head_dim"], dtype)
+        request = hicache_request(
+            model,
+            layout=r.get("layout", "layer_first"),
+            page_size=r.get("page_size", 1),
+            hicache_size=r.get("hicache_size", 0),
+            hicache_ratio=r.get("hicache_ratio", 2.0),
+            device_pool_tokens=r.get("device_pool_tokens"),
+        )
+    except (KeyError, ValueError, TypeError) as e:
+        raise ScenarioError(f"{scn.path}: [request]: {e}") from None
+    meminfo = parse_meminfo(host.read("/proc/meminfo"), "/proc/meminfo")
+    result = start_host_pool(request, meminfo, env=scn.env, keep=True)
+    try:
+        obs.outcome = "ok" if result.outcome == "fallback" else result.outcome
+        obs.error = result.error
+        obs.signal = result.signal
+        if result.handles:
+            last = result.handles[-1]
+            obs.actual_backing = _backing_name(last)
+            obs.mapped_size = last.mapped_size
+        obs.counters.update(_all_counters(host))
+    finally:
+        if result.outcome != "crashed":
+            result.close()
+
+
+def _counter(host: SimHost, key: str) -> int:
+    if key.startswith("meminfo."):
+        name = key.removeprefix("meminfo.")
+        info = host.meminfo()
+        if name not in info:
+            raise KeyError(key)
+        return info[name]
+    m = _COUNTER_RE.match(key)
+    if not m:
+        raise KeyError(key)
+    size = parse_size(m.group("size"), key)
+    pages = (
+        host.node_hugepages(int(m.group("node")), size)
+        if m.group("node") is not None
+        else host.hugepages(size)
+    )
+    return int(getattr(pages, m.group("field")))
+
+
+def _all_counters(host: SimHost) -> dict[str, int]:
+    return {}
+
+
+def run_scenario(scn: Scenario) -> ScenarioResult:
+    machine = build_machine(scn)
+    try:
+        plan = FaultPlan.from_rules(scn.faults) if scn.faults else None
+    except ValueError as e:
+        raise ScenarioError(f"{scn.path}: {e}") from None
+    obs = Observed(outcome="ok")
+    wanted = list(scn.expect.get("counters", {}))
+    with simulate(machine) as host, _collect_warnings() as warnings:
+        stack = instrument(host.kernel, plan)
+        _context.push_kernel(stack.kernel)
+        allocator = None
+        handle = None
+        try:
+            if scn.request_kind == "sglang":
+                _run_sglang(scn, host, obs)
+            else:
+                allocator = UMBPHostMemAllocator(kernel=stack.kernel)
+                if scn.request_kind == "alloc":
+                    handle = _run_alloc(scn, allocator, host, obs)
+                else:
+                    _run_steps(scn, allocator, host, obs)
+        except SimulatedCrash as e:
+            obs.outcome, obs.signal, obs.crash_node = "crashed", e.signal, e.node
+            obs.error = str(e)
+        finally:
+            _context.pop_kernel(stack.kernel)
+        for key in wanted:
+            try:
+                obs.counters[key] = _counter(host, key)
+            except KeyError:
+                raise ScenarioError(
+                    f"{scn.path}: [expect].counters.{key}: no such counter (use "
+                    "hugepages.<size>.<total|free|reserved|surplus>, "
+                    "node<N>.hugepages.<size>.<total|free|surplus> or meminfo.<Field>)"
+                ) from None
+        if obs.outcome != "crashed":
+            if handle is not None and allocator is not None:
+                allocator.free(handle)
+            obs.leaks = collect_leaks(*(s for s in (host, allocator, stack.kernel) if s))
+        obs.trace = trace_text(stack.kernel, last=40)
+    obs.warnings = list(warnings)
+    return ScenarioResult(scn, obs, compare(scn.expect, obs))
+
+
+# ---- comparing ---------------------------------------------------------------------------------
+def compare(expect: dict[str, Any], obs: Observed) -> list[str]:
+    """Each way the observation differs from the expectation, one line each."""
+    out: list[str] = []
+
+    def differ(what: str, want: Any, got: Any) -> None:
+        if want != got:
+            out.append(f"{what}: expected {want!r}, got {got!r}")
+
+    differ("outcome", expect["outcome"], obs.outcome)
+    if "actual_backing" in expect:
+        differ("actual_backing", expect["actual_backing"], obs.actual_backing)
+    if "mapped_size" in expect:
+        differ("mapped_size", parse_size(expect["mapped_size"], "mapped_size"), obs.mapped_size)
+    if "error" in expect:
+        differ("error", expect["error"], obs.error)
+    if "error_regex" in expect and not re.search(expect["error_regex"], obs.error or ""):
+        out.append(f"error: {obs.error!r} does not match /{expect['error_regex']}/")
+    if "signal" in expect:
+        differ("signal", expect["signal"], obs.signal)
+    if "crash_node" in expect:
+        differ("crash_node", expect["crash_node"], obs.crash_node)
+    for want in expect.get("warnings", []):
+        if not any(want in w for w in obs.warnings):
+            out.append(f"warnings: none contains {want!r}")
+    if expect.get("no_warnings") and obs.warnings:
+        out.append(f"warnings: expected none, got {obs.warnings!r}")
+    for key, want in expect.get("counters", {}).items():
+        differ(f"counters.{key}", want, obs.counters.get(key))
+    if "steps" in expect:
+        differ("steps", expect["steps"], obs.steps)
+    if expect.get("no_leaks") and obs.leaks:
+        out.append(f"leaks: {'; '.join(obs.leaks)}")
+    return out
