@@ -187,7 +187,9 @@ def _run_alloc(scn: Scenario, allocator: UMBPHostMemAllocator, host: SimHost, ob
     return handle
 
 
-def _run_steps(scn: Scenario, allocator: UMBPHostMemAllocator, host: SimHost, obs: Observed) -> None:
+def _run_steps(
+    scn: Scenario, allocator: UMBPHostMemAllocator, host: SimHost, obs: Observed
+) -> None:
     handles: dict[str, Any] = {}
     obs.outcome = "ok"
     for i, step in enumerate(scn.request["steps"]):
@@ -224,8 +226,10 @@ def _run_steps(scn: Scenario, allocator: UMBPHostMemAllocator, host: SimHost, ob
             obs.steps.append("freed")
         elif op in ("acquire", "lookup"):
             size = parse_size(step.get("size", 1), "size")
-            fn = allocator.acquire_shm_allocation if op == "acquire" else (
-                allocator.lookup_shm_allocation
+            fn = (
+                allocator.acquire_shm_allocation
+                if op == "acquire"
+                else (allocator.lookup_shm_allocation)
             )
             found = fn(ptr, size)
             obs.steps.append(f"{op} {'found' if found is not None else 'none'}")
@@ -269,7 +273,6 @@ def _run_sglang(scn: Scenario, host: SimHost, obs: Observed) -> None:
             last = result.handles[-1]
             obs.actual_backing = _backing_name(last)
             obs.mapped_size = last.mapped_size
-        obs.counters.update(_all_counters(host))
     finally:
         if result.outcome != "crashed":
             result.close()
@@ -294,14 +297,10 @@ def _counter(host: SimHost, key: str) -> int:
     return int(getattr(pages, m.group("field")))
 
 
-def _all_counters(host: SimHost) -> dict[str, int]:
-    return {}
-
-
 def run_scenario(scn: Scenario) -> ScenarioResult:
     machine = build_machine(scn)
     try:
-        plan = FaultPlan.from_rules(scn.faults) if scn.faults else None
+        plan = FaultPlan.from_rules(scn.faults, scn.fault_seed) if scn.faults else None
     except ValueError as e:
         raise ScenarioError(f"{scn.path}: {e}") from None
     obs = Observed(outcome="ok")

@@ -31,7 +31,7 @@ class ScenarioError(UmbpSimError):
 OUTCOMES = ("ok", "demoted", "failed", "crashed")
 BACKINGS = ("Anonymous", "AnonymousHugetlb", "AnonymousShm", "AnonymousShmHugetlb")
 STEP_OPS = ("alloc", "free", "acquire", "release", "lookup", "set_nr_hugepages")
-LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
+LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head", "page_first_kv_split")
 
 # Keys a [machine] table may hold besides `dump`: Machine.build's keywords and Machine fields.
 MACHINE_KEYS = {
@@ -46,7 +46,7 @@ ALLOC_KEYS = {"size", "backing", "hugepage_size", "numa_node", "prefault"}
 SGLANG_KEYS = {
     "layers", "kv_heads", "head_dim", "kv_lora_rank", "qk_rope_head_dim", "dtype",
     "hicache_size", "hicache_ratio", "device_pool_tokens", "page_size", "layout",
-    "allocate_calls", "tp_size",
+    "index_head_dim", "tp_size",
 }  # fmt: skip
 EXPECT_KEYS = {
     "outcome", "actual_backing", "mapped_size", "error", "error_regex", "warnings",
@@ -67,6 +67,7 @@ class Scenario:
     request: dict[str, Any]
     expect: dict[str, Any]
     tags: list[str] = field(default_factory=list)
+    fault_seed: int = 0
 
     @property
     def label(self) -> str:
@@ -210,7 +211,12 @@ def load_scenario(path: str | Path) -> Scenario:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ScenarioError(f"{p}: invalid TOML: {e}") from None
-    _check_keys(p, "", doc, {"scenario", "machine", "faults", "env", "request", "expect"})
+    _check_keys(
+        p, "", doc, {"scenario", "machine", "faults", "fault_seed", "env", "request", "expect"}
+    )
+    fault_seed = doc.get("fault_seed", 0)
+    if not isinstance(fault_seed, int) or isinstance(fault_seed, bool) or fault_seed < 0:
+        raise _err(p, "fault_seed", f"must be a non-negative integer, not {fault_seed!r}")
 
     meta = _table(p, doc, "scenario", required=True)
     _check_keys(p, "[scenario]", meta, {"name", "description", "source", "tags"})
@@ -242,7 +248,7 @@ def load_scenario(path: str | Path) -> Scenario:
     kind, request = _load_request(p, _table(p, doc, "request", required=True))
     expect = _load_expect(p, _table(p, doc, "expect", required=True))
     return Scenario(p, name, description, source, machine, faults, dict(env), kind, request,
-                    expect, list(tags))  # fmt: skip
+                    expect, list(tags), fault_seed)  # fmt: skip
 
 
 def find_scenarios(paths: list[str | Path]) -> list[Path]:
