@@ -22,6 +22,7 @@ EX_DATAERR = 65
 # name -> module under umbp_sim.commands
 COMMANDS: dict[str, str] = {
     "probe": "probe",
+    "run": "run",
     "inspect": "inspect",
     "collect": "collect",
 }

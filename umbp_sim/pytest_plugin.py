@@ -98,3 +98,66 @@ def sim_host(request: pytest.FixtureRequest, fs: Any) -> Iterator[SimHost]:
     with simulate(_machine_for(request)) as host:
         install_files(fs, host)
         yield host
+
+
+@pytest.fixture
+def fault_plan() -> Callable[..., Any]:
+    """A factory: ``fault_plan({"op": "mmap", "errno": "ENOMEM", "nth": 1}, ..., seed=0)``
+    returns a ``FaultPlan``; ``plan.wrap(kernel)`` puts it over any kernel."""
+    from umbp_sim.faults import FaultPlan
+
+    def make(*rules: dict[str, Any], seed: int = 0) -> FaultPlan:
+        return FaultPlan.from_rules(list(rules), seed)
+
+    return make
+
+
+@pytest.fixture
+def umbp_allocator(sim_host: SimHost) -> Iterator[Any]:
+    """A ``UMBPHostMemAllocator`` on ``sim_host`` behind a TracingKernel; at teardown it must
+    have freed everything (no mapping, fd, shm entry or hugepage reservation left)."""
+    from umbp_sim.allocator import UMBPHostMemAllocator
+    from umbp_sim.leaks import assert_no_leaks
+    from umbp_sim.trace import instrument
+
+    stack = instrument(sim_host.kernel)
+    allocator = UMBPHostMemAllocator(kernel=stack.kernel)
+    yield allocator
+    if sim_host.crash is None:
+        assert_no_leaks(allocator, stack.kernel, sim_host)
+
+
+# ---- scenario files: `pytest scenarios/` collects each .toml as a test ----------------------
+def pytest_collect_file(parent: pytest.Collector, file_path: Any) -> pytest.Collector | None:
+    if file_path.suffix == ".toml" and "scenarios" in file_path.parts:
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
+class ScenarioFailed(Exception):
+    """A scenario's outcome differed from its [expect] table."""
+
+
+class ScenarioFile(pytest.File):
+    def collect(self) -> Iterator[pytest.Item]:
+        yield ScenarioItem.from_parent(self, name=self.path.stem)
+
+
+class ScenarioItem(pytest.Item):
+    def runtest(self) -> None:
+        from umbp_sim.scenario.runner import run_scenario
+        from umbp_sim.scenario.schema import load_scenario
+
+        result = run_scenario(load_scenario(self.path))
+        if not result.passed:
+            raise ScenarioFailed(result.report())
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> str:  # type: ignore[override]
+        from umbp_sim.errors import UmbpSimError
+
+        if isinstance(excinfo.value, (ScenarioFailed, UmbpSimError)):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, f"scenario {self.path.name}"

@@ -1,0 +1,81 @@
+"""umbp-sim run: run scenario files and compare each outcome with what the file expects."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import sys
+
+from umbp_sim.scenario.bundled import bundled_scenarios_dir
+from umbp_sim.scenario.runner import ScenarioResult, run_scenario
+from umbp_sim.scenario.schema import Scenario, find_scenarios, load_scenario
+
+HELP = "run scenarios (the bundled library by default) and report PASS/FAIL for each"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", metavar="PATH", help="scenario files or directories")
+    p.add_argument("-k", dest="pattern", help="only scenarios whose name or file matches (glob)")
+    p.add_argument("--json", action="store_true", help="one JSON document instead of a table")
+
+
+def _selected(scn: Scenario, pattern: str | None) -> bool:
+    if not pattern:
+        return True
+    glob = pattern if any(c in pattern for c in "*?[") else f"*{pattern}*"
+    return fnmatch.fnmatch(scn.name, glob) or fnmatch.fnmatch(str(scn.path), glob)
+
+
+def _expected(scn: Scenario) -> str:
+    exp = scn.expect
+    extra = exp.get("actual_backing") or exp.get("signal") or ""
+    return f"{exp['outcome']} {extra}".strip()
+
+
+def _got(r: ScenarioResult) -> str:
+    o = r.observed
+    extra = o.actual_backing if o.outcome in ("ok", "demoted") else (o.signal or "")
+    return f"{o.outcome} {extra or ''}".strip()
+
+
+def run(args: argparse.Namespace) -> int:
+    paths = args.paths or [bundled_scenarios_dir()]
+    scenarios = [load_scenario(p) for p in find_scenarios(paths)]
+    scenarios = [s for s in scenarios if _selected(s, args.pattern)]
+    results = [run_scenario(s) for s in scenarios]
+    failed = [r for r in results if not r.passed]
+    if args.json:
+        doc = {
+            "passed": len(results) - len(failed),
+            "failed": len(failed),
+            "scenarios": [
+                {
+                    "file": str(r.scenario.path),
+                    "name": r.scenario.name,
+                    "passed": r.passed,
+                    "expected": r.scenario.expect,
+                    "observed": r.observed.to_json(),
+                    "mismatches": r.mismatches,
+                }
+                for r in results
+            ],
+        }
+        json.dump(doc, sys.stdout, indent=2, default=str)
+        print()
+    else:
+        width = max([len(r.scenario.name) for r in results] + [8])
+        print(f"{'scenario':<{width}}  {'expected':<26} {'got':<26} result")
+        for r in results:
+            verdict = "PASS" if r.passed else "FAIL"
+            expected = _expected(r.scenario)
+            print(f"{r.scenario.name:<{width}}  {expected:<26} {_got(r):<26} {verdict}")
+        for r in failed:
+            print()
+            print(r.report())
+        print()
+        print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    if not results:
+        print("umbp-sim run: no scenario matched", file=sys.stderr)
+        return 1
+    return 1 if failed else 0
