@@ -12,6 +12,11 @@ import pytest
 
 from umbp_sim import _native
 
+# Tests start `python -c` children from the repository root, where the source tree's umbp_sim/
+# (which has no compiled _native) would shadow the installed package: keep cwd off their
+# sys.path (Python >= 3.11).
+os.environ["PYTHONSAFEPATH"] = "1"
+
 HUGEPAGES_SYSFS = Path("/sys/kernel/mm/hugepages")
 # Hugepage pools are host-wide: tests that set them (in xdist workers, or other checkouts on the
 # same host) take this lock for their whole duration.
