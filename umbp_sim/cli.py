@@ -24,6 +24,8 @@ COMMANDS: dict[str, str] = {
     "probe": "probe",
     "inspect": "inspect",
     "collect": "collect",
+    "replay": "replay",
+    "preflight": "preflight",
 }
 
 
