@@ -47,7 +47,7 @@ def kb(size: int) -> str:
 
 
 def gib(n: int) -> str:
-    return f"{n / GiB:.0f} GiB" if n % GiB == 0 or n >= 100 * GiB else f"{n / GiB:.2f} GiB"
+    return f"{n // GiB} GiB" if n % GiB == 0 else f"{n / GiB:.2f} GiB"
 
 
 @dataclass
