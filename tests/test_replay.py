@@ -1,4 +1,4 @@
-"""umbp-sim replay: every numeric field failure replayed from a dump, exact texts, verified fixes."""
+"""umbp-sim replay: each numeric field failure replayed from a dump; exact texts, verified fixes."""
 
 from __future__ import annotations
 
@@ -135,9 +135,7 @@ def test_per_node_exhaustion(capsys, dump: str, outcome: str) -> None:  # type: 
         assert doc["signal"] == "SIGBUS"
         assert doc["error"].startswith("killed by SIGBUS during prefault touch of node 1")
     else:
-        assert any(
-            "has MADV_POPULATE_WRITE (5.14+): it returns EFAULT" in c for c in doc["causes"]
-        )
+        assert any("has MADV_POPULATE_WRITE (5.14+): it returns EFAULT" in c for c in doc["causes"])
         assert any(RDMA in c for c in doc["causes"])
     assert fix_commands(doc) == {
         "echo 512 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages":
@@ -187,7 +185,8 @@ def test_one_gib_pages_empty_pool(capsys) -> None:  # type: ignore[no-untyped-de
     assert doc["outcome"] == "demoted"
     assert "HugePages_Free 0 of 0 for 1048576 kB" in doc["causes"]
     assert fix_commands(doc) == {
-        "echo 4 > /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages": "ok: AnonymousHugetlb",
+        "echo 4 > /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages":
+            "ok: AnonymousHugetlb",
         "--hugepage-size 2MiB": "ok: AnonymousHugetlb",
     }  # fmt: skip
     sg = replay(capsys, D / "empty-1g-pool", *LLAMA, "--hicache-size", "4",
@@ -240,7 +239,9 @@ def test_fixture_40intel64_no_pool(capsys) -> None:  # type: ignore[no-untyped-d
             "ok: AnonymousHugetlb on node 2"
     }  # fmt: skip
     # The global sysctl interleaves 1024 pages per node over 4 nodes: node 2 still runs short.
-    assert not_helping(doc)["sysctl -w vm.nr_hugepages=4096"].startswith("crashed: killed by SIGBUS")
+    assert not_helping(doc)["sysctl -w vm.nr_hugepages=4096"].startswith(
+        "crashed: killed by SIGBUS"
+    )
 
 
 def test_fixture_i386_without_hugetlb(capsys) -> None:  # type: ignore[no-untyped-def]

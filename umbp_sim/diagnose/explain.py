@@ -226,16 +226,12 @@ def _hugepage_causes(
     return out
 
 
-def _anonymous_causes(
-    view: HostView, total: int, bound: int | None, prefault: bool
-) -> list[str]:
+def _anonymous_causes(view: HostView, total: int, bound: int | None, prefault: bool) -> list[str]:
     out = []
     if bound is not None:
         free = view.node_mem_free(bound)
         if free < total:
-            out.append(
-                f"node {bound} has {gib(free)} free, the buffer needs {gib(total)} there"
-            )
+            out.append(f"node {bound} has {gib(free)} free, the buffer needs {gib(total)} there")
     elif view.mem_available():
         out.append(f"MemAvailable is {gib(view.mem_available())}, the buffer is {gib(total)}")
     return out
@@ -262,8 +258,7 @@ def _limit_causes(view: HostView, request: Request, hp: int, total: int) -> list
         )
     if m.overcommit_memory == 2 and not request.wants_hugepages():
         out.append(
-            "overcommit_memory is 2 (strict): the mapping must fit under CommitLimit - "
-            "Committed_AS"
+            "overcommit_memory is 2 (strict): the mapping must fit under CommitLimit - Committed_AS"
         )
     return out
 

@@ -55,7 +55,7 @@ def _pool_write(size: int, count: int, node: int | None = None) -> HostChange:
         after = host.node_hugepages(node, size) if node is not None else host.hugepages(size)
         if after.total < count and after.total >= before.total:
             where = f"node {node}" if node is not None else "the host"
-            return f"the kernel made only {after.total} of {want} pages on {where}"
+            return f"the kernel made only {after.total} of {count} pages on {where}"
         return None
 
     return apply
@@ -184,7 +184,8 @@ def _host_check_fixes(view: HostView, request: Request) -> list[Fix]:
             n = p.total - (p.free - p.reserved)
             out.append(
                 Fix(
-                    f"release the {p.free - p.reserved} unreserved free pages of the {kb(default)} pool "
+                    f"release the {p.free - p.reserved} unreserved free pages of the "
+                    f"{kb(default)} pool "
                     f"(to {n}): MemAvailable rises by "
                     f"{(p.free - p.reserved) * default / 1e9:.2f} GB",
                     [_pool_command(view, default, n)],
@@ -273,10 +274,11 @@ def _limit_fixes(view: HostView, request: Request, hp: int) -> list[Fix]:
 
         copy = m.copy()
         copy.hugetlb_cgroup_max.pop(hp)
+        name = cgroup_hugetlb_name(hp)
         out.append(
             Fix(
                 f"lift the hugetlb cgroup limit for {kb(hp)} pages",
-                [f"echo max > /sys/fs/cgroup/<server cgroup>/hugetlb.{cgroup_hugetlb_name(hp)}.max"],
+                [f"echo max > /sys/fs/cgroup/<server cgroup>/hugetlb.{name}.max"],
                 "limits",
                 machine=copy.validate(),
             )
@@ -365,9 +367,7 @@ def propose(view: HostView, request: Request, baseline: Run) -> tuple[list[Fix],
     best = max((f.run.rank for f in helping if f.run), default=baseline.rank)
     if best < 3:
         per_category: dict[str, Fix] = {}
-        pool = helping + (
-            [f for f in fixes if f.category == "node"] if baseline.unbound else []
-        )
+        pool = helping + ([f for f in fixes if f.category == "node"] if baseline.unbound else [])
         for f in pool:
             if f.category not in ("no-hugepages", "combined", "env"):
                 per_category.setdefault(f.category, f)

@@ -85,8 +85,13 @@ def main() -> None:
     write(
         "report1-7.05GB",
         kernel="6.8.0-45-generic",
-        mem={"MemTotal": 32_598_112, "MemFree": 11_020_500, "MemAvailable": 12_478_000,
-             "Buffers": 120_000, "Cached": 1_900_000},  # fmt: skip
+        mem={
+            "MemTotal": 32_598_112,
+            "MemFree": 11_020_500,
+            "MemAvailable": 12_478_000,
+            "Buffers": 120_000,
+            "Cached": 1_900_000,
+        },  # fmt: skip
         pools={2048: [(8192, 8192)], 1048576: [(0, 0)]},
         node_mem=[(32_598_112, 11_020_500)],
     )
@@ -94,8 +99,12 @@ def main() -> None:
     write(
         "report2-176.71GB",
         kernel="5.15.0-105-generic",
-        mem={"MemTotal": 1772 * GiB_KB, "MemFree": 110_000_000, "MemAvailable": 113_825_000,
-             "Cached": 4_000_000},  # fmt: skip
+        mem={
+            "MemTotal": 1772 * GiB_KB,
+            "MemFree": 110_000_000,
+            "MemAvailable": 113_825_000,
+            "Cached": 4_000_000,
+        },  # fmt: skip
         pools={2048: [(404_992, 404_992), (404_992, 404_992)], 1048576: [(0, 0), (0, 0)]},
         node_mem=[(886 * GiB_KB, 55_000_000), (886 * GiB_KB, 55_000_000)],
     )
