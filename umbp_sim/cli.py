@@ -25,6 +25,8 @@ COMMANDS: dict[str, str] = {
     "run": "run",
     "inspect": "inspect",
     "collect": "collect",
+    "replay": "replay",
+    "preflight": "preflight",
 }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -299,6 +299,18 @@ def _counter(host: SimHost, key: str) -> int:
 
 def run_scenario(scn: Scenario) -> ScenarioResult:
     machine = build_machine(scn)
+    obs = observe(scn, machine)
+    return ScenarioResult(scn, obs, compare(scn.expect, obs))
+
+
+def observe(
+    scn: Scenario, machine: Machine, setup: Callable[[SimHost], None] | None = None
+) -> Observed:
+    """Run ``scn``'s request on a SimKernel built from ``machine``; ``setup`` runs first.
+
+    ``setup`` applies admin writes (``host.set_nr_hugepages``) to the fresh host before the
+    request: the replay tool re-runs a request with a proposed fix this way.
+    """
     try:
         plan = FaultPlan.from_rules(scn.faults, scn.fault_seed) if scn.faults else None
     except ValueError as e:
@@ -306,6 +318,8 @@ def run_scenario(scn: Scenario) -> ScenarioResult:
     obs = Observed(outcome="ok")
     wanted = list(scn.expect.get("counters", {}))
     with simulate(machine) as host, _collect_warnings() as warnings:
+        if setup is not None:
+            setup(host)
         stack = instrument(host.kernel, plan)
         _context.push_kernel(stack.kernel)
         allocator = None
@@ -339,7 +353,7 @@ def run_scenario(scn: Scenario) -> ScenarioResult:
             obs.leaks = collect_leaks(*(s for s in (host, allocator, stack.kernel) if s))
         obs.trace = trace_text(stack.kernel, last=40)
     obs.warnings = list(warnings)
-    return ScenarioResult(scn, obs, compare(scn.expect, obs))
+    return obs
 
 
 # ---- comparing ---------------------------------------------------------------------------------

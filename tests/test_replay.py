@@ -1,0 +1,260 @@
+"""umbp-sim replay: each numeric field failure replayed from a dump; exact texts, verified fixes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from umbp_sim.cli import main
+
+DATA = Path(__file__).parent / "data"
+D = DATA / "replay"
+MACHINES = DATA / "machines"
+LLAMA = ["--model-layers", "32", "--kv-heads", "8", "--head-dim", "128", "--page-size", "64"]
+DEEPSEEK = ["--model-layers", "61", "--kv-lora-rank", "512", "--qk-rope-head-dim", "64",
+            "--page-size", "64"]  # fmt: skip
+RDMA = "some RDMA NICs cannot register a large region of 4 KiB pages"
+
+
+def replay(capsys, *argv: str) -> dict:  # type: ignore[no-untyped-def]
+    assert main(["replay", *map(str, argv), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for key in ("outcome", "actual_backing", "error", "signal", "warnings", "causes", "fixes"):
+        assert key in doc
+    for fix in doc["fixes"]:
+        assert set(fix) >= {"action", "commands", "outcome_after"}
+    return doc
+
+
+def fix_commands(doc: dict) -> dict[str, str]:
+    return {c: f["outcome_after"] for f in doc["fixes"] for c in f["commands"]}
+
+
+def not_helping(doc: dict) -> dict[str, str]:
+    return {c: f["outcome_after"] for f in doc["fixes_not_helping"] for c in f["commands"]}
+
+
+def test_report1_not_enough_host_memory_7_05(capsys) -> None:  # type: ignore[no-untyped-def]
+    doc = replay(capsys, D / "report1-7.05GB", *LLAMA, "--hicache-ratio", "2.0",
+                 "--device-pool-tokens", "26880")  # fmt: skip
+    assert doc["outcome"] == "failed"
+    assert doc["error"] == (
+        "ValueError: Not enough host memory available. Requesting 7.05 GB but only have 2.04 GB "
+        "free. Please reduce the size of the hierarchical cache."
+    )
+    assert doc["causes"][1] == (
+        "MemAvailable excludes the 16 GiB hugetlb pool (8192 x 2048 kB pages, 8192 free): the "
+        "check cannot see it, and the request would fit in its free pages"
+    )
+    # 7,054,819,328 B = 3364 pages stay; the deficit 5,014,765,568 B = 2392 pages go.
+    assert fix_commands(doc) == {
+        "--hicache-size 2": "ok: AnonymousHugetlb",
+        "sysctl -w vm.nr_hugepages=5800": "ok: AnonymousHugetlb",
+    }
+
+
+def test_report2_not_enough_host_memory_176_71(capsys) -> None:  # type: ignore[no-untyped-def]
+    doc = replay(capsys, D / "report2-176.71GB", *DEEPSEEK, "--hicache-ratio", "2.0",
+                 "--device-pool-tokens", "1257280")  # fmt: skip
+    assert doc["outcome"] == "failed"
+    assert doc["error"] == (
+        "ValueError: Not enough host memory available. Requesting 176.71 GB but only have "
+        "105.82 GB free. Please reduce the size of the hierarchical cache."
+    )
+    assert doc["causes"][0] == (
+        "sglang's host check fails: it needs the 176707657728 bytes (176.71 GB) to be at most "
+        "MemAvailable - 10 GiB = 108.55 GiB - 10 GiB = 105.82 GB"
+    )
+    assert doc["causes"][1].startswith("MemAvailable excludes the 1582 GiB hugetlb pool")
+    assert fix_commands(doc) == {
+        "--hicache-size 105": "ok: AnonymousHugetlb",
+        "sysctl -w vm.nr_hugepages=776181": "ok: AnonymousHugetlb",
+    }
+
+
+def test_100gb_example_page_count_and_pool_fix(capsys) -> None:  # type: ignore[no-untyped-def]
+    doc = replay(capsys, D / "no-pool-512g", *LLAMA, "--hicache-size", "100")
+    assert doc["outcome"] == "demoted"
+    assert doc["actual_backing"] == "Anonymous"
+    assert "2048 kB pages needed: 47684 (ceil(100000595968 / 2097152))" in doc["causes"]
+    assert "HugePages_Free 0 of 0 for 2048 kB" in doc["causes"]
+    assert any(RDMA in c for c in doc["causes"])
+    assert doc["warnings"][-1].startswith(
+        "UMBPHostTensorAllocator: requested AnonymousHugetlb backing but kernel demoted"
+    )
+    assert fix_commands(doc) == {"sysctl -w vm.nr_hugepages=47684": "ok: AnonymousHugetlb"}
+    # The raw form of the same request.
+    raw = replay(capsys, D / "no-pool-512g", "--size", "100000595968", "--backing", "hugetlb")
+    assert raw["outcome"] == "demoted"
+    assert raw["warnings"] == [
+        "hugetlb mmap of 100000595968 bytes (2048 kB pages) failed: ENOMEM; HugePages of 2048 "
+        "kB: free 0, total 0, reserved 0; falling back to 4 KiB pages (Anonymous)"
+    ]
+    assert fix_commands(raw) == {"sysctl -w vm.nr_hugepages=47684": "ok: AnonymousHugetlb"}
+
+
+@pytest.mark.parametrize(
+    ("dump", "outcome", "signal"),
+    [("dpdk-socket0-5.15.0", "demoted", None), ("dpdk-socket0-4.18.0", "crashed", "SIGBUS")],
+)
+def test_dpdk_socket0_shape(capsys, dump: str, outcome: str, signal: str | None) -> None:  # type: ignore[no-untyped-def]
+    doc = replay(capsys, D / dump, "--size", "4096MiB", "--numa-node", "0")
+    assert doc["outcome"] == outcome
+    assert doc["signal"] == signal
+    assert "HugePages_Free 8984 of 9000 for 2048 kB" in doc["causes"]
+    assert "node 0 has HugePages_Free 16 of 32 for 2048 kB" in doc["causes"]
+    if signal:
+        assert doc["error"].startswith(
+            "killed by SIGBUS during prefault touch of node 0 (2048 kB pages)"
+        )
+        assert any("older than 5.14, too old for MADV_POPULATE_WRITE" in c for c in doc["causes"])
+    else:
+        assert doc["warnings"][0].startswith(
+            "MADV_POPULATE_WRITE of 4294967296 bytes (2048 kB pages) failed: EFAULT"
+        )
+    assert fix_commands(doc) == {
+        "echo 2064 > /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages":
+            "ok: AnonymousHugetlb on node 0",
+        "--numa-node 1": "ok: AnonymousHugetlb on node 1",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("dump", "outcome"), [("pool-on-node0-6.8.0", "demoted"), ("pool-on-node0-5.10.0", "crashed")]
+)
+def test_per_node_exhaustion(capsys, dump: str, outcome: str) -> None:  # type: ignore[no-untyped-def]
+    doc = replay(capsys, D / dump, "--size", "1GiB", "--numa-node", "1")
+    assert doc["outcome"] == outcome
+    assert (
+        "the reservation is global (1024 pages available on the host), so mmap succeeds; the "
+        "pages are taken from node 1 at fault time and it has 0 of the 512 needed"
+    ) in doc["causes"]
+    if outcome == "crashed":
+        assert doc["signal"] == "SIGBUS"
+        assert doc["error"].startswith("killed by SIGBUS during prefault touch of node 1")
+    else:
+        assert any("has MADV_POPULATE_WRITE (5.14+): it returns EFAULT" in c for c in doc["causes"])
+        assert any(RDMA in c for c in doc["causes"])
+    assert fix_commands(doc) == {
+        "echo 512 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages":
+            "ok: AnonymousHugetlb on node 1",
+        "--numa-node 0": "ok: AnonymousHugetlb on node 0",
+    }  # fmt: skip
+
+
+def test_wrong_node_raw(capsys) -> None:  # type: ignore[no-untyped-def]
+    doc = replay(capsys, D / "pool-on-node0-6.8.0", "--size", "1GiB", "--numa-node", "3")
+    assert doc["outcome"] == "ok" and doc["got_what_was_asked"] is False
+    assert doc["warnings"] == [
+        "numa_node 3 is not a possible NUMA node (possible: 0-1); buffer not bound"
+    ]
+    assert doc["causes"][0].startswith("node 3 does not exist: possible nodes are 0-1")
+    assert fix_commands(doc) == {
+        "--numa-node 0": "ok: AnonymousHugetlb on node 0",
+        "--numa-node -1": "ok: AnonymousHugetlb",
+    }
+    assert not_helping(doc) == {}
+
+
+def test_wrong_node_sglang_needs_two_changes(capsys) -> None:  # type: ignore[no-untyped-def]
+    doc = replay(capsys, D / "no-pool-512g", *LLAMA, "--hicache-size", "4",
+                 "--env", "SGLANG_HICACHE_HOST_NUMA_NODE=3")  # fmt: skip
+    assert doc["outcome"] == "demoted"
+    assert doc["causes"][1].startswith("node 3 does not exist: possible nodes are 0-1")
+    cmds = fix_commands(doc)
+    # Binding alone or the pool alone is not enough; both together are verified.
+    assert cmds["sysctl -w vm.nr_hugepages=1908"] == "ok: AnonymousHugetlb, but not bound to node 3"
+    combined = [f for f in doc["fixes"] if f["action"].startswith("all of:")]
+    assert combined[0]["commands"] == [
+        "sysctl -w vm.nr_hugepages=1908",
+        "SGLANG_HICACHE_HOST_NUMA_NODE=-1",
+    ]
+    assert combined[0]["outcome_after"] == "ok: AnonymousHugetlb"
+
+
+def test_nr_hugepages_zero(capsys) -> None:  # type: ignore[no-untyped-def]
+    doc = replay(capsys, D / "no-pool-512g", "--size", "1GiB")
+    assert doc["outcome"] == "demoted"
+    assert fix_commands(doc) == {"sysctl -w vm.nr_hugepages=512": "ok: AnonymousHugetlb"}
+
+
+def test_one_gib_pages_empty_pool(capsys) -> None:  # type: ignore[no-untyped-def]
+    doc = replay(capsys, D / "empty-1g-pool", "--size", "4GiB", "--hugepage-size", "1GiB")
+    assert doc["outcome"] == "demoted"
+    assert "HugePages_Free 0 of 0 for 1048576 kB" in doc["causes"]
+    assert fix_commands(doc) == {
+        "echo 4 > /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages":
+            "ok: AnonymousHugetlb",
+        "--hugepage-size 2MiB": "ok: AnonymousHugetlb",
+    }  # fmt: skip
+    sg = replay(capsys, D / "empty-1g-pool", *LLAMA, "--hicache-size", "4",
+                "--env", "SGLANG_HICACHE_HOST_HUGEPAGE_SIZE=1073741824")  # fmt: skip
+    assert sg["outcome"] == "demoted"
+    assert "SGLANG_HICACHE_HOST_HUGEPAGE_SIZE=2097152" in fix_commands(sg)
+
+
+def test_malformed_env_value_is_fixed(capsys) -> None:  # type: ignore[no-untyped-def]
+    doc = replay(capsys, D / "empty-1g-pool", *LLAMA, "--hicache-size", "4",
+                 "--env", "SGLANG_HICACHE_HOST_HUGEPAGE_SIZE=2M")  # fmt: skip
+    assert doc["outcome"] == "failed"
+    assert doc["error"] == "ValueError: invalid literal for int() with base 10: '2M'"
+    assert fix_commands(doc) == {
+        "export SGLANG_HICACHE_HOST_HUGEPAGE_SIZE=2097152": "ok: AnonymousHugetlb"
+    }
+
+
+# ---- real fixture dumps ----------------------------------------------------------------------
+
+
+def test_fixture_32intel64_fits_and_does_not(capsys) -> None:  # type: ignore[no-untyped-def]
+    dump = MACHINES / "32intel64-2p8co2t+8ve.tar.bz2"
+    ok = replay(capsys, dump, "--size", "4GiB")
+    assert ok["outcome"] == "ok" and ok["fixes"] == []
+    assert ok["warnings"] == [
+        "madvise(MADV_POPULATE_WRITE) is not supported by this kernel (EINVAL; needs Linux "
+        "5.14); prefaulting by touching one byte per page"
+    ]
+    big = replay(capsys, dump, "--size", "10GiB")
+    assert big["outcome"] == "demoted"
+    assert "HugePages_Free 4096 of 4096 for 2048 kB" in big["causes"]
+    assert fix_commands(big) == {"sysctl -w vm.nr_hugepages=5120": "ok: AnonymousHugetlb"}
+    bound = replay(capsys, dump, "--size", "6GiB", "--numa-node", "1")
+    assert bound["outcome"] == "crashed" and bound["signal"] == "SIGBUS"
+    assert fix_commands(bound) == {
+        "echo 3072 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages":
+            "ok: AnonymousHugetlb on node 1",
+        "--numa-node -1": "ok: AnonymousHugetlb",
+    }  # fmt: skip
+
+
+def test_fixture_40intel64_no_pool(capsys) -> None:  # type: ignore[no-untyped-def]
+    doc = replay(capsys, MACHINES / "40intel64-2g2n4c+pcilocality.tar.bz2", "--size", "8GiB",
+                 "--numa-node", "2")  # fmt: skip
+    assert doc["outcome"] == "demoted"
+    assert "HugePages_Free 0 of 0 for 2048 kB" in doc["causes"]
+    assert fix_commands(doc) == {
+        "echo 4096 > /sys/devices/system/node/node2/hugepages/hugepages-2048kB/nr_hugepages":
+            "ok: AnonymousHugetlb on node 2"
+    }  # fmt: skip
+    # The global sysctl interleaves 1024 pages per node over 4 nodes: node 2 still runs short.
+    assert not_helping(doc)["sysctl -w vm.nr_hugepages=4096"].startswith(
+        "crashed: killed by SIGBUS"
+    )
+
+
+def test_fixture_i386_without_hugetlb(capsys) -> None:  # type: ignore[no-untyped-def]
+    doc = replay(capsys, MACHINES / "2i386-2c-nohugepage.tar.bz2", "--size", "64MiB")
+    assert doc["outcome"] == "demoted"
+    assert doc["causes"][0].startswith("this kernel has no 2048 kB hugepages (sizes: none)")
+    assert fix_commands(doc) == {"--backing anonymous": "ok: Anonymous"}
+
+
+def test_text_output_sections(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["replay", str(D / "pool-on-node0-5.10.0"), "--size", "1GiB",
+                 "--numa-node", "1"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "1. what the user saw\n   outcome: crashed" in out
+    assert "\n2. why\n" in out and "\n3. what to change\n" in out
+    assert "      simulated: ok: AnonymousHugetlb on node 1" in out

@@ -1,0 +1,78 @@
+"""Replay a request on a dumped host: what the user saw, why, and verified fixes.
+
+    machine, facts = load_dump("host.tar.gz")
+    d = diagnose(machine, facts, request)      # request: diagnose.request.Request
+    print(render_text(d)); json.dumps(d.to_json())
+
+Used by ``umbp-sim replay`` (a dump) and ``umbp-sim preflight`` (the live host).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from umbp_sim.diagnose.explain import HostView, explain
+from umbp_sim.diagnose.fixes import Fix, propose
+from umbp_sim.diagnose.request import Request, RequestError, add_request_arguments
+from umbp_sim.diagnose.run import Run, simulate_request
+from umbp_sim.dump import DumpFacts
+from umbp_sim.machine import Machine
+
+
+@dataclass
+class Diagnosis:
+    machine: Machine
+    facts: DumpFacts | None
+    request: Request
+    run: Run
+    causes: list[str]
+    fixes: list[Fix] = field(default_factory=list)
+    not_helping: list[Fix] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """preflight's answer: 0 gets what it asks, 1 demoted (or unbound), 2 failed/crashed."""
+        if self.run.outcome in ("failed", "crashed"):
+            return 2
+        return 0 if self.run.got_what_was_asked else 1
+
+    def to_json(self) -> dict[str, Any]:
+        o = self.run.observed
+        return {
+            "outcome": o.outcome,
+            "actual_backing": o.actual_backing,
+            "error": o.error,
+            "signal": o.signal,
+            "warnings": list(o.warnings),
+            "causes": list(self.causes),
+            "fixes": [f.to_json() for f in self.fixes],
+            # extra keys
+            "fixes_not_helping": [f.to_json() for f in self.not_helping],
+            "got_what_was_asked": self.run.got_what_was_asked,
+            "mapped_size": o.mapped_size,
+            "crash_node": o.crash_node,
+            "request": self.request.describe(),
+            "machine": self.machine.name,
+            "kernel_version": self.machine.kernel_version,
+        }
+
+
+def diagnose(machine: Machine, facts: DumpFacts | None, request: Request) -> Diagnosis:
+    view = HostView.of(machine, facts)
+    run = simulate_request(machine, request)
+    causes = explain(view, request, run)
+    fixes, not_helping = propose(view, request, run) if run.rank < 3 else ([], [])
+    return Diagnosis(machine, facts, request, run, causes, fixes, not_helping)
+
+
+__all__ = [
+    "Diagnosis",
+    "Fix",
+    "Request",
+    "RequestError",
+    "Run",
+    "add_request_arguments",
+    "diagnose",
+    "simulate_request",
+]

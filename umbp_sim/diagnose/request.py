@@ -1,0 +1,335 @@
+"""The request to replay, from the command line: a raw ``alloc`` or sglang's HiCache host pool.
+
+Raw: ``--size 100000595968 --backing hugetlb --hugepage-size 2MiB --numa-node 3 --no-prefault``.
+sglang: ``--model-layers 32 --kv-heads 8 --head-dim 128 --dtype bfloat16 --hicache-size 100
+--page-size 64 --layout layer_first`` (or MLA: ``--kv-lora-rank 512 --qk-rope-head-dim 64``),
+with the allocator settings from ``--env SGLANG_HICACHE_HOST_*=V``. Mixing the two kinds, a
+size such as ``12XB`` or an unknown backing is a ``RequestError`` (exit 64) naming the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from umbp_sim.errors import UmbpSimError
+from umbp_sim.scenario.schema import Scenario
+from umbp_sim.sglang import env as sgenv
+from umbp_sim.sglang.sizing import (
+    HicacheRequest,
+    MHAModel,
+    MLAModel,
+    SizingError,
+    hicache_request,
+    kv_heads_per_rank,
+)
+from umbp_sim.units import SizeError, format_size, parse_size
+
+EX_USAGE = 64
+MiB = 1 << 20
+
+BACKINGS = {
+    "hugetlb": "AnonymousHugetlb",
+    "anonymous": "Anonymous",
+    "shm": "AnonymousShm",
+    "shm-hugetlb": "AnonymousShmHugetlb",
+}
+HUGETLB_BACKINGS = ("AnonymousHugetlb", "AnonymousShmHugetlb")
+_FLAG_OF = {v: k for k, v in BACKINGS.items()}
+
+RAW_FLAGS = ("size", "backing", "hugepage_size", "numa_node", "no_prefault")
+SGLANG_FLAGS = (
+    "model_layers", "kv_heads", "head_dim", "dtype", "hicache_size", "hicache_ratio",
+    "device_pool_tokens", "page_size", "layout", "tp_size", "kv_lora_rank",
+    "qk_rope_head_dim", "index_head_dim",
+)  # fmt: skip
+
+
+class RequestError(UmbpSimError):
+    """A request that cannot be read from the flags; the message names the flag."""
+
+    exit_code = EX_USAGE
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _size_arg(value: str) -> int:
+    try:
+        return parse_size(value, "size")
+    except SizeError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("size: ")) from None
+
+
+def _backing_arg(value: str) -> str:
+    v = value.strip()
+    if v.lower() in BACKINGS:
+        return BACKINGS[v.lower()]
+    if v in BACKINGS.values():
+        return v
+    raise argparse.ArgumentTypeError(
+        f"unknown backing {value!r} (use {', '.join(BACKINGS)}, or the enum names)"
+    )
+
+
+def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    raw = parser.add_argument_group("raw request (UMBPHostMemAllocator.alloc)")
+    raw.add_argument("--size", type=_size_arg, help="bytes, or with a unit: 100000595968, 2GiB")
+    raw.add_argument("--backing", type=_backing_arg, help="hugetlb (default) | anonymous | shm | "
+                     "shm-hugetlb")  # fmt: skip
+    raw.add_argument("--hugepage-size", type=_size_arg, help="default 2MiB")
+    raw.add_argument("--numa-node", type=int, help="node to bind to (default -1: none)")
+    raw.add_argument("--no-prefault", action="store_true", help="do not prefault the buffer")
+    sg = parser.add_argument_group("sglang request (HiCache host pool of one rank)")
+    sg.add_argument("--model-layers", type=int, help="layers of the model")
+    sg.add_argument("--kv-heads", type=int, help="MHA: KV heads of the model (all ranks)")
+    sg.add_argument("--head-dim", type=int, help="MHA: head dimension")
+    sg.add_argument("--kv-lora-rank", type=int, help="MLA: kv_lora_rank (DeepSeek: 512)")
+    sg.add_argument("--qk-rope-head-dim", type=int, help="MLA: qk_rope_head_dim (default 64)")
+    sg.add_argument("--index-head-dim", type=int, help="MLA: DSA indexer K width")
+    sg.add_argument("--dtype", help="KV cache dtype (default bfloat16)")
+    sg.add_argument("--hicache-size", type=float, help="GB per rank (sglang --hicache-size)")
+    sg.add_argument("--hicache-ratio", type=float, help="host/device ratio (default 2.0)")
+    sg.add_argument("--device-pool-tokens", type=int, help="device pool tokens (with the ratio)")
+    sg.add_argument("--page-size", type=int, help="sglang --page-size (default 1)")
+    sg.add_argument("--layout", help="--hicache-mem-layout (default layer_first)")
+    sg.add_argument("--tp-size", type=int, help="tensor parallel size: KV heads are split")
+    sg.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="SGLANG_HICACHE_HOST_* setting of the server (repeatable)",
+    )
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request. ``kind`` is "raw" or "sglang"; ``sglang`` holds the scenario-style table."""
+
+    kind: str
+    size: int = 0
+    backing: str = "AnonymousHugetlb"
+    hugepage_size: int = 2 * MiB
+    numa_node: int = -1
+    prefault: bool = True
+    sglang: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    # ---- what the allocator is asked -----------------------------------------------------
+    def hicache(self) -> HicacheRequest:
+        r = self.sglang
+        if "kv_lora_rank" in r:
+            model: Any = MLAModel(r["layers"], r["kv_lora_rank"], r.get("qk_rope_head_dim", 64),
+                                  r.get("dtype", "bfloat16"), r.get("index_head_dim"))  # fmt: skip
+        else:
+            heads = kv_heads_per_rank(r["kv_heads"], r.get("tp_size", 1))
+            model = MHAModel(r["layers"], heads, r["head_dim"], r.get("dtype", "bfloat16"))
+        return hicache_request(
+            model,
+            layout=r.get("layout", "layer_first"),
+            page_size=r.get("page_size", 1),
+            hicache_size=r.get("hicache_size", 0),
+            hicache_ratio=r.get("hicache_ratio", 2.0),
+            device_pool_tokens=r.get("device_pool_tokens"),
+        )
+
+    def settings(self) -> tuple[str, int, int, bool]:
+        """(backing, hugepage_size, numa_node, prefault) the allocator is called with.
+
+        For sglang: its parse of the env; a malformed integer leaves that setting's default.
+        """
+        if self.kind == "raw":
+            return self.backing, self.hugepage_size, self.numa_node, self.prefault
+        env = dict(self.env)
+        for name in (sgenv.HUGEPAGE_SIZE, sgenv.NUMA_NODE):
+            try:
+                int(env.get(name) or "0")
+            except ValueError:
+                env.pop(name)
+        s = sgenv.sglang_parse_env(env)
+        backing = "AnonymousHugetlb" if s.use_hugepage else "Anonymous"
+        return backing, s.hugepage_size, s.numa_node, s.prefault
+
+    def buffer_sizes(self) -> list[int]:
+        """Bytes of each ``alloc`` the request makes (three for MLA kv_split with an indexer)."""
+        if self.kind == "raw":
+            return [self.size]
+        return [b.nbytes for b in self.hicache().buffers]
+
+    def wants_hugepages(self) -> bool:
+        return self.settings()[0] in HUGETLB_BACKINGS
+
+    # ---- variants, for the fixes ---------------------------------------------------------
+    def with_node(self, node: int) -> Request:
+        if self.kind == "raw":
+            return dataclasses.replace(self, numa_node=node)
+        return self.with_env(**{sgenv.NUMA_NODE: str(node)})
+
+    def with_hugepage_size(self, size: int) -> Request:
+        if self.kind == "raw":
+            return dataclasses.replace(self, hugepage_size=size)
+        return self.with_env(**{sgenv.HUGEPAGE_SIZE: str(size)})
+
+    def without_hugepages(self) -> Request:
+        if self.kind == "raw":
+            plain = "AnonymousShm" if self.backing == "AnonymousShmHugetlb" else "Anonymous"
+            return dataclasses.replace(self, backing=plain)
+        return self.with_env(**{sgenv.HUGEPAGE: "0"})
+
+    def with_env(self, **values: str) -> Request:
+        return dataclasses.replace(self, env={**self.env, **values})
+
+    def with_hicache_size(self, gb: int) -> Request:
+        return dataclasses.replace(self, sglang={**self.sglang, "hicache_size": gb})
+
+    # ---- how a person writes a change -----------------------------------------------------
+    def node_change(self, node: int) -> str:
+        if self.kind == "raw":
+            return f"--numa-node {node}"
+        return f"{sgenv.NUMA_NODE}={node}"
+
+    def hugepage_size_change(self, size: int) -> str:
+        if self.kind == "raw":
+            return f"--hugepage-size {format_size(size)}"
+        return f"{sgenv.HUGEPAGE_SIZE}={size}"
+
+    def no_hugepages_change(self) -> str:
+        if self.kind == "raw":
+            return f"--backing {_FLAG_OF[self.without_hugepages().backing]}"
+        return f"{sgenv.HUGEPAGE}=0"
+
+    def describe(self) -> str:
+        backing, hp, node, prefault = self.settings()
+        alloc = (
+            f"backing {backing}, hugepage_size {format_size(hp)}, numa_node {node}, "
+            f"prefault {'on' if prefault else 'off'}"
+        )
+        if self.kind == "raw":
+            return f"alloc({self.size} bytes, {alloc})"
+        h = self.hicache()
+        sizes = " + ".join(str(b.nbytes) for b in h.buffers)
+        return (
+            f"sglang HiCache host pool of one rank: {h.bytes_per_token} B/token, {h.tokens} "
+            f"tokens, {h.nbytes} bytes checked, alloc {sizes} bytes ({alloc})"
+        )
+
+    def scenario(self, label: str) -> Scenario:
+        """An in-memory scenario the runner executes (its machine comes separately)."""
+        if self.kind == "raw":
+            table: dict[str, Any] = {
+                "size": self.size,
+                "backing": self.backing,
+                "hugepage_size": self.hugepage_size,
+                "numa_node": self.numa_node,
+                "prefault": self.prefault,
+            }
+            kind = "alloc"
+        else:
+            table, kind = dict(self.sglang), "sglang"
+        return Scenario(
+            path=Path(label),
+            name="replay",
+            description="",
+            source="",
+            machine={},
+            faults=[],
+            env=dict(self.env) if kind == "sglang" else {},
+            request_kind=kind,
+            request=table,
+            expect={"outcome": "ok"},
+        )
+
+
+def request_from_args(args: argparse.Namespace) -> Request:
+    """The request the flags describe; RequestError naming the flag for a bad combination."""
+    raw_given = [f for f in RAW_FLAGS if getattr(args, f, None) not in (None, False)]
+    sg_given = [f for f in SGLANG_FLAGS if getattr(args, f, None) is not None]
+    if raw_given and sg_given:
+        raise RequestError(
+            f"{_flag(raw_given[0])} cannot be combined with {_flag(sg_given[0])}: give a raw "
+            "request (--size ...) or an sglang one (--model-layers ...), not both"
+        )
+    if not raw_given and not sg_given:
+        raise RequestError(
+            "no request: give --size (raw alloc) or --model-layers with the model's dims (sglang)"
+        )
+    if raw_given:
+        if args.env:
+            raise RequestError(
+                f"--env {args.env[0]}: applies to sglang requests only (raw requests take "
+                "--backing/--hugepage-size/--numa-node/--no-prefault)"
+            )
+        if args.size is None:
+            raise RequestError(f"{_flag(raw_given[0])}: a raw request needs --size")
+        hp = args.hugepage_size if args.hugepage_size is not None else 2 * MiB
+        if args.numa_node is not None and args.numa_node < -1:
+            raise RequestError(f"--numa-node: {args.numa_node} is not a node (or -1)")
+        return Request(
+            kind="raw",
+            size=args.size,
+            backing=args.backing or "AnonymousHugetlb",
+            hugepage_size=hp,
+            numa_node=-1 if args.numa_node is None else args.numa_node,
+            prefault=not args.no_prefault,
+        )
+    return Request(kind="sglang", sglang=_sglang_table(args), env=_env(args.env))
+
+
+def _sglang_table(args: argparse.Namespace) -> dict[str, Any]:
+    if args.model_layers is None:
+        raise RequestError("--model-layers: required for an sglang request")
+    mla = args.kv_lora_rank is not None
+    if mla and (args.kv_heads is not None or args.head_dim is not None):
+        which = "--kv-heads" if args.kv_heads is not None else "--head-dim"
+        raise RequestError(f"{which} cannot be combined with --kv-lora-rank (MHA vs MLA dims)")
+    if not mla:
+        for dest in ("kv_heads", "head_dim"):
+            if getattr(args, dest) is None:
+                raise RequestError(f"{_flag(dest)}: required for an MHA model (or --kv-lora-rank)")
+        for dest in ("qk_rope_head_dim", "index_head_dim"):
+            if getattr(args, dest) is not None:
+                raise RequestError(f"{_flag(dest)}: MLA only (give --kv-lora-rank)")
+    if args.hicache_size is None and args.device_pool_tokens is None:
+        raise RequestError(
+            "--hicache-size: required (or --device-pool-tokens with --hicache-ratio)"
+        )
+    table: dict[str, Any] = {"layers": args.model_layers}
+    names = {
+        "kv_heads": "kv_heads", "head_dim": "head_dim", "kv_lora_rank": "kv_lora_rank",
+        "qk_rope_head_dim": "qk_rope_head_dim", "index_head_dim": "index_head_dim",
+        "dtype": "dtype", "hicache_ratio": "hicache_ratio",
+        "device_pool_tokens": "device_pool_tokens", "page_size": "page_size",
+        "layout": "layout", "tp_size": "tp_size",
+    }  # fmt: skip
+    for dest, key in names.items():
+        if getattr(args, dest) is not None:
+            table[key] = getattr(args, dest)
+    if args.hicache_size is not None:
+        hs = args.hicache_size
+        table["hicache_size"] = int(hs) if float(hs).is_integer() else hs
+    req = Request(kind="sglang", sglang=table)
+    try:
+        req.hicache()
+    except SizingError as e:
+        msg = str(e)
+        key, _, rest = msg.partition(": ")
+        flag = {"layers": "--model-layers"}.get(key, _flag(key)) if rest else "request"
+        raise RequestError(f"{flag}: {rest or msg}") from None
+    return table
+
+
+def _env(pairs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise RequestError(f"--env {pair!r}: expected KEY=VALUE")
+        if key not in sgenv.VARIABLES:
+            raise RequestError(f"--env {key}: not one of {', '.join(sgenv.VARIABLES)}")
+        out[key] = value
+    return out

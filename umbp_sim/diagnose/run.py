@@ -1,0 +1,79 @@
+"""One simulated run of a request on a machine, through the scenario runner.
+
+``simulate_request(machine, request, setup)`` builds a SimKernel from ``machine``, applies
+``setup`` (admin writes such as ``host.set_nr_hugepages``), runs the request as the scenario
+runner does (``umbp_sim.scenario.runner.observe``) and returns a :class:`Run`: the runner's
+``Observed`` plus whether a NUMA binding was dropped and what the setup left behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from umbp_sim.diagnose.request import Request
+from umbp_sim.machine import Machine
+from umbp_sim.scenario.runner import Observed, observe
+from umbp_sim.sim import SimHost
+
+Setup = Callable[[SimHost], "str | None"]
+
+# Outcome ranks: a fix is recommended only when its re-run ranks higher than the replay.
+RANK = {"failed": 0, "crashed": 0, "demoted": 1, "ok": 3}
+UNBOUND_MARK = "buffer not bound"
+
+
+@dataclass
+class Run:
+    request: Request
+    observed: Observed
+    setup_notes: list[str] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> str:
+        return self.observed.outcome
+
+    @property
+    def unbound(self) -> str | None:
+        """The allocator's warning when it dropped the requested NUMA binding."""
+        return next((w for w in self.observed.warnings if UNBOUND_MARK in w), None)
+
+    @property
+    def got_what_was_asked(self) -> bool:
+        return self.outcome == "ok" and self.unbound is None
+
+    @property
+    def rank(self) -> int:
+        r = RANK[self.outcome]
+        return r - 1 if r == 3 and self.unbound else r
+
+    def summary(self) -> str:
+        """One line: the outcome and what made it, for a fix's ``outcome_after``."""
+        o = self.observed
+        if o.outcome == "ok":
+            text = f"ok: {o.actual_backing}"
+            node = self.request.settings()[2]
+            if self.unbound:
+                text += f", but not bound to node {node}"
+            elif node >= 0:
+                text += f" on node {node}"
+        elif o.outcome == "demoted":
+            text = f"demoted: {o.actual_backing} (4 KiB pages)"
+        else:
+            text = f"{o.outcome}: {o.error}"
+        if self.setup_notes:
+            text += " (" + "; ".join(self.setup_notes) + ")"
+        return text
+
+
+def simulate_request(machine: Machine, request: Request, setup: Setup | None = None) -> Run:
+    notes: list[str] = []
+
+    def _setup(host: SimHost) -> None:
+        if setup is not None:
+            result = setup(host)
+            if isinstance(result, str) and result:
+                notes.append(result)
+
+    obs = observe(request.scenario(machine.name), machine, _setup)
+    return Run(request, obs, notes)
