@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from umbp_sim.errors import UmbpSimError
@@ -57,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         # The tool's own errors name the file/line/flag; no traceback for bad input.
         print(f"umbp-sim {args.command}: {e}", file=sys.stderr)
         return getattr(e, "exit_code", EX_DATAERR)
+    except BrokenPipeError:
+        # `umbp-sim inspect ... | head`: the reader left; stop quietly like other Unix tools.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
