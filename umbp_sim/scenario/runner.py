@@ -191,6 +191,9 @@ def _run_steps(
     scn: Scenario, allocator: UMBPHostMemAllocator, host: SimHost, obs: Observed
 ) -> None:
     handles: dict[str, Any] = {}
+    # Base address of each alloc: Free clears the handle, but a later acquire/lookup/release
+    # of the same buffer must still name its address (that is what a registration holds).
+    bases: dict[str, int] = {}
     obs.outcome = "ok"
     for i, step in enumerate(scn.request["steps"]):
         op = step["op"]
@@ -198,6 +201,7 @@ def _run_steps(
             size, backing, hp, node, prefault = _alloc_args(step)
             h = allocator.alloc(size, getattr(UMBPHostBufferBacking, backing), hp, node, prefault)
             handles[step["id"]] = h
+            bases[step["id"]] = h.ptr if h else 0
             if not h:
                 obs.steps.append("alloc failed")
                 obs.outcome = "failed"
@@ -220,7 +224,8 @@ def _run_steps(
                 f"{scn.path}: [request].steps[{i}].id: {step['id']!r} names no earlier alloc"
             )
         h = handles[step["id"]]
-        ptr = h.ptr + int(step.get("offset", 0)) if h else 0
+        base = bases[step["id"]]
+        ptr = base + int(step.get("offset", 0)) if base else 0
         if op == "free":
             allocator.free(h)
             obs.steps.append("freed")
@@ -234,7 +239,7 @@ def _run_steps(
             found = fn(ptr, size)
             obs.steps.append(f"{op} {'found' if found is not None else 'none'}")
         elif op == "release":
-            allocator.release_shm_allocation(h.ptr if h else 0)
+            allocator.release_shm_allocation(base)
             obs.steps.append("released")
 
 
