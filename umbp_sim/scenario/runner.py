@@ -243,7 +243,8 @@ def _run_steps(
             obs.steps.append("released")
 
 
-def _run_sglang(scn: Scenario, host: SimHost, obs: Observed) -> None:
+def _run_sglang(scn: Scenario, host: SimHost, obs: Observed) -> Any:
+    """Start the host pool; returns the startup, whose buffers the caller frees after counters."""
     from umbp_sim.sglang import MHAModel, MLAModel, hicache_request, start_host_pool
     from umbp_sim.sglang.sizing import parse_meminfo
 
@@ -270,17 +271,14 @@ def _run_sglang(scn: Scenario, host: SimHost, obs: Observed) -> None:
         raise ScenarioError(f"{scn.path}: [request]: {e}") from None
     meminfo = parse_meminfo(host.read("/proc/meminfo"), "/proc/meminfo")
     result = start_host_pool(request, meminfo, env=scn.env, keep=True)
-    try:
-        obs.outcome = "ok" if result.outcome == "fallback" else result.outcome
-        obs.error = result.error
-        obs.signal = result.signal
-        if result.handles:
-            last = result.handles[-1]
-            obs.actual_backing = _backing_name(last)
-            obs.mapped_size = last.mapped_size
-    finally:
-        if result.outcome != "crashed":
-            result.close()
+    obs.outcome = "ok" if result.outcome == "fallback" else result.outcome
+    obs.error = result.error
+    obs.signal = result.signal
+    if result.handles:
+        last = result.handles[-1]
+        obs.actual_backing = _backing_name(last)
+        obs.mapped_size = last.mapped_size
+    return result
 
 
 def _counter(host: SimHost, key: str) -> int:
@@ -315,9 +313,10 @@ def run_scenario(scn: Scenario) -> ScenarioResult:
         _context.push_kernel(stack.kernel)
         allocator = None
         handle = None
+        startup = None
         try:
             if scn.request_kind == "sglang":
-                _run_sglang(scn, host, obs)
+                startup = _run_sglang(scn, host, obs)
             else:
                 allocator = UMBPHostMemAllocator(kernel=stack.kernel)
                 if scn.request_kind == "alloc":
@@ -341,6 +340,8 @@ def run_scenario(scn: Scenario) -> ScenarioResult:
         if obs.outcome != "crashed":
             if handle is not None and allocator is not None:
                 allocator.free(handle)
+            if startup is not None:
+                startup.close()
             obs.leaks = collect_leaks(*(s for s in (host, allocator, stack.kernel) if s))
         obs.trace = trace_text(stack.kernel, last=40)
     obs.warnings = list(warnings)
