@@ -291,6 +291,8 @@ def _counter(host: SimHost, key: str) -> int:
     m = _COUNTER_RE.match(key)
     if not m:
         raise KeyError(key)
+    if m.group("node") is not None and m.group("field") == "reserved":
+        raise KeyError(key)  # the kernel keeps no per-node Rsvd (kernel-model.md 0)
     size = parse_size(m.group("size"), key)
     pages = (
         host.node_hugepages(int(m.group("node")), size)
