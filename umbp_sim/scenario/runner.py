@@ -21,7 +21,7 @@ from typing import Any
 
 from umbp_sim import _context
 from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
-from umbp_sim.errors import SimulatedCrash
+from umbp_sim.errors import SimulatedCrash, UmbpSimError
 from umbp_sim.faults import FaultPlan
 from umbp_sim.leaks import collect_leaks
 from umbp_sim.machine import HugePool, Machine
@@ -339,6 +339,8 @@ def run_scenario(scn: Scenario) -> ScenarioResult:
                     "hugepages.<size>.<total|free|reserved|surplus>, "
                     "node<N>.hugepages.<size>.<total|free|surplus> or meminfo.<Field>)"
                 ) from None
+            except (UmbpSimError, ValueError) as e:  # a size or node this host does not have
+                raise ScenarioError(f"{scn.path}: [expect].counters.{key}: {e}") from None
         if obs.outcome != "crashed":
             if handle is not None and allocator is not None:
                 allocator.free(handle)
