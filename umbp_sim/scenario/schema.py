@@ -82,7 +82,7 @@ def _check_keys(path: Path, where: str, table: dict[str, Any], allowed: set[str]
     for key in table:
         if key not in allowed:
             hint = ", ".join(sorted(allowed))
-            raise _err(path, f"{where}.{key}", f"unknown key (allowed: {hint})")
+            raise _err(path, f"{where}.{key}" if where else key, f"unknown key (allowed: {hint})")
 
 
 def _table(path: Path, doc: dict[str, Any], key: str, required: bool) -> dict[str, Any]:
