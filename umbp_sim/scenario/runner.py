@@ -306,7 +306,7 @@ def run_scenario(scn: Scenario) -> ScenarioResult:
     machine = build_machine(scn)
     try:
         plan = FaultPlan.from_rules(scn.faults, scn.fault_seed) if scn.faults else None
-    except ValueError as e:
+    except (UmbpSimError, ValueError) as e:
         raise ScenarioError(f"{scn.path}: {e}") from None
     obs = Observed(outcome="ok")
     wanted = list(scn.expect.get("counters", {}))

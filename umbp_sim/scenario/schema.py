@@ -238,6 +238,13 @@ def load_scenario(path: str | Path) -> Scenario:
     faults = doc.get("faults", [])
     if not isinstance(faults, list) or not all(isinstance(f, dict) for f in faults):
         raise _err(p, "[[faults]]", "must be an array of tables")
+    if faults:
+        from umbp_sim.faults import FaultPlan, FaultPlanError  # lazy: needs the native module
+
+        try:
+            FaultPlan.from_rules(faults, fault_seed)
+        except (FaultPlanError, ValueError) as e:
+            raise ScenarioError(f"{p}: {e}") from None
 
     env = _table(p, doc, "env", required=False)
     for key, value in env.items():
