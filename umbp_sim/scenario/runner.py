@@ -225,7 +225,7 @@ def _run_steps(
             )
         h = handles[step["id"]]
         base = bases[step["id"]]
-        ptr = base + int(step.get("offset", 0)) if base else 0
+        ptr = base + parse_size(step.get("offset", 0), "offset") if base else 0
         if op == "free":
             allocator.free(h)
             obs.steps.append("freed")

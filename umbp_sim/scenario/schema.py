@@ -159,6 +159,9 @@ def _load_request(path: Path, req: dict[str, Any]) -> tuple[str, dict[str, Any]]
                     raise _err(path, f"{where}.pages", "must be an integer")
             else:
                 _check_keys(path, where, step, {"op", "id", "offset", "size"})
+                for key in ("offset", "size"):
+                    if key in step:
+                        _size(path, f"{where}.{key}", step[key])
             if op in ("alloc", "free", "acquire", "release", "lookup"):
                 _string(path, f"{where}.id", step.get("id"))
     else:
