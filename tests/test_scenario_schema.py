@@ -112,6 +112,8 @@ CASES = [
     ("alloc step without id", valid(request='[request]\nkind = "steps"\nsteps = [{ op = "alloc", size = 1 }]\n'), r"^\[request\]\.steps\[0\]\.id: must be a string, not None$"),
     ("second step bad backing", valid(request='[request]\nkind = "steps"\nsteps = [{ op = "alloc", id = "a", size = 1 }, { op = "alloc", id = "b", size = 1, backing = "Shm" }]\n'), r"^\[request\]\.steps\[1\]\.backing: 'Shm' is not one of "),
     ("free step unknown key", valid(request='[request]\nkind = "steps"\nsteps = [{ op = "free", id = "a", backing = "Anonymous" }]\n'), r"^\[request\]\.steps\[0\]\.backing: unknown key \(allowed: id, offset, op, size\)$"),
+    ("acquire offset unreadable", valid(request='[request]\nkind = "steps"\nsteps = [{ op = "acquire", id = "a", offset = "far" }]\n'), r"^\[request\]\.steps\[0\]\.offset: cannot read size 'far'"),
+    ("lookup size negative", valid(request='[request]\nkind = "steps"\nsteps = [{ op = "lookup", id = "a", size = -4 }]\n'), r"^\[request\]\.steps\[0\]\.size: "),
     ("set_nr_hugepages pages", valid(request='[request]\nkind = "steps"\nsteps = [{ op = "set_nr_hugepages", pages = "8" }]\n'), r"^\[request\]\.steps\[0\]\.pages: must be an integer$"),
     ("steps with alloc keys", valid(request='[request]\nkind = "steps"\nsize = 1\nsteps = [{ op = "free", id = "a" }]\n'), r"^\[request\]\.size: unknown key \(allowed: steps\)$"),
     # [request] kind = sglang
