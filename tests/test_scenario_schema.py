@@ -183,7 +183,7 @@ LIBRARY_FILES = find_scenarios([LIBRARY])
 def test_library_size_and_layout() -> None:
     assert len(LIBRARY_FILES) >= 30
     dirs = {p.parent.name for p in LIBRARY_FILES}
-    assert dirs == {"field", "kernel", "allocator", "sglang"}
+    assert {"field", "kernel", "allocator", "sglang"} <= dirs
     dumps = [p for p in LIBRARY_FILES if "dump" in load_scenario(p).machine]
     assert len(dumps) >= 5
     assert all(p.name.startswith("dump-") for p in dumps)
