@@ -21,7 +21,7 @@ from typing import Any
 
 from umbp_sim import _context
 from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
-from umbp_sim.errors import SimulatedCrash
+from umbp_sim.errors import SimulatedCrash, UmbpSimError
 from umbp_sim.faults import FaultPlan
 from umbp_sim.leaks import collect_leaks
 from umbp_sim.machine import HugePool, Machine
@@ -191,6 +191,9 @@ def _run_steps(
     scn: Scenario, allocator: UMBPHostMemAllocator, host: SimHost, obs: Observed
 ) -> None:
     handles: dict[str, Any] = {}
+    # Base address of each alloc: Free clears the handle, but a later acquire/lookup/release
+    # of the same buffer must still name its address (that is what a registration holds).
+    bases: dict[str, int] = {}
     obs.outcome = "ok"
     for i, step in enumerate(scn.request["steps"]):
         op = step["op"]
@@ -198,6 +201,7 @@ def _run_steps(
             size, backing, hp, node, prefault = _alloc_args(step)
             h = allocator.alloc(size, getattr(UMBPHostBufferBacking, backing), hp, node, prefault)
             handles[step["id"]] = h
+            bases[step["id"]] = h.ptr if h else 0
             if not h:
                 obs.steps.append("alloc failed")
                 obs.outcome = "failed"
@@ -220,7 +224,8 @@ def _run_steps(
                 f"{scn.path}: [request].steps[{i}].id: {step['id']!r} names no earlier alloc"
             )
         h = handles[step["id"]]
-        ptr = h.ptr + int(step.get("offset", 0)) if h else 0
+        base = bases[step["id"]]
+        ptr = base + parse_size(step.get("offset", 0), "offset") if base else 0
         if op == "free":
             allocator.free(h)
             obs.steps.append("freed")
@@ -234,11 +239,12 @@ def _run_steps(
             found = fn(ptr, size)
             obs.steps.append(f"{op} {'found' if found is not None else 'none'}")
         elif op == "release":
-            allocator.release_shm_allocation(h.ptr if h else 0)
+            allocator.release_shm_allocation(base)
             obs.steps.append("released")
 
 
-def _run_sglang(scn: Scenario, host: SimHost, obs: Observed) -> None:
+def _run_sglang(scn: Scenario, host: SimHost, obs: Observed) -> Any:
+    """Start the host pool; returns the startup, whose buffers the caller frees after counters."""
     from umbp_sim.sglang import MHAModel, MLAModel, hicache_request, start_host_pool
     from umbp_sim.sglang.sizing import parse_meminfo
 
@@ -265,17 +271,14 @@ def _run_sglang(scn: Scenario, host: SimHost, obs: Observed) -> None:
         raise ScenarioError(f"{scn.path}: [request]: {e}") from None
     meminfo = parse_meminfo(host.read("/proc/meminfo"), "/proc/meminfo")
     result = start_host_pool(request, meminfo, env=scn.env, keep=True)
-    try:
-        obs.outcome = "ok" if result.outcome == "fallback" else result.outcome
-        obs.error = result.error
-        obs.signal = result.signal
-        if result.handles:
-            last = result.handles[-1]
-            obs.actual_backing = _backing_name(last)
-            obs.mapped_size = last.mapped_size
-    finally:
-        if result.outcome != "crashed":
-            result.close()
+    obs.outcome = "ok" if result.outcome == "fallback" else result.outcome
+    obs.error = result.error
+    obs.signal = result.signal
+    if result.handles:
+        last = result.handles[-1]
+        obs.actual_backing = _backing_name(last)
+        obs.mapped_size = last.mapped_size
+    return result
 
 
 def _counter(host: SimHost, key: str) -> int:
@@ -288,6 +291,8 @@ def _counter(host: SimHost, key: str) -> int:
     m = _COUNTER_RE.match(key)
     if not m:
         raise KeyError(key)
+    if m.group("node") is not None and m.group("field") == "reserved":
+        raise KeyError(key)  # the kernel keeps no per-node Rsvd (kernel-model.md 0)
     size = parse_size(m.group("size"), key)
     pages = (
         host.node_hugepages(int(m.group("node")), size)
@@ -313,7 +318,7 @@ def observe(
     """
     try:
         plan = FaultPlan.from_rules(scn.faults, scn.fault_seed) if scn.faults else None
-    except ValueError as e:
+    except (UmbpSimError, ValueError) as e:
         raise ScenarioError(f"{scn.path}: {e}") from None
     obs = Observed(outcome="ok")
     wanted = list(scn.expect.get("counters", {}))
@@ -324,9 +329,10 @@ def observe(
         _context.push_kernel(stack.kernel)
         allocator = None
         handle = None
+        startup = None
         try:
             if scn.request_kind == "sglang":
-                _run_sglang(scn, host, obs)
+                startup = _run_sglang(scn, host, obs)
             else:
                 allocator = UMBPHostMemAllocator(kernel=stack.kernel)
                 if scn.request_kind == "alloc":
@@ -347,9 +353,13 @@ def observe(
                     "hugepages.<size>.<total|free|reserved|surplus>, "
                     "node<N>.hugepages.<size>.<total|free|surplus> or meminfo.<Field>)"
                 ) from None
+            except (UmbpSimError, ValueError) as e:  # a size or node this host does not have
+                raise ScenarioError(f"{scn.path}: [expect].counters.{key}: {e}") from None
         if obs.outcome != "crashed":
             if handle is not None and allocator is not None:
                 allocator.free(handle)
+            if startup is not None:
+                startup.close()
             obs.leaks = collect_leaks(*(s for s in (host, allocator, stack.kernel) if s))
         obs.trace = trace_text(stack.kernel, last=40)
     obs.warnings = list(warnings)

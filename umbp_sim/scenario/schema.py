@@ -82,7 +82,7 @@ def _check_keys(path: Path, where: str, table: dict[str, Any], allowed: set[str]
     for key in table:
         if key not in allowed:
             hint = ", ".join(sorted(allowed))
-            raise _err(path, f"{where}.{key}", f"unknown key (allowed: {hint})")
+            raise _err(path, f"{where}.{key}" if where else key, f"unknown key (allowed: {hint})")
 
 
 def _table(path: Path, doc: dict[str, Any], key: str, required: bool) -> dict[str, Any]:
@@ -159,6 +159,9 @@ def _load_request(path: Path, req: dict[str, Any]) -> tuple[str, dict[str, Any]]
                     raise _err(path, f"{where}.pages", "must be an integer")
             else:
                 _check_keys(path, where, step, {"op", "id", "offset", "size"})
+                for key in ("offset", "size"):
+                    if key in step:
+                        _size(path, f"{where}.{key}", step[key])
             if op in ("alloc", "free", "acquire", "release", "lookup"):
                 _string(path, f"{where}.id", step.get("id"))
     else:
@@ -238,6 +241,13 @@ def load_scenario(path: str | Path) -> Scenario:
     faults = doc.get("faults", [])
     if not isinstance(faults, list) or not all(isinstance(f, dict) for f in faults):
         raise _err(p, "[[faults]]", "must be an array of tables")
+    if faults:
+        from umbp_sim.faults import FaultPlan, FaultPlanError  # lazy: needs the native module
+
+        try:
+            FaultPlan.from_rules(faults, fault_seed)
+        except (FaultPlanError, ValueError) as e:
+            raise ScenarioError(f"{p}: {e}") from None
 
     env = _table(p, doc, "env", required=False)
     for key, value in env.items():
