@@ -312,7 +312,7 @@ def test_ftruncate_failure_and_close_failure(run):
         f"close({fd}) of a memfd after a failed Alloc step failed: EIO",
         "ftruncate of the memfd to 4096 bytes failed: EFBIG; returning an invalid handle",
     ]
-    assert r.leaks() == [f"fd {fd} still open"]
+    assert r.leaks() == []  # Linux releases the fd even when close() reports EIO
 
 
 def test_hugetlb_ftruncate_failure_demotes(run):
@@ -488,10 +488,8 @@ def test_cleanup_failures_are_reported(run):
         "MADV_POPULATE_WRITE of 4096 bytes (AnonymousShm, 4 KiB pages) failed: ENOMEM; "
         "unmapped, returning an invalid handle",
     ]
-    assert r.leaks() == [
-        f"mapping {addr:#x} length 4096 (4KiB) still mapped",
-        f"fd {fd} still open",
-    ]
+    # the failed munmap leaves the mapping; the fd is released despite close()'s EIO
+    assert r.leaks() == [f"mapping {addr:#x} length 4096 (4KiB) still mapped"]
 
 
 def test_unknown_errno_name_in_warning(run):
@@ -582,7 +580,7 @@ def test_free_close_failure(run):
     fd, addr = h.fd, h.ptr
     r.alloc.free(h)
     assert r.warnings() == [f"close({fd}) of the memfd of {addr:#x} failed: EIO"]
-    assert r.leaks() == [f"fd {fd} still open"]
+    assert r.leaks() == []  # Linux releases the fd even when close() reports EIO
 
 
 @pytest.mark.parametrize("op, backing", [("munmap", Anonymous), ("close", AnonymousShm)])

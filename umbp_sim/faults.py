@@ -39,9 +39,10 @@ TOML schema (every key but ``op`` and one of ``errno``/``signal`` is optional)::
 
 Semantics (implemented by the native FaultyKernel): a rule counts every call that matches its
 operation and filters; rules are tried in order and the first that fires answers the call, the
-inner kernel is then not called (an injected munmap leaves the mapping mapped). The same seed
-fires on the same per-rule call indices in every run; with several threads only the assignment
-of indices to threads can vary.
+inner kernel is then not called (an injected munmap leaves the mapping mapped), except that
+an injected close() error other than EBADF still closes the descriptor, as Linux does. The same
+seed fires on the same per-rule call indices in every run; with several threads only the
+assignment of indices to threads can vary.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <new>
 #include <stdexcept>
 
@@ -288,7 +289,15 @@ SysResult FaultyKernel::close(int fd) {
     a.op = SysOp::Close;
     a.fd = fd;
     SysResult r;
-    if (inject(std::move(a), r)) return r;
+    if (inject(std::move(a), r)) {
+      // Linux releases the descriptor before it reports a close error (man 2 close), so an
+      // injected EIO/EINTR/... still closes it; only EBADF means it was never open.
+      if (r.signal == 0 && r.error != 0 && r.error != EBADF) {
+        inner_->close(fd);
+        last_result_injected() = true;
+      }
+      return r;
+    }
   }
   return inner_->close(fd);
 }

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <stdexcept>
 
 #include "kernel/faulty_kernel.h"
@@ -78,6 +79,8 @@ void TracingKernel::record(SyscallArgs&& a, const SysResult& r, bool injected, b
     } else if (a.op == SysOp::Close) {
       fds_.erase(a.fd);
     }
+  } else if (!threw && a.op == SysOp::Close && r.signal == 0 && r.error != EBADF) {
+    fds_.erase(a.fd);  // Linux releases the descriptor even when close() reports an error
   }
   if (limit_ && records_.size() >= limit_) {
     records_.pop_front();
