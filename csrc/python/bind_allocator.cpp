@@ -1,6 +1,207 @@
-// Placeholder until this part of the module lands; replaced by its owner.
+// The allocator as seen from Python: mori.umbp's UMBPHostBufferBacking / UMBPHostBufferHandle,
+// and a raw `HostMemAllocator` whose calls return the warnings and the simulated-crash outcome
+// next to the result. umbp_sim/allocator.py turns those into logging records and exceptions on
+// the calling thread, after the GIL is back.
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "allocator/host_mem_allocator.h"
 #include "python/bindings.h"
 
+namespace py = pybind11;
+
 namespace umbp::bindings {
-void bind_allocator(pybind11::module_&) {}
+namespace {
+
+using Messages = std::vector<std::pair<LogLevel, std::string>>;
+
+// Warnings of the native call running on this thread. The allocator calls its sink
+// synchronously on the calling thread, so a thread-local collector sees exactly its own call's
+// messages, with the GIL released.
+thread_local Messages* tls_messages = nullptr;
+
+class Collect {
+ public:
+  Collect() : prev_(tls_messages) { tls_messages = &messages_; }
+  ~Collect() { tls_messages = prev_; }
+  Collect(const Collect&) = delete;
+  Collect& operator=(const Collect&) = delete;
+  py::list to_list() const {
+    py::list out;
+    for (const auto& m : messages_) {
+      out.append(py::make_tuple(m.first == LogLevel::Warning ? "warning" : "info", m.second));
+    }
+    return out;
+  }
+
+ private:
+  Messages messages_;
+  Messages* prev_;
+};
+
+void collect_sink(LogLevel level, const std::string& text) {
+  if (tls_messages) tls_messages->emplace_back(level, text);
+}
+
+std::string hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%lx",
+                static_cast<unsigned long>(reinterpret_cast<uintptr_t>(p)));
+  return buf;
+}
+
+py::object shm_to_py(const std::optional<HostMemAllocator::ShmAllocation>& a) {
+  if (!a) return py::none();
+  return py::cast(*a);
+}
+
+}  // namespace
+
+void bind_allocator(py::module_& m) {
+  py::enum_<HostBufferBacking>(m, "UMBPHostBufferBacking", "Backing of a host buffer (mori.umbp)")
+      .value("Anonymous", HostBufferBacking::Anonymous)
+      .value("AnonymousHugetlb", HostBufferBacking::AnonymousHugetlb)
+      .value("AnonymousShm", HostBufferBacking::AnonymousShm)
+      .value("AnonymousShmHugetlb", HostBufferBacking::AnonymousShmHugetlb)
+      .export_values();
+
+  py::class_<HostBufferHandle>(m, "UMBPHostBufferHandle", "A host buffer (mori.umbp)")
+      .def(py::init<>())
+      .def_property_readonly(
+          "ptr", [](const HostBufferHandle& h) { return reinterpret_cast<uintptr_t>(h.ptr); })
+      .def_readonly("requested_size", &HostBufferHandle::requested_size)
+      .def_readonly("mapped_size", &HostBufferHandle::mapped_size)
+      .def_readonly("actual_backing", &HostBufferHandle::actual_backing)
+      .def_readonly("actual_alignment", &HostBufferHandle::actual_alignment)
+      .def_readonly("fd", &HostBufferHandle::fd, "memfd of Shm backings (owned), else -1")
+      .def_readonly("numa_node", &HostBufferHandle::numa_node, "node bound by mbind, else -1")
+      .def("__bool__", &HostBufferHandle::valid)
+      .def("__repr__", [](const HostBufferHandle& h) {
+        return "<UMBPHostBufferHandle ptr=" + hex(h.ptr) +
+               " requested_size=" + std::to_string(h.requested_size) +
+               " mapped_size=" + std::to_string(h.mapped_size) + ">";
+      });
+
+  py::class_<HostMemAllocator::ShmAllocation>(m, "UMBPShmAllocation",
+                                              "A live shm allocation found in the registry")
+      .def_property_readonly("base",
+                             [](const HostMemAllocator::ShmAllocation& a) {
+                               return reinterpret_cast<uintptr_t>(a.base);
+                             })
+      .def_readonly("mapped_size", &HostMemAllocator::ShmAllocation::mapped_size)
+      .def_readonly("fd", &HostMemAllocator::ShmAllocation::fd)
+      .def("__repr__", [](const HostMemAllocator::ShmAllocation& a) {
+        return "<UMBPShmAllocation base=" + hex(a.base) +
+               " mapped_size=" + std::to_string(a.mapped_size) + " fd=" + std::to_string(a.fd) +
+               ">";
+      });
+
+  py::class_<HostMemAllocator>(m, "HostMemAllocator",
+                               "The native allocator on a Kernel. Calls return (result..., "
+                               "messages, signal, where); use umbp_sim.UMBPHostMemAllocator.")
+      .def(py::init([](KernelPtr kernel) {
+             return std::make_unique<HostMemAllocator>(std::move(kernel), collect_sink);
+           }),
+           py::arg("kernel"))
+      .def_property_readonly("kernel", &HostMemAllocator::kernel)
+      .def(
+          "alloc",
+          [](HostMemAllocator& a, size_t size, HostBufferBacking backing, size_t hugepage_size,
+             int numa_node, bool prefault) {
+            Collect c;
+            CallOutcome out;
+            HostBufferHandle h;
+            {
+              py::gil_scoped_release nogil;
+              h = a.Alloc(size, backing, hugepage_size, numa_node, prefault, &out);
+            }
+            return py::make_tuple(h, c.to_list(), out.signal, out.where);
+          },
+          py::arg("size"), py::arg("backing"), py::arg("hugepage_size"), py::arg("numa_node"),
+          py::arg("prefault"))
+      .def(
+          "free",
+          [](HostMemAllocator& a, HostBufferHandle& h) {
+            Collect c;
+            CallOutcome out;
+            {
+              py::gil_scoped_release nogil;
+              a.Free(h, &out);
+            }
+            return py::make_tuple(c.to_list(), out.signal, out.where);
+          },
+          py::arg("handle"))
+      .def(
+          "lookup_shm_allocation",
+          [](HostMemAllocator& a, uintptr_t ptr, size_t size) {
+            std::optional<HostMemAllocator::ShmAllocation> r;
+            {
+              py::gil_scoped_release nogil;
+              r = a.LookupShmAllocation(ptr, size);
+            }
+            return shm_to_py(r);
+          },
+          py::arg("ptr"), py::arg("size"))
+      .def(
+          "acquire_shm_allocation",
+          [](HostMemAllocator& a, uintptr_t ptr, size_t size) {
+            std::optional<HostMemAllocator::ShmAllocation> r;
+            {
+              py::gil_scoped_release nogil;
+              r = a.AcquireShmAllocation(ptr, size);
+            }
+            return shm_to_py(r);
+          },
+          py::arg("ptr"), py::arg("size"))
+      .def(
+          "release_shm_allocation",
+          [](HostMemAllocator& a, uintptr_t base) {
+            Collect c;
+            CallOutcome out;
+            {
+              py::gil_scoped_release nogil;
+              a.ReleaseShmAllocation(base, &out);
+            }
+            return py::make_tuple(c.to_list(), out.signal, out.where);
+          },
+          py::arg("base"))
+      .def("snapshot", [](HostMemAllocator& a) {
+        AllocatorSnapshot s;
+        {
+          py::gil_scoped_release nogil;
+          s = a.Snapshot();
+        }
+        py::list live, shm;
+        for (const auto& b : s.live) {
+          py::dict d;
+          d["ptr"] = reinterpret_cast<uintptr_t>(b.ptr);
+          d["requested_size"] = b.requested_size;
+          d["mapped_size"] = b.mapped_size;
+          d["backing"] = b.backing;
+          d["alignment"] = b.alignment;
+          d["fd"] = b.fd;
+          d["numa_node"] = b.numa_node;
+          live.append(d);
+        }
+        for (const auto& e : s.shm) {
+          py::dict d;
+          d["base"] = reinterpret_cast<uintptr_t>(e.base);
+          d["mapped_size"] = e.mapped_size;
+          d["fd"] = e.fd;
+          d["active_registrations"] = e.active_registrations;
+          d["pending_free"] = e.pending_free;
+          shm.append(d);
+        }
+        py::dict out;
+        out["live"] = live;
+        out["shm"] = shm;
+        return out;
+      });
+}
+
 }  // namespace umbp::bindings

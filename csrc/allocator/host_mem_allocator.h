@@ -1,0 +1,132 @@
+// HostMemAllocator: the UMBP host-buffer allocator (mori's umbp::HostMemAllocator plus the fixes
+// of issue 2), standing on the Kernel seam. Production code: every OS call goes through Kernel&,
+// nothing here knows whether the kernel is real, simulated or fault-injecting.
+//
+// Per-kernel state: the table of live buffers and the shm registry belong to the Kernel instance
+// (one "process"), shared by every HostMemAllocator built on it, as mori's registry is process-
+// wide. A second allocator on the same kernel can free or look up the first one's buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernel/kernel.h"
+
+namespace umbp {
+
+enum class HostBufferBacking : int {
+  Anonymous = 0,            // MAP_PRIVATE|MAP_ANONYMOUS, base pages
+  AnonymousHugetlb = 1,     // + MAP_HUGETLB and the MAP_HUGE_* size bits
+  AnonymousShm = 2,         // memfd + ftruncate + MAP_SHARED; fd kept for hand-off
+  AnonymousShmHugetlb = 3,  // memfd with MFD_HUGETLB and the size bits
+};
+
+// "Anonymous", "AnonymousHugetlb", ...; "Unknown(<n>)" for values outside the enum.
+std::string BackingName(HostBufferBacking backing);
+bool IsHugetlb(HostBufferBacking backing);
+bool IsShm(HostBufferBacking backing);
+
+struct HostBufferHandle {
+  void* ptr = nullptr;
+  size_t requested_size = 0;
+  size_t mapped_size = 0;  // request rounded up to actual_alignment
+  HostBufferBacking actual_backing = HostBufferBacking::Anonymous;
+  size_t actual_alignment = 0;  // the page size backing the mapping
+  int fd = -1;                  // memfd of Shm backings (owned by the allocator), else -1
+  int numa_node = -1;           // node the mapping is bound to (mbind succeeded), else -1
+  uint64_t serial = 0;          // which allocation this is; tells a stale copy from a live one
+
+  bool valid() const { return ptr != nullptr; }
+};
+
+// Filled when a kernel call answered with a simulated fatal signal: the process is dead, the
+// allocator issued no further call and returned an invalid handle.
+struct CallOutcome {
+  int signal = 0;
+  std::string where;  // "mmap", "mbind", "madvise(MADV_POPULATE_WRITE)", "prefault touch", ...
+};
+
+enum class LogLevel { Info, Warning };
+using LogSink = std::function<void(LogLevel, const std::string&)>;
+
+// One buffer returned by Alloc and not yet freed.
+struct LiveBuffer {
+  void* ptr = nullptr;
+  size_t requested_size = 0;
+  size_t mapped_size = 0;
+  HostBufferBacking backing = HostBufferBacking::Anonymous;
+  size_t alignment = 0;
+  int fd = -1;
+  int numa_node = -1;
+  uint64_t serial = 0;
+};
+
+// One shm registry record; pending_free = freed by its owner, unmapped at the last release.
+struct ShmRegistryEntry {
+  void* base = nullptr;
+  size_t mapped_size = 0;
+  int fd = -1;
+  size_t active_registrations = 0;
+  bool pending_free = false;
+};
+
+struct AllocatorSnapshot {
+  std::vector<LiveBuffer> live;       // by address
+  std::vector<ShmRegistryEntry> shm;  // by address, includes pending frees
+};
+
+class HostMemAllocator {
+ public:
+  struct ShmAllocation {
+    void* base = nullptr;
+    size_t mapped_size = 0;
+    int fd = -1;  // owned by the registry: pass it on (SCM_RIGHTS), never close it
+  };
+
+  explicit HostMemAllocator(KernelPtr kernel, LogSink sink = {});
+  ~HostMemAllocator();
+  HostMemAllocator(const HostMemAllocator&) = delete;
+  HostMemAllocator& operator=(const HostMemAllocator&) = delete;
+
+  // Never throws. Invalid handle on failure; a hugetlb backing that cannot be had is demoted
+  // (AnonymousHugetlb -> Anonymous, AnonymousShmHugetlb -> AnonymousShm) with a warning.
+  HostBufferHandle Alloc(size_t size, HostBufferBacking backing = HostBufferBacking::Anonymous,
+                         size_t hugepage_size = size_t{2} << 20, int numa_node = -1,
+                         bool prefault = true, CallOutcome* outcome = nullptr);
+
+  // Idempotent. Invalidates the handle in place (ptr, requested_size, mapped_size zeroed, fd -1)
+  // even when munmap fails. A handle no allocator on this kernel owns (a stale copy, another
+  // kernel's buffer) is left untouched and nothing is unmapped (warning).
+  void Free(HostBufferHandle& handle, CallOutcome* outcome = nullptr);
+
+  // mori's registry: the live shm allocation containing [ptr, ptr + size), if any.
+  std::optional<ShmAllocation> LookupShmAllocation(uintptr_t ptr, size_t size);
+  // Same, and counts one more active registration (Free then defers munmap/close).
+  std::optional<ShmAllocation> AcquireShmAllocation(uintptr_t ptr, size_t size);
+  // Drops one registration of the allocation based at `base`; the last one after a Free
+  // unmaps and closes.
+  void ReleaseShmAllocation(uintptr_t base, CallOutcome* outcome = nullptr);
+
+  // Live buffers and shm registry records of this kernel, for leak accounting.
+  AllocatorSnapshot Snapshot() const;
+
+  const KernelPtr& kernel() const { return kernel_; }
+
+  struct State;  // per-kernel tables (defined in the .cpp)
+
+ private:
+  void Warn(const std::string& text);
+  void WarnOnce(const std::string& reason, const std::function<std::string()>& text);
+
+  KernelPtr kernel_;
+  LogSink sink_;
+  std::shared_ptr<State> state_;
+  friend class AllocRun;
+};
+
+}  // namespace umbp

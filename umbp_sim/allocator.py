@@ -1,0 +1,171 @@
+"""mori.umbp's allocator surface on umbp-sim's kernel seam.
+
+``UMBPHostMemAllocator`` is a drop-in for ``mori.umbp.UMBPHostMemAllocator``: same methods,
+argument names and defaults. It runs on the kernel of the innermost ``umbp_sim.simulate(...)``
+host when one is active, else on the real kernel, or on the kernel passed explicitly.
+
+Native warnings are gathered during the call (GIL released) and logged afterwards on the calling
+thread to the ``umbp_sim.allocator`` logger. A simulated fatal signal raises
+``umbp_sim.errors.SimulatedCrash``.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import signal as _signal
+import threading
+from typing import Any
+
+from umbp_sim import _context, _native
+from umbp_sim.errors import SimulatedCrash
+
+logger = logging.getLogger("umbp_sim.allocator")
+
+UMBPHostBufferBacking = _native.UMBPHostBufferBacking
+UMBPHostBufferHandle = _native.UMBPHostBufferHandle
+UMBPShmAllocation = _native.UMBPShmAllocation
+Anonymous = UMBPHostBufferBacking.Anonymous
+AnonymousHugetlb = UMBPHostBufferBacking.AnonymousHugetlb
+AnonymousShm = UMBPHostBufferBacking.AnonymousShm
+AnonymousShmHugetlb = UMBPHostBufferBacking.AnonymousShmHugetlb
+
+_SIZE_MAX = 2**64 - 1
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+
+_real_kernel: Any = None
+_real_kernel_lock = threading.Lock()
+
+
+def real_kernel() -> Any:
+    """The process-wide LinuxKernel (one real process, one set of once-only warnings)."""
+    global _real_kernel
+    with _real_kernel_lock:
+        if _real_kernel is None:
+            _real_kernel = _native.LinuxKernel()
+        return _real_kernel
+
+
+def _int_arg(name: str, value: Any, lo: int, hi: int) -> int:
+    # bool is an int subclass; True as a size is always a mistake.
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    v = operator.index(value)
+    if v < lo:
+        if lo == 0:
+            raise ValueError(f"{name} must not be negative, got {v}")
+        raise ValueError(f"{name} must be >= {lo}, got {v}")
+    if v > hi:
+        raise ValueError(f"{name} is out of range (max {hi}), got {v}")
+    return v
+
+
+def _signal_name(sig: Any) -> str:
+    if isinstance(sig, str):
+        return sig
+    try:
+        return _signal.Signals(int(sig)).name
+    except (ValueError, TypeError):
+        return f"signal {sig}"
+
+
+class UMBPHostMemAllocator:
+    """Host buffers (anonymous, hugetlb, memfd-backed), NUMA binding and prefault."""
+
+    def __init__(self, kernel: Any = None) -> None:
+        if kernel is None:
+            kernel = _context.current_kernel()
+        if kernel is None:
+            kernel = real_kernel()
+        if not isinstance(kernel, _native.Kernel):
+            raise TypeError(
+                f"kernel must be a umbp_sim._native.Kernel or None, got {type(kernel).__name__}"
+            )
+        self._kernel = kernel
+        self._native = _native.HostMemAllocator(kernel)
+
+    @property
+    def kernel(self) -> Any:
+        """The kernel this allocator stands on."""
+        return self._kernel
+
+    def alloc(
+        self,
+        size: int,
+        backing: Any = Anonymous,
+        hugepage_size: int = 2097152,
+        numa_node: int = -1,
+        prefault: bool = True,
+    ) -> Any:
+        """A UMBPHostBufferHandle; falsy when the allocation failed (see the logged warnings)."""
+        n = _int_arg("size", size, 0, _SIZE_MAX)
+        if not isinstance(backing, UMBPHostBufferBacking):
+            raise TypeError(
+                f"backing must be a UMBPHostBufferBacking, got {type(backing).__name__} {backing!r}"
+            )
+        hp = _int_arg("hugepage_size", hugepage_size, 0, _SIZE_MAX)
+        node = _int_arg("numa_node", numa_node, _INT_MIN, _INT_MAX)
+        if not isinstance(prefault, (bool, int)) or prefault not in (0, 1):
+            raise TypeError(f"prefault must be a bool, got {type(prefault).__name__} {prefault!r}")
+        handle, messages, sig, where = self._native.alloc(
+            n, backing, hp, node if node >= 0 else -1, bool(prefault)
+        )
+        self._finish(messages, sig, where)
+        return handle
+
+    def free(self, handle: Any) -> None:
+        """Unmap the buffer and invalidate the handle in place; freeing twice is a no-op."""
+        if not isinstance(handle, UMBPHostBufferHandle):
+            raise TypeError(
+                f"handle must be a UMBPHostBufferHandle, got {type(handle).__name__} {handle!r}"
+            )
+        self._finish(*self._native.free(handle))
+
+    def lookup_shm_allocation(self, ptr: int, size: int) -> Any:
+        """The live shm allocation containing [ptr, ptr + size), or None."""
+        p = _int_arg("ptr", ptr, 0, _SIZE_MAX)
+        n = _int_arg("size", size, 0, _SIZE_MAX)
+        return self._native.lookup_shm_allocation(p, n)
+
+    def acquire_shm_allocation(self, ptr: int, size: int) -> Any:
+        """Like lookup, and holds the allocation: free defers munmap until the last release."""
+        p = _int_arg("ptr", ptr, 0, _SIZE_MAX)
+        n = _int_arg("size", size, 0, _SIZE_MAX)
+        return self._native.acquire_shm_allocation(p, n)
+
+    def release_shm_allocation(self, base: int) -> None:
+        """Drop one hold on the allocation based at ``base``."""
+        b = _int_arg("base", base, 0, _SIZE_MAX)
+        self._finish(*self._native.release_shm_allocation(b))
+
+    def snapshot(self) -> dict[str, list[dict[str, Any]]]:
+        """Live buffers and shm registry records of this allocator's kernel (all allocators on it).
+
+        ``{"live": [{ptr, requested_size, mapped_size, backing, alignment, fd, numa_node}],
+        "shm": [{base, mapped_size, fd, active_registrations, pending_free}]}``
+        """
+        return self._native.snapshot()
+
+    def _finish(self, messages: list[tuple[str, str]], sig: int, where: str) -> None:
+        for level, text in messages:
+            if level == "warning":
+                logger.warning(text)
+            else:
+                logger.info(text)
+        if sig:
+            self._raise_crash(sig, where)
+
+    def _raise_crash(self, sig: int, where: str) -> None:
+        info = None
+        crash_info = getattr(self._kernel, "crash_info", None)
+        if callable(crash_info):
+            info = crash_info()
+        if info:
+            raise SimulatedCrash(
+                _signal_name(info.get("signal") or sig),
+                info.get("where") or where,
+                node=info.get("node"),
+                hugepage_size=info.get("hugepage_size"),
+                detail=info.get("detail") or "",
+            )
+        raise SimulatedCrash(_signal_name(sig), where)
