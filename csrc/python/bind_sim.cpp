@@ -1,6 +1,150 @@
-// Placeholder until this part of the module lands; replaced by its owner.
+// SimKernel in Python: the config it is built from (filled by umbp_sim.sim from a Machine),
+// admin knobs (nr_hugepages writes), counters, mappings, fds, rendered files and crash_info().
+#include <pybind11/stl.h>
+#include <signal.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "kernel/sim_kernel.h"
 #include "python/bindings.h"
 
+namespace py = pybind11;
+
 namespace umbp::bindings {
-void bind_sim(pybind11::module_&) {}
+namespace {
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGKILL:
+      return "SIGKILL";
+    case SIGSEGV:
+      return "SIGSEGV";
+    default:
+      return "SIG?";
+  }
+}
+
+void check(int err, const std::string& what) {
+  if (err) {
+    PyErr_SetObject(PyExc_OSError, py::make_tuple(err, std::strerror(err), what).ptr());
+    throw py::error_already_set();
+  }
+}
+
+}  // namespace
+
+void bind_sim(py::module_& m) {
+  py::class_<SimPoolConfig>(m, "SimPoolConfig")
+      .def(py::init<>())
+      .def_readwrite("total", &SimPoolConfig::total)
+      .def_readwrite("free", &SimPoolConfig::free)
+      .def_readwrite("surplus", &SimPoolConfig::surplus);
+  py::class_<SimNodeConfig>(m, "SimNodeConfig")
+      .def(py::init<>())
+      .def_readwrite("id", &SimNodeConfig::id)
+      .def_readwrite("mem_total", &SimNodeConfig::mem_total)
+      .def_readwrite("mem_free", &SimNodeConfig::mem_free)
+      .def_readwrite("cpulist", &SimNodeConfig::cpulist)
+      .def_readwrite("distances", &SimNodeConfig::distances)
+      .def_readwrite("hugepages", &SimNodeConfig::hugepages);
+  py::class_<SimConfig>(m, "SimConfig", "Starting state of a SimKernel (see umbp_sim.sim)")
+      .def(py::init<>())
+      .def_readwrite("arch", &SimConfig::arch)
+      .def_readwrite("page_size", &SimConfig::page_size)
+      .def_readwrite("hugepage_sizes", &SimConfig::hugepage_sizes)
+      .def_readwrite("default_hugepage_size", &SimConfig::default_hugepage_size)
+      .def_readwrite("nodes", &SimConfig::nodes)
+      .def_readwrite("possible_nodes", &SimConfig::possible_nodes)
+      .def_readwrite("online_nodes", &SimConfig::online_nodes)
+      .def_readwrite("numa_sysfs", &SimConfig::numa_sysfs)
+      .def_readwrite("hugepages_reserved", &SimConfig::hugepages_reserved)
+      .def_readwrite("nr_overcommit_hugepages", &SimConfig::nr_overcommit_hugepages)
+      .def_readwrite("overcommit_memory", &SimConfig::overcommit_memory)
+      .def_readwrite("overcommit_ratio", &SimConfig::overcommit_ratio)
+      .def_readwrite("overcommit_kbytes", &SimConfig::overcommit_kbytes)
+      .def_readwrite("swap_total", &SimConfig::swap_total)
+      .def_readwrite("mem_total", &SimConfig::mem_total)
+      .def_readwrite("mem_free", &SimConfig::mem_free)
+      .def_readwrite("mem_available", &SimConfig::mem_available)
+      .def_readwrite("committed_as", &SimConfig::committed_as)
+      .def_readwrite("admin_reserve_kbytes", &SimConfig::admin_reserve_kbytes)
+      .def_readwrite("user_reserve_kbytes", &SimConfig::user_reserve_kbytes)
+      .def_readwrite("rlimit_as", &SimConfig::rlimit_as)
+      .def_readwrite("base_vm", &SimConfig::base_vm)
+      .def_readwrite("memcg_max", &SimConfig::memcg_max)
+      .def_readwrite("hugetlb_cgroup_max", &SimConfig::hugetlb_cgroup_max)
+      .def_readwrite("hugetlb_cgroup_rsvd_max", &SimConfig::hugetlb_cgroup_rsvd_max)
+      .def_readwrite("kernel_release", &SimConfig::kernel_release)
+      .def_readwrite("kernel_major", &SimConfig::kernel_major)
+      .def_readwrite("kernel_minor", &SimConfig::kernel_minor)
+      .def_readwrite("kernel_patch", &SimConfig::kernel_patch)
+      .def_readwrite("root", &SimConfig::root);
+
+  py::class_<SimKernel, Kernel, std::shared_ptr<SimKernel>>(
+      m, "SimKernel", "The simulated Linux memory subsystem (shared/kernel-model.md)")
+      .def(py::init<const SimConfig&>(), py::arg("config"))
+      .def(
+          "set_nr_hugepages",
+          [](SimKernel& k, uint64_t size, long count, int node) {
+            check(k.set_nr_hugepages(size, count, node), "nr_hugepages");
+          },
+          py::arg("size"), py::arg("count"), py::arg("node") = -1,
+          "Write nr_hugepages of one size (node=-1: the global file, interleaved)")
+      .def(
+          "set_nr_overcommit_hugepages",
+          [](SimKernel& k, uint64_t size, long count) {
+            check(k.set_nr_overcommit_hugepages(size, count), "nr_overcommit_hugepages");
+          },
+          py::arg("size"), py::arg("count"))
+      .def(
+          "set_task_policy",
+          [](SimKernel& k, int mode, const std::vector<int>& nodes) {
+            check(k.set_task_policy(mode, nodes), "set_mempolicy");
+          },
+          py::arg("mode"), py::arg("nodes"), "set_mempolicy(2) of the simulated task")
+      .def("render_all", &SimKernel::render_all, "{path: contents} of every rendered file")
+      .def("dead", &SimKernel::dead)
+      .def("crash_info",
+           [](SimKernel& k) -> py::object {
+             SimCrash c = k.crash();
+             if (!c.signal) return py::none();
+             py::dict d;
+             d["signal"] = signal_name(c.signal);
+             d["where"] = c.where;
+             d["node"] = c.node >= 0 ? py::object(py::int_(c.node)) : py::none();
+             d["hugepage_size"] =
+                 c.hugepage_size ? py::object(py::int_(c.hugepage_size)) : py::none();
+             d["detail"] = c.detail;
+             return std::move(d);
+           })
+      .def("hugepage_counters", &SimKernel::hugepage_counters, py::arg("size"),
+           py::arg("node") = -1, "[total, free, reserved, surplus]; [] for an unknown size/node")
+      .def("committed_as", &SimKernel::committed_as)
+      .def("commit_limit", &SimKernel::commit_limit)
+      .def("total_vm", &SimKernel::total_vm)
+      .def("open_fds", &SimKernel::open_fds)
+      .def("mappings", [](SimKernel& k) {
+        py::list out;
+        for (const auto& m : k.mappings()) {
+          py::dict d;
+          d["start"] = m.start;
+          d["length"] = m.length;
+          d["prot"] = m.prot;
+          d["flags"] = m.flags;
+          d["page_size"] = m.page_size;
+          d["hugetlb"] = m.hugetlb;
+          d["shared"] = m.shared;
+          d["policy_mode"] = m.policy_mode;
+          d["policy_nodes"] = m.policy_nodes;
+          d["faulted_pages"] = m.faulted_pages;
+          d["reserved_pages"] = m.reserved_pages;
+          out.append(d);
+        }
+        return out;
+      });
+}
+
 }  // namespace umbp::bindings

@@ -1,0 +1,61 @@
+// The description a SimKernel starts from: plain data, filled from umbp_sim.machine.Machine.
+// All sizes are bytes; page counts are pages of the size they belong to.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace umbp {
+
+// One hugepage size on one node.
+struct SimPoolConfig {
+  long total = 0;
+  long free = 0;
+  long surplus = 0;
+};
+
+struct SimNodeConfig {
+  int id = 0;
+  uint64_t mem_total = 0;  // 0: an online node without memory
+  uint64_t mem_free = 0;
+  std::string cpulist;
+  std::vector<int> distances;
+  std::map<uint64_t, SimPoolConfig> hugepages;  // size -> pool
+};
+
+struct SimConfig {
+  std::string arch = "x86_64";
+  uint64_t page_size = 4096;
+  std::vector<uint64_t> hugepage_sizes;  // empty: no CONFIG_HUGETLB_PAGE
+  uint64_t default_hugepage_size = 0;    // 0: none
+  std::vector<SimNodeConfig> nodes;
+  std::vector<int> possible_nodes;
+  std::vector<int> online_nodes;
+  bool numa_sysfs = true;
+  std::map<uint64_t, long> hugepages_reserved;       // size -> pages held by other processes
+  std::map<uint64_t, long> nr_overcommit_hugepages;  // size -> pages
+  int overcommit_memory = 0;
+  int overcommit_ratio = 50;
+  uint64_t overcommit_kbytes = 0;
+  uint64_t swap_total = 0;
+  uint64_t mem_total = 0;
+  uint64_t mem_free = 0;
+  uint64_t mem_available = 0;
+  uint64_t committed_as = 0;  // bytes committed by other processes
+  uint64_t admin_reserve_kbytes = 8192;
+  uint64_t user_reserve_kbytes = 131072;
+  uint64_t rlimit_as = UINT64_MAX;  // UINT64_MAX: unlimited
+  uint64_t base_vm = 0;             // VM the simulated process already has (counts for RLIMIT_AS)
+  uint64_t memcg_max = UINT64_MAX;  // UINT64_MAX: "max"
+  std::map<uint64_t, uint64_t> hugetlb_cgroup_max;       // size -> bytes (fault-time limit)
+  std::map<uint64_t, uint64_t> hugetlb_cgroup_rsvd_max;  // size -> bytes (mmap-time limit)
+  std::string kernel_release = "6.18.0";
+  int kernel_major = 6;
+  int kernel_minor = 18;
+  int kernel_patch = 0;
+  bool root = true;  // CAP_SYS_ADMIN / CAP_SYS_NICE
+};
+
+}  // namespace umbp

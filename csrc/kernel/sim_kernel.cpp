@@ -1,0 +1,444 @@
+// SimKernel state: construction from SimConfig, the hugepage pool arithmetic of
+// kernel-model.md sections 1-2, admin knobs and the crash record.
+#include "kernel/sim_kernel.h"
+
+#include <linux/mempolicy.h>
+#include <signal.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace umbp {
+
+long SimHState::nr() const {
+  long s = 0;
+  for (const auto& [n, p] : node) s += p.nr;
+  return s;
+}
+long SimHState::free() const {
+  long s = 0;
+  for (const auto& [n, p] : node) s += p.free;
+  return s;
+}
+long SimHState::surp() const {
+  long s = 0;
+  for (const auto& [n, p] : node) s += p.surp;
+  return s;
+}
+
+namespace {
+long persistent(const SimHState& h) { return h.nr() - h.surp(); }
+
+// Spread `want` items over `nodes` as round-robin would, each node limited by cap(node).
+template <typename Cap>
+std::vector<std::pair<int, long>> distribute(long want, const std::vector<int>& nodes, Cap cap) {
+  std::map<int, long> got;
+  std::vector<int> live;
+  for (int n : nodes)
+    if (cap(n) > 0) live.push_back(n);
+  while (want > 0 && !live.empty()) {
+    long share = want / static_cast<long>(live.size());
+    long extra = want % static_cast<long>(live.size());
+    std::vector<int> still;
+    long given_total = 0;
+    for (size_t i = 0; i < live.size(); ++i) {
+      int n = live[i];
+      long ask = share + (static_cast<long>(i) < extra ? 1 : 0);
+      long room = cap(n) - got[n];
+      long give = std::min(ask, room);
+      got[n] += give;
+      given_total += give;
+      if (room > give) still.push_back(n);
+    }
+    want -= given_total;
+    if (given_total == 0) break;
+    live = std::move(still);
+  }
+  std::vector<std::pair<int, long>> out;
+  for (int n : nodes)
+    if (got[n] > 0) out.push_back({n, got[n]});
+  return out;
+}
+
+// Take `want` items from `nodes` in order, each limited by cap(node).
+template <typename Cap>
+std::vector<std::pair<int, long>> fill_in_order(long want, const std::vector<int>& nodes, Cap cap) {
+  std::vector<std::pair<int, long>> out;
+  for (int n : nodes) {
+    if (want <= 0) break;
+    long k = std::min(want, cap(n));
+    if (k > 0) out.push_back({n, k});
+    want -= std::max(k, 0L);
+  }
+  return out;
+}
+}  // namespace
+
+SimKernel::SimKernel(const SimConfig& cfg) : cfg_(cfg) {
+  if (cfg_.possible_nodes.empty())
+    for (const auto& n : cfg_.nodes) cfg_.possible_nodes.push_back(n.id);
+  if (cfg_.online_nodes.empty())
+    for (const auto& n : cfg_.nodes) cfg_.online_nodes.push_back(n.id);
+  std::sort(cfg_.nodes.begin(), cfg_.nodes.end(),
+            [](const SimNodeConfig& a, const SimNodeConfig& b) { return a.id < b.id; });
+  for (const auto& n : cfg_.nodes) node_free_[n.id] = static_cast<int64_t>(n.mem_free);
+  for (uint64_t size : cfg_.hugepage_sizes) {
+    SimHState h;
+    h.size = size;
+    auto r = cfg_.hugepages_reserved.find(size);
+    h.resv = r == cfg_.hugepages_reserved.end() ? 0 : r->second;
+    auto o = cfg_.nr_overcommit_hugepages.find(size);
+    h.overcommit = o == cfg_.nr_overcommit_hugepages.end() ? 0 : o->second;
+    for (const auto& n : cfg_.nodes) {
+      SimNodePool p;
+      auto it = n.hugepages.find(size);
+      if (it != n.hugepages.end()) p = {it->second.total, it->second.free, it->second.surplus};
+      h.node[n.id] = p;
+    }
+    h.max_persistent = persistent(h);
+    hstates_[size] = h;
+  }
+}
+
+SimKernel::~SimKernel() {
+  for (auto& [s, v] : vmas_) real_unmap(v.start, v.end);
+}
+
+size_t SimKernel::page_size() { return static_cast<size_t>(cfg_.page_size); }
+
+SimHState* SimKernel::hstate(uint64_t size) {
+  auto it = hstates_.find(size);
+  return it == hstates_.end() ? nullptr : &it->second;
+}
+
+bool SimKernel::has_memory(int node) const {
+  for (const auto& n : cfg_.nodes)
+    if (n.id == node) return n.mem_total > 0;
+  return false;
+}
+
+std::vector<int> SimKernel::memory_nodes() const {
+  std::vector<int> out;
+  for (const auto& n : cfg_.nodes)
+    if (n.mem_total > 0) out.push_back(n.id);
+  return out;
+}
+
+bool SimKernel::version_at_least(int major, int minor) const {
+  return cfg_.kernel_major > major || (cfg_.kernel_major == major && cfg_.kernel_minor >= minor);
+}
+
+// Larger than the buddy allocator's largest block (MAX_PAGE_ORDER 10/11/13 for 4K/16K/64K).
+bool SimKernel::gigantic(const SimHState& h) const {
+  int order = cfg_.page_size >= 65536 ? 13 : cfg_.page_size >= 16384 ? 11 : 10;
+  return h.size > (cfg_.page_size << order);
+}
+
+long SimKernel::pool_pages_total() const {
+  long pages = 0;
+  for (const auto& [size, h] : hstates_) pages += h.nr() * static_cast<long>(size / cfg_.page_size);
+  return pages;
+}
+
+long SimKernel::node_mem_free(int node) const {
+  auto it = node_free_.find(node);
+  return it == node_free_.end() ? 0 : static_cast<long>(std::max<int64_t>(it->second, 0));
+}
+
+void SimKernel::node_mem_take(int node, int64_t bytes) {
+  node_free_[node] -= bytes;
+  mem_free_delta_ -= bytes;
+}
+
+// ---- pool arithmetic --------------------------------------------------------------------
+
+// alloc_surplus_hugetlb_folio: one page from the buddy allocator, within nr_overcommit.
+bool SimKernel::alloc_surplus_page(SimHState& h, const std::vector<int>& order, int* node_out) {
+  if (gigantic(h) && !version_at_least(6, 19)) return false;
+  if (h.surp() >= h.overcommit) return false;
+  for (int n : order) {
+    if (!has_memory(n) || node_mem_free(n) < static_cast<long>(h.size)) continue;
+    node_mem_take(n, static_cast<int64_t>(h.size));
+    h.node[n].nr++;
+    h.node[n].surp++;
+    if (node_out) *node_out = n;
+    return true;
+  }
+  return false;
+}
+
+// gather_surplus_pages + the reservation: resv += delta, allocating surplus pages (which join
+// the free pool at mmap time) when free - resv does not cover delta.
+int SimKernel::gather_surplus(SimHState& h, long delta) {
+  long needed = h.resv + delta - h.free();
+  if (needed <= 0) {
+    h.resv += delta;
+    return 0;
+  }
+  long room = h.overcommit - h.surp();
+  if (gigantic(h) && !version_at_least(6, 19)) room = 0;
+  if (room < needed) return ENOMEM;
+  // Local node first: the buddy allocator falls back in node order.
+  auto plan = fill_in_order(needed, memory_nodes(),
+                            [&](int n) { return node_mem_free(n) / static_cast<long>(h.size); });
+  long got = 0;
+  for (auto& [n, c] : plan) got += c;
+  if (got < needed) return ENOMEM;
+  for (auto& [n, c] : plan) {
+    node_mem_take(n, static_cast<int64_t>(h.size) * c);
+    h.node[n].nr += c;
+    h.node[n].surp += c;
+    h.node[n].free += c;
+  }
+  h.resv += delta;
+  return 0;
+}
+
+// return_unused_surplus_pages: give back reservations, then shrink free surplus pages.
+void SimKernel::return_unused_surplus(SimHState& h, long unused) {
+  h.resv -= unused;
+  if (h.resv < 0) h.resv = 0;
+  long n = std::min(unused, h.surp());
+  for (auto& [id, p] : h.node) {
+    if (n <= 0) break;
+    long k = std::min({n, p.free, p.surp});
+    p.nr -= k;
+    p.free -= k;
+    p.surp -= k;
+    node_mem_take(id, -static_cast<int64_t>(h.size) * k);
+    n -= k;
+  }
+}
+
+// free_huge_folio for `count` in-use pages of `node`: surplus pages are dissolved.
+void SimKernel::free_huge_pages(SimHState& h, int node, long count) {
+  SimNodePool& p = h.node[node];
+  long d = std::min(count, p.surp);
+  p.nr -= d;
+  p.surp -= d;
+  node_mem_take(node, -static_cast<int64_t>(h.size) * d);
+  p.free += count - d;
+}
+
+bool SimKernel::remove_free_page(SimHState& h, const std::vector<int>& nodes, bool surplus_only) {
+  for (int n : nodes) {
+    SimNodePool& p = h.node[n];
+    if (p.free <= 0 || (surplus_only && p.surp <= 0)) continue;
+    p.nr--;
+    p.free--;
+    if (surplus_only) p.surp--;
+    node_mem_take(n, -static_cast<int64_t>(h.size));
+    return true;
+  }
+  return false;
+}
+
+bool SimKernel::alloc_fresh_page(SimHState& h, const std::vector<int>& nodes) {
+  for (int n : nodes) {
+    if (node_mem_free(n) < static_cast<long>(h.size)) continue;
+    node_mem_take(n, static_cast<int64_t>(h.size));
+    h.node[n].nr++;
+    h.node[n].free++;
+    return true;
+  }
+  return false;
+}
+
+bool SimKernel::adjust_surplus(SimHState& h, const std::vector<int>& nodes, int delta) {
+  for (int n : nodes) {
+    SimNodePool& p = h.node[n];
+    if (delta < 0 && p.surp > 0) {
+      p.surp--;
+      return true;
+    }
+    if (delta > 0 && p.surp < p.nr) {
+      p.surp++;
+      return true;
+    }
+  }
+  return false;
+}
+
+// set_max_huge_pages (mm/hugetlb.c), in bulk where the loop would be long.
+int SimKernel::set_nr_hugepages(uint64_t size, long count, int node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SimHState* h = hstate(size);
+  if (!h) return ENOENT;
+  if (count < 0) return EINVAL;
+  std::vector<int> allowed;
+  if (node >= 0) {
+    if (!h->node.count(node)) return ENOENT;
+    allowed = {node};
+    const SimNodePool& p = h->node[node];
+    count += persistent(*h) - (p.nr - p.surp);
+  } else {
+    allowed = memory_nodes();
+  }
+  // Grow: surplus pages become persistent first, then fresh pages, interleaved.
+  while (h->surp() > 0 && count > persistent(*h))
+    if (!adjust_surplus(*h, allowed, -1)) break;
+  if (count > persistent(*h)) {
+    auto plan = distribute(count - persistent(*h), allowed,
+                           [&](int n) { return node_mem_free(n) / static_cast<long>(h->size); });
+    for (auto& [n, c] : plan) {
+      node_mem_take(n, static_cast<int64_t>(h->size) * c);
+      h->node[n].nr += c;
+      h->node[n].free += c;
+    }
+  }
+  // Shrink: free pages not needed by reservations go back; the rest become surplus.
+  long min_count = std::max(count, h->resv + h->nr() - h->free());
+  if (min_count < persistent(*h)) {
+    auto plan =
+        distribute(persistent(*h) - min_count, allowed, [&](int n) { return h->node[n].free; });
+    for (auto& [n, c] : plan) {
+      h->node[n].nr -= c;
+      h->node[n].free -= c;
+      node_mem_take(n, -static_cast<int64_t>(h->size) * c);
+    }
+  }
+  if (count < persistent(*h)) {
+    auto plan = distribute(persistent(*h) - count, allowed,
+                           [&](int n) { return h->node[n].nr - h->node[n].surp; });
+    for (auto& [n, c] : plan) h->node[n].surp += c;
+  }
+  h->max_persistent = persistent(*h);
+  return 0;
+}
+
+int SimKernel::set_nr_overcommit_hugepages(uint64_t size, long count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SimHState* h = hstate(size);
+  if (!h) return ENOENT;
+  if (count < 0) return EINVAL;
+  if (gigantic(*h) && !version_at_least(6, 19)) return EINVAL;
+  h->overcommit = count;
+  return 0;
+}
+
+int SimKernel::set_task_policy(int mode, const std::vector<int>& nodes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SimPolicy p;
+  p.mode = mode;
+  for (int n : nodes)
+    if (has_memory(n)) p.nodes.push_back(n);
+  std::sort(p.nodes.begin(), p.nodes.end());
+  if ((mode == MPOL_BIND || mode == MPOL_INTERLEAVE) && p.nodes.empty()) return EINVAL;
+  task_policy_ = p;
+  return 0;
+}
+
+// ---- objects ----------------------------------------------------------------------------
+
+// Give back what [first, first+count) of an object holds: faulted pages to the pool (or the
+// buddy allocator for base pages), reservations to the hstate.
+void SimKernel::release_object_range(SimObject& o, uint64_t first, uint64_t count) {
+  long unused_resv = 0;
+  for (const auto& seg : o.pages.segments(first, count)) {
+    if (seg.state == PageState::Reserved) unused_resv += static_cast<long>(seg.len);
+    if (seg.state != PageState::Faulted) continue;
+    for (const auto& [n, c] : seg.nodes) {
+      if (o.h) {
+        free_huge_pages(*o.h, n, static_cast<long>(c));
+        o.h->cg_usage -= std::min<uint64_t>(o.h->cg_usage, c * o.h->size);
+      } else {
+        node_mem_take(n, -static_cast<int64_t>(c * o.page));
+        memcg_usage_ -= std::min<uint64_t>(memcg_usage_, c * o.page);
+      }
+    }
+  }
+  if (o.h && unused_resv) {
+    return_unused_surplus(*o.h, unused_resv);
+    o.h->cg_rsvd -= std::min<uint64_t>(o.h->cg_rsvd, unused_resv * o.h->size);
+  }
+  o.pages.assign(first, count, PageState::None);
+}
+
+void SimKernel::drop_object_ref(const SimObjectPtr& o) {
+  if (o->vma_refs > 0 || o->fd_refs > 0) return;
+  // Last reference: the inode goes away with its pages and reservations.
+  const uint64_t all = UINT64_MAX / 2;
+  release_object_range(*o, 0, all);
+}
+
+// ---- crash and inspection ---------------------------------------------------------------
+
+SysResult SimKernel::die(int sig, const std::string& where, int node, uint64_t hsize,
+                         const std::string& detail) {
+  crash_ = SimCrash{sig, where, node, hsize, detail};
+  return SysResult::Crash(sig);
+}
+
+bool SimKernel::dead() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return crash_.signal != 0;
+}
+
+SimCrash SimKernel::crash() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return crash_;
+}
+
+std::vector<SimMappingInfo> SimKernel::mappings() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<SimMappingInfo> out;
+  for (const auto& [s, v] : vmas_) {
+    SimMappingInfo m;
+    m.start = v.start;
+    m.length = v.len();
+    m.prot = v.prot;
+    m.flags = v.flags;
+    m.page_size = v.obj->page;
+    m.hugetlb = v.hugetlb();
+    m.shared = v.obj->shared;
+    m.policy_mode = v.policy.mode;
+    m.policy_nodes = v.policy.nodes;
+    uint64_t n = v.len() / v.obj->page;
+    m.faulted_pages = v.obj->pages.count(v.pgoff, n, PageState::Faulted);
+    m.reserved_pages = v.obj->pages.count(v.pgoff, n, PageState::Reserved);
+    out.push_back(m);
+  }
+  return out;
+}
+
+std::vector<int> SimKernel::open_fds() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> out;
+  for (const auto& [fd, o] : fds_) out.push_back(fd);
+  return out;
+}
+
+std::vector<long> SimKernel::hugepage_counters(uint64_t size, int node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SimHState* h = hstate(size);
+  if (!h) return {};
+  if (node < 0) return {h->nr(), h->free(), h->resv, h->surp()};
+  auto it = h->node.find(node);
+  if (it == h->node.end()) return {};
+  return {it->second.nr, it->second.free, 0, it->second.surp};
+}
+
+uint64_t SimKernel::committed_as() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cfg_.committed_as + committed_;
+}
+
+uint64_t SimKernel::total_vm() {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t vm = cfg_.base_vm;
+  for (const auto& [s, v] : vmas_) vm += v.len();
+  return vm;
+}
+
+// vm_commit_limit (mm/util.c), in bytes.
+uint64_t SimKernel::commit_limit() {
+  uint64_t ps = cfg_.page_size;
+  if (cfg_.overcommit_kbytes) return cfg_.overcommit_kbytes * 1024 + cfg_.swap_total;
+  uint64_t total_pages = cfg_.mem_total / ps;
+  uint64_t pool = static_cast<uint64_t>(pool_pages_total());
+  uint64_t pages = total_pages > pool ? total_pages - pool : 0;
+  return pages * static_cast<uint64_t>(cfg_.overcommit_ratio) / 100 * ps + cfg_.swap_total;
+}
+
+}  // namespace umbp

@@ -1,0 +1,196 @@
+// SimKernel: a model of the Linux memory subsystem (shared/kernel-model.md) behind the Kernel
+// seam. Everything is counters and interval runs, so a 4 TiB mapping costs as much as 4 KiB.
+//
+// Layout of the implementation:
+//   sim_config.h   the starting description (from umbp_sim.machine.Machine)
+//   sim_pages.h    PageRuns: per-page state of a mapping's backing object, as interval runs
+//   sim_kernel.cpp state, hugepage pool arithmetic, admin knobs, crash bookkeeping
+//   sim_mmap.cpp   mmap, munmap, madvise, touch (faults)
+//   sim_mbind.cpp  mbind
+//   sim_memfd.cpp  memfd_create, ftruncate, close
+//   sim_render.cpp /proc and /sys rendering, read_file
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernel/kernel.h"
+#include "kernel/sim_config.h"
+#include "kernel/sim_pages.h"
+
+namespace umbp {
+
+// Per-node share of one hugepage size.
+struct SimNodePool {
+  long nr = 0;
+  long free = 0;
+  long surp = 0;
+};
+
+// One hstate (hugepage size), kernel-model.md section 0.
+struct SimHState {
+  uint64_t size = 0;
+  long resv = 0;
+  long overcommit = 0;
+  long max_persistent = 0;  // /proc/sys/vm/nr_hugepages (max_huge_pages)
+  std::map<int, SimNodePool> node;
+  uint64_t cg_usage = 0;  // bytes faulted by the simulated process (hugetlb cgroup)
+  uint64_t cg_rsvd = 0;   // bytes reserved by the simulated process (hugetlb cgroup rsvd)
+
+  long nr() const;
+  long free() const;
+  long surp() const;
+};
+
+// A memory policy (VMA or task).
+struct SimPolicy {
+  int mode = 0;            // MPOL_DEFAULT
+  std::vector<int> nodes;  // sorted, only nodes with memory
+  bool operator==(const SimPolicy& o) const { return mode == o.mode && nodes == o.nodes; }
+};
+
+// What a mapping's pages belong to: a private mapping's own object, a memfd inode, or the
+// anonymous inode of a MAP_SHARED|MAP_ANONYMOUS mapping.
+struct SimObject {
+  uint64_t page = 0;       // page size of the object (a hugepage size, or the base page size)
+  SimHState* h = nullptr;  // hugetlb hstate, or nullptr for base pages
+  bool shared = false;
+  PageRuns pages;        // index in `page` units from the object start
+  uint64_t i_size = 0;   // file size (memfd); private/anon objects: unused
+  bool is_file = false;  // memfd inode: pages beyond i_size SIGBUS
+  int fd_refs = 0;       // open simulated fds
+  int vma_refs = 0;      // VMAs mapping it
+  std::string name;
+};
+using SimObjectPtr = std::shared_ptr<SimObject>;
+
+struct SimVma {
+  uintptr_t start = 0;
+  uintptr_t end = 0;
+  int prot = 0;
+  int flags = 0;
+  SimObjectPtr obj;
+  uint64_t pgoff = 0;      // first object page (in obj->page units) mapped at start
+  bool noreserve = false;  // VM_NORESERVE (no hugetlb reservation)
+  bool accounted = false;  // charged to Committed_AS
+  SimPolicy policy;
+  bool hugetlb() const { return obj && obj->h; }
+  uint64_t len() const { return end - start; }
+};
+
+struct SimCrash {
+  int signal = 0;
+  std::string where;
+  int node = -1;
+  uint64_t hugepage_size = 0;
+  std::string detail;
+};
+
+// One mapping as Python sees it (SimHost.mappings()).
+struct SimMappingInfo {
+  uintptr_t start = 0;
+  uint64_t length = 0;
+  int prot = 0;
+  int flags = 0;
+  uint64_t page_size = 0;
+  bool hugetlb = false;
+  bool shared = false;
+  int policy_mode = 0;
+  std::vector<int> policy_nodes;
+  uint64_t faulted_pages = 0;
+  uint64_t reserved_pages = 0;
+};
+
+class SimKernel : public Kernel {
+ public:
+  explicit SimKernel(const SimConfig& cfg);
+  ~SimKernel() override;
+
+  size_t page_size() override;
+  SysResult mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) override;
+  SysResult munmap(void* addr, size_t length) override;
+  SysResult madvise(void* addr, size_t length, int advice) override;
+  SysResult mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
+                  unsigned long maxnode, unsigned flags) override;
+  SysResult memfd_create(const char* name, unsigned flags) override;
+  SysResult ftruncate(int fd, off_t length) override;
+  SysResult close(int fd) override;
+  FileResult read_file(const std::string& path) override;
+  SysResult touch(void* addr, size_t length, size_t stride) override;
+
+  // ---- admin knobs and inspection (Python: SimKernel methods) --------------------------
+  // Write nr_hugepages for `size` (node < 0: /proc/sys/vm / global sysfs file, interleaved
+  // over nodes with memory; else nodeN's file). Returns 0 or an errno.
+  int set_nr_hugepages(uint64_t size, long count, int node);
+  int set_nr_overcommit_hugepages(uint64_t size, long count);
+  // set_mempolicy(2) of the simulated task (numactl --membind), checked at hugetlb mmap.
+  int set_task_policy(int mode, const std::vector<int>& nodes);
+  std::map<std::string, std::string> render_all();
+  bool dead();
+  SimCrash crash();
+  std::vector<SimMappingInfo> mappings();
+  std::vector<int> open_fds();
+  // Counters: {total, free, reserved, surplus} for a size; node < 0 = global (reserved is
+  // global only; per node it is 0).
+  std::vector<long> hugepage_counters(uint64_t size, int node);
+  uint64_t committed_as();
+  uint64_t commit_limit();
+  uint64_t total_vm();
+
+ private:
+  friend struct SimFaulter;
+  // sim_kernel.cpp
+  SimHState* hstate(uint64_t size);
+  bool has_memory(int node) const;
+  std::vector<int> memory_nodes() const;
+  bool version_at_least(int major, int minor) const;
+  bool gigantic(const SimHState& h) const;
+  long pool_pages_total() const;  // Σ nr × pages per hugepage, in base pages
+  // Pool arithmetic (kernel-model.md sections 1-2).
+  bool alloc_surplus_page(SimHState& h, const std::vector<int>& order, int* node_out);
+  int gather_surplus(SimHState& h, long delta);  // 0 or ENOMEM; resv += delta on success
+  void return_unused_surplus(SimHState& h, long unused_resv);
+  void free_huge_pages(SimHState& h, int node, long count);
+  bool remove_free_page(SimHState& h, const std::vector<int>& nodes, bool surplus_only);
+  bool alloc_fresh_page(SimHState& h, const std::vector<int>& nodes);
+  bool adjust_surplus(SimHState& h, const std::vector<int>& nodes, int delta);
+  long node_mem_free(int node) const;
+  void node_mem_take(int node, int64_t bytes);
+  void release_object_range(SimObject& o, uint64_t first, uint64_t count);
+  void drop_object_ref(const SimObjectPtr& o);
+  SysResult die(int sig, const std::string& where, int node, uint64_t hsize,
+                const std::string& detail);
+
+  // sim_mmap.cpp
+  std::vector<int> fault_order(const SimPolicy& vma_policy, uint64_t index) const;
+  // Fault pages [first, first+count) of vma's object. Returns 0, or a signal number for the
+  // failure (SIGBUS / SIGKILL) with *why filled.
+  int fault_range(SimVma& v, uint64_t first, uint64_t count, std::string* why, int* node,
+                  uint64_t* hsize);
+  SysResult populate(uintptr_t start, uintptr_t end, bool write, const std::string& where,
+                     bool is_madvise);
+  std::map<uintptr_t, SimVma>::iterator split_vma(uintptr_t at);
+  void real_unmap(uintptr_t start, uintptr_t end);
+  int reserve_real(uintptr_t hint, uint64_t len, uint64_t align, bool fixed, uintptr_t* out);
+  int commit_check(uint64_t bytes, uint64_t new_vm_bytes);
+  SysResult munmap_locked(uintptr_t start, uintptr_t end);
+
+  std::mutex mu_;
+  SimConfig cfg_;
+  std::map<uint64_t, SimHState> hstates_;
+  std::map<int, int64_t> node_free_;  // bytes free per node (buddy)
+  int64_t mem_free_delta_ = 0;        // change of global MemFree since start
+  uint64_t committed_ = 0;            // bytes committed by the simulated process
+  uint64_t memcg_usage_ = 0;          // bytes charged to the memory cgroup
+  SimPolicy task_policy_;
+  std::map<uintptr_t, SimVma> vmas_;  // by start
+  std::map<int, SimObjectPtr> fds_;
+  int next_fd_ = 1000000;
+  SimCrash crash_;
+};
+
+}  // namespace umbp

@@ -1,0 +1,80 @@
+// SimKernel: memfd_create, ftruncate, close (kernel-model.md section 5). Simulated fds come
+// from a private range (1000000 up) so they never collide with real descriptors.
+#include <linux/memfd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "kernel/sim_kernel.h"
+
+namespace umbp {
+
+namespace {
+constexpr unsigned kMfdNoexecSeal = 0x0008U;
+constexpr unsigned kMfdExec = 0x0010U;
+constexpr unsigned kMfdHugeShift = 26;
+constexpr unsigned kMfdHugeMask = 0x3f;
+}  // namespace
+
+SysResult SimKernel::memfd_create(const char* name, unsigned flags) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (crash_.signal) return SysResult::Crash(crash_.signal);
+  if (!version_at_least(3, 17)) return SysResult::Err(ENOSYS);
+  unsigned known = MFD_CLOEXEC | MFD_ALLOW_SEALING;
+  if (version_at_least(4, 14)) known |= MFD_HUGETLB;
+  if (version_at_least(6, 3)) known |= kMfdNoexecSeal | kMfdExec;
+  const unsigned size_bits = flags & (kMfdHugeMask << kMfdHugeShift);
+  if (!(flags & MFD_HUGETLB) && size_bits) return SysResult::Err(EINVAL);
+  if (flags & ~(known | size_bits)) return SysResult::Err(EINVAL);
+  if ((flags & MFD_HUGETLB) && (flags & MFD_ALLOW_SEALING) && !version_at_least(4, 16))
+    return SysResult::Err(EINVAL);
+  if (!name || std::strlen(name) > 249) return SysResult::Err(EINVAL);
+  auto obj = std::make_shared<SimObject>();
+  obj->shared = true;
+  obj->is_file = true;
+  obj->name = name;
+  obj->page = cfg_.page_size;
+  if (flags & MFD_HUGETLB) {
+    if (cfg_.hugepage_sizes.empty()) return SysResult::Err(ENOSYS);  // CONFIG_HUGETLBFS=n
+    unsigned log = (flags >> kMfdHugeShift) & kMfdHugeMask;
+    uint64_t size = log ? (uint64_t{1} << log) : cfg_.default_hugepage_size;
+    SimHState* h = hstate(size);
+    if (!h) return SysResult::Err(ENODEV);
+    obj->h = h;
+    obj->page = size;
+  }
+  obj->fd_refs = 1;
+  int fd = next_fd_++;
+  fds_[fd] = obj;
+  return SysResult::Ok(fd);
+}
+
+SysResult SimKernel::ftruncate(int fd, off_t length) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (crash_.signal) return SysResult::Crash(crash_.signal);
+  auto it = fds_.find(fd);
+  if (it == fds_.end()) return SysResult::Err(EBADF);
+  if (length < 0) return SysResult::Err(EINVAL);
+  SimObject& o = *it->second;
+  uint64_t len = static_cast<uint64_t>(length);
+  if (o.h && len % o.h->size) return SysResult::Err(EINVAL);
+  // Shrinking frees the pages and reservations past the new end; growing reserves nothing.
+  uint64_t keep = (len + o.page - 1) / o.page;
+  if (len < o.i_size) release_object_range(o, keep, UINT64_MAX / 2 - keep);
+  o.i_size = len;
+  return SysResult::Ok(0);
+}
+
+SysResult SimKernel::close(int fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (crash_.signal) return SysResult::Crash(crash_.signal);
+  auto it = fds_.find(fd);
+  if (it == fds_.end()) return SysResult::Err(EBADF);
+  SimObjectPtr o = it->second;
+  fds_.erase(it);
+  o->fd_refs--;
+  drop_object_ref(o);
+  return SysResult::Ok(0);
+}
+
+}  // namespace umbp

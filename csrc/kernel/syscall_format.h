@@ -1,0 +1,81 @@
+// strace-style decoding of the seam's arguments and results, shared by TracingKernel (its log)
+// and FaultyKernel (what fired). Everything here is pure formatting: no kernel state.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernel/kernel.h"
+
+namespace umbp {
+
+// The operations of the seam that can be traced or faulted (page_size is neither).
+enum class SysOp : int {
+  Mmap = 0,
+  Munmap,
+  Madvise,
+  Mbind,
+  MemfdCreate,
+  Ftruncate,
+  Close,
+  ReadFile,
+  Touch,
+};
+constexpr int kSysOpCount = 9;
+
+const char* sysop_name(SysOp op);
+// -1 for an unknown name.
+int sysop_from_name(const std::string& name);
+
+// One call's arguments, whatever the operation (unused fields keep their defaults). Cheap to
+// fill: no allocation except for mbind's mask and the memfd name / read_file path.
+struct SyscallArgs {
+  SysOp op = SysOp::Mmap;
+  uintptr_t addr = 0;
+  size_t length = 0;
+  int prot = 0;
+  int flags = 0;  // mmap flags, mbind flags, memfd flags
+  int fd = -1;
+  long offset = 0;  // mmap offset; ftruncate length lives in `length`
+  int advice = 0;
+  int mode = 0;                 // mbind mode incl. MPOL_F_* mode flags
+  std::vector<unsigned> nodes;  // mbind: the set bits among the maxnode-1 the kernel reads
+  bool null_mask = false;       // mbind: nodemask == NULL
+  unsigned long maxnode = 0;    // mbind
+  size_t stride = 0;            // touch
+  std::string text;             // memfd name or read_file path
+};
+
+// The set bits of an mbind mask as the kernel reads it (maxnode-1 bits), capped at 1<<20 bits.
+std::vector<unsigned> mask_nodes(const unsigned long* mask, unsigned long maxnode);
+
+// Symbolic decoders; unknown bits come out as hex (e.g. "PROT_READ|0x80").
+std::string format_prot(int prot);
+std::string format_mmap_flags(int flags);
+std::string format_madvise_advice(int advice);
+std::string format_mpol_mode(int mode);
+std::string format_mbind_flags(unsigned flags);
+std::string format_memfd_flags(unsigned flags);
+std::string format_nodes(const std::vector<unsigned>& nodes);  // "[0,3]"
+const char* errno_symbol(int e);                               // "ENOMEM", "" for 0, "E?"
+const char* signal_symbol(int sig);                            // "SIGBUS"
+// Parses "ENOMEM" / "SIGBUS"; -1 when unknown.
+int errno_from_symbol(const std::string& name);
+int signal_from_symbol(const std::string& name);
+
+// The name tables behind the decoders, for parsers (the Python FaultPlan): kind is one of
+// "errno", "signal", "prot", "mmap_flags", "advice", "mpol_mode", "mpol_mode_flags",
+// "mbind_flags", "memfd_flags". Unknown kind: empty.
+std::vector<std::pair<std::string, long>> named_values(const std::string& kind);
+
+// "mmap(NULL, 4096, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0)": the call part.
+std::string format_call(const SyscallArgs& a);
+// " = 0x7f.." / " = -1 ENOMEM (injected)" / " = ? +++ killed by SIGBUS +++": the result part.
+// For read_file, `result.value` is the byte count on success.
+std::string format_result(const SyscallArgs& a, const SysResult& r, bool injected);
+
+}  // namespace umbp

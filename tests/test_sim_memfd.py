@@ -1,0 +1,116 @@
+"""SimKernel memfd_create / ftruncate / close and shared hugetlb reservations (section 5)."""
+
+from __future__ import annotations
+
+import errno
+
+from umbp_sim import _native
+from umbp_sim.machine import GiB, Machine, MiB
+from umbp_sim.sim import HugePages, SimHost
+
+C = _native.constants
+RW = C["PROT_READ"] | C["PROT_WRITE"]
+SHARED, PRIVATE = C["MAP_SHARED"], C["MAP_PRIVATE"]
+HTLB = C["MFD_HUGETLB"]
+MFD_1G = HTLB | (30 << C["MFD_HUGE_SHIFT"])
+H2 = 2 * MiB
+
+
+def host(**kw: object) -> SimHost:
+    kw.setdefault("hugepages", {"2MiB": 4})
+    return SimHost(Machine.x86_64(**kw))  # type: ignore[arg-type]
+
+
+def test_fds_are_private_range_and_close_unknown_is_ebadf() -> None:
+    h = host()
+    fd = h.kernel.memfd_create("kv", HTLB)
+    assert fd.ok and fd.value >= 1_000_000
+    assert h.open_fds() == [fd.value]
+    assert h.kernel.close(fd.value).ok
+    assert h.kernel.close(fd.value).error == errno.EBADF
+    assert h.kernel.close(3).error == errno.EBADF
+    assert h.kernel.ftruncate(3, H2).error == errno.EBADF
+    assert h.kernel.mmap(0, H2, RW, SHARED, 3, 0).error == errno.EBADF
+
+
+def test_flag_and_version_errors() -> None:
+    h = host()
+    k = h.kernel
+    assert k.memfd_create("x", 24 << C["MFD_HUGE_SHIFT"]).error == errno.EINVAL  # no MFD_HUGETLB
+    assert k.memfd_create("x", 0x1000).error == errno.EINVAL
+    assert k.memfd_create("x", HTLB | (24 << C["MFD_HUGE_SHIFT"])).error == errno.ENODEV
+    assert k.memfd_create("x", HTLB | C["MFD_ALLOW_SEALING"]).ok
+    assert host(kernel_version="3.16.0").kernel.memfd_create("x", 0).error == errno.ENOSYS
+    assert host(kernel_version="4.13.0").kernel.memfd_create("x", HTLB).error == errno.EINVAL
+    old = host(kernel_version="4.15.0").kernel
+    assert old.memfd_create("x", HTLB | C["MFD_ALLOW_SEALING"]).error == errno.EINVAL
+    assert old.memfd_create("x", HTLB).ok
+
+
+def test_ftruncate_rules_and_empty_1g_pool() -> None:
+    h = host()
+    k = h.kernel
+    fd = k.memfd_create("x", HTLB).value
+    assert k.ftruncate(fd, H2 + 1).error == errno.EINVAL
+    assert k.ftruncate(fd, 4096).error == errno.EINVAL
+    assert k.ftruncate(fd, 2 * H2).ok
+    assert h.hugepages() == HugePages(4, 4, 0, 0)  # ftruncate does not reserve
+    g = k.memfd_create("g", MFD_1G).value
+    assert k.ftruncate(g, GiB).ok
+    assert k.mmap(0, GiB, RW, SHARED, g, 0).error == errno.ENOMEM
+
+
+def test_shared_reservation_belongs_to_the_inode() -> None:
+    h = host()
+    k = h.kernel
+    fd = k.memfd_create("x", HTLB).value
+    assert k.ftruncate(fd, 3 * H2).ok
+    a = k.mmap(0, 3 * H2, RW, SHARED, fd, 0)
+    assert a.ok and h.hugepages() == HugePages(4, 4, 3, 0)
+    b = k.mmap(0, 3 * H2, RW, SHARED, fd, 0)
+    assert b.ok and h.hugepages().reserved == 3  # nothing new to reserve
+    assert k.mmap(0, H2, RW, SHARED, fd, 4096).error == errno.EINVAL  # offset not a hugepage
+    assert k.mmap(0, 2 * H2, RW, PRIVATE, fd, 0).error == errno.ENOMEM  # needs its own
+    assert k.madvise(a.value, H2, C["MADV_POPULATE_WRITE"]).ok
+    assert h.hugepages() == HugePages(4, 3, 2, 0)
+    assert k.munmap(a.value, 3 * H2).ok and k.munmap(b.value, 3 * H2).ok
+    assert h.hugepages() == HugePages(4, 3, 2, 0)  # data stays in the file
+    assert k.ftruncate(fd, 0).ok
+    assert h.hugepages() == HugePages(4, 4, 0, 0)
+
+
+def test_last_close_releases() -> None:
+    h = host()
+    k = h.kernel
+    fd = k.memfd_create("x", HTLB).value
+    assert k.ftruncate(fd, 2 * H2).ok
+    a = k.mmap(0, 2 * H2, RW, SHARED, fd, 0).value
+    assert k.touch(a, H2, H2).ok
+    assert k.close(fd).ok
+    assert h.hugepages() == HugePages(4, 3, 1, 0)  # still mapped
+    assert k.munmap(a, H2).ok
+    assert h.hugepages() == HugePages(4, 3, 1, 0)  # partial munmap releases nothing
+    assert k.munmap(a + H2, H2).ok
+    assert h.hugepages() == HugePages(4, 4, 0, 0)
+
+
+def test_shared_noreserve_maps_beyond_pool_then_efault() -> None:
+    h = host()
+    k = h.kernel
+    fd = k.memfd_create("x", HTLB).value
+    assert k.ftruncate(fd, 8 * H2).ok
+    a = k.mmap(0, 8 * H2, RW, SHARED | C["MAP_NORESERVE"], fd, 0)
+    assert a.ok and h.hugepages().reserved == 0
+    assert k.madvise(a.value, 8 * H2, C["MADV_POPULATE_WRITE"]).error == errno.EFAULT
+    assert h.hugepages() == HugePages(4, 0, 0, 0)
+
+
+def test_touch_beyond_eof_is_sigbus() -> None:
+    h = host()
+    k = h.kernel
+    fd = k.memfd_create("plain", 0).value
+    assert k.ftruncate(fd, 8192).ok
+    a = k.mmap(0, 16384, RW, SHARED, fd, 0).value
+    assert k.touch(a, 8192, 4096).ok
+    assert k.touch(a, 16384, 4096).signal == 7
+    assert "beyond the end" in h.crash.detail

@@ -1,0 +1,100 @@
+"""pytest plugin: the ``sim_host`` fixture, a simulated host with a fake /proc and /sys.
+
+``sim_host`` yields a ``umbp_sim.sim.SimHost`` inside an active ``simulate()`` context (so
+``UMBPHostMemAllocator()`` created in the test runs on it) and a pyfakefs filesystem in which
+every rendered /proc and /sys file exists. The fake files are *live*: each read renders the
+file from the SimKernel's current state, so Python code reading /proc/meminfo after an
+allocation or ``host.set_nr_hugepages(...)`` sees the new counters without any sync call.
+
+Which machine (first match wins):
+  - indirect parametrisation: ``@pytest.mark.parametrize("sim_host", [m1, m2], indirect=True)``
+    with ``Machine`` instances;
+  - ``@pytest.mark.machine(machine)`` with a ``Machine``, or ``@pytest.mark.machine(**kw)`` with
+    keywords for ``Machine.build`` (``hugepages={"2MiB": 8}``, ``nodes=2`` ...);
+  - otherwise ``DEFAULT_MACHINE()``: x86_64, one 16 GiB node, 512 x 2 MiB pages.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from umbp_sim.machine import Machine
+from umbp_sim.sim import SimHost, simulate
+
+
+def DEFAULT_MACHINE() -> Machine:  # noqa: N802 - a constant-like factory
+    return Machine.x86_64(hugepages={"2MiB": 512})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "machine(machine=None, **build_kw): the Machine the sim_host fixture simulates"
+    )
+
+
+def _machine_for(request: pytest.FixtureRequest) -> Machine:
+    param = getattr(request, "param", None)
+    if isinstance(param, Machine):
+        return param
+    marker = request.node.get_closest_marker("machine")
+    if marker is not None:
+        if marker.args and isinstance(marker.args[0], Machine):
+            return marker.args[0]
+        return Machine.build(**marker.kwargs)
+    return DEFAULT_MACHINE()
+
+
+def _live_file_class() -> type:
+    from pyfakefs.fake_file import FakeFile
+
+    class LiveFile(FakeFile):  # type: ignore[misc]
+        """A fake file whose contents are rendered on every read."""
+
+        def __init__(self, name: str, filesystem: Any, render: Callable[[], bytes]) -> None:
+            super().__init__(name, filesystem=filesystem)
+            self.__dict__["_render"] = render
+
+        @property
+        def byte_contents(self) -> bytes:
+            return self._render()
+
+        @property
+        def st_size(self) -> int:
+            return len(self._render())
+
+        @property
+        def size(self) -> int:
+            return len(self._render())
+
+        def is_large_file(self) -> bool:
+            return False
+
+    return LiveFile
+
+
+def install_files(fs: Any, host: SimHost) -> None:
+    """Lay ``host``'s rendered files into the pyfakefs filesystem ``fs`` as live files."""
+    live = _live_file_class()
+    for path in sorted(host.files()):
+        parent, name = os.path.split(path)
+        if fs.exists(path):
+            fs.remove_object(path)
+        if not fs.exists(parent):
+            fs.create_dir(parent)
+
+        def render(p: str = path) -> bytes:
+            return host.kernel.read_file(p).encode()
+
+        fs.add_object(parent, live(name, fs, render))
+
+
+@pytest.fixture
+def sim_host(request: pytest.FixtureRequest, fs: Any) -> Iterator[SimHost]:
+    """A simulated host (see the module docstring) with live fake /proc and /sys files."""
+    with simulate(_machine_for(request)) as host:
+        install_files(fs, host)
+        yield host

@@ -1,0 +1,199 @@
+"""A simulated host: ``simulate(machine)`` runs allocators on a SimKernel built from a Machine.
+
+``SimHost`` is what the ``with`` block yields: the kernel, the machine it was built from, the
+hugepage counters, live mappings, open (simulated) fds, the rendered /proc and /sys files and the
+simulated crash, if any. One source of truth: every counter and file is read back from the
+native SimKernel, never kept on the Python side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from umbp_sim import _context, _native
+from umbp_sim.errors import SimulatedCrash, UmbpSimError
+from umbp_sim.machine import Machine
+
+__all__ = ["HugePages", "Mapping", "SimHost", "build_kernel", "simulate", "to_sim_config"]
+
+_UNLIMITED = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class HugePages:
+    """Pool counters of one hugepage size (globally, or on one node: reserved is then 0)."""
+
+    total: int
+    free: int
+    reserved: int
+    surplus: int
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One live simulated mapping (VMA)."""
+
+    start: int
+    length: int
+    prot: int
+    flags: int
+    page_size: int
+    hugetlb: bool
+    shared: bool
+    policy_mode: int
+    policy_nodes: tuple[int, ...]
+    faulted_pages: int
+    reserved_pages: int
+
+
+def _node_pool_bytes(node) -> int:  # type: ignore[no-untyped-def]
+    return sum(size * pool.total for size, pool in node.hugepages.items())
+
+
+def to_sim_config(machine: Machine) -> _native.SimConfig:
+    """The native starting state of ``machine`` (validated first)."""
+    machine.validate()
+    cfg = _native.SimConfig()
+    cfg.arch = machine.arch
+    cfg.page_size = machine.page_size
+    cfg.hugepage_sizes = list(machine.hugepage_sizes)
+    cfg.default_hugepage_size = machine.default_hugepage_size or 0
+    nodes = []
+    for n in machine.nodes:
+        nc = _native.SimNodeConfig()
+        nc.id = n.id
+        nc.mem_total = n.mem_total
+        pool_bytes = _node_pool_bytes(n)
+        nc.mem_free = n.mem_free if n.mem_free is not None else max(0, n.mem_total - pool_bytes)
+        nc.cpulist = n.cpus
+        nc.distances = list(n.distances or [])
+        pools = {}
+        for size, pool in n.hugepages.items():
+            pc = _native.SimPoolConfig()
+            pc.total = pool.total
+            pc.free = pool.free_pages()
+            pc.surplus = pool.surplus
+            pools[size] = pc
+        nc.hugepages = pools
+        nodes.append(nc)
+    cfg.nodes = nodes
+    cfg.possible_nodes = machine.possible()
+    cfg.online_nodes = machine.online()
+    cfg.numa_sysfs = machine.numa_sysfs
+    cfg.hugepages_reserved = dict(machine.hugepages_reserved)
+    cfg.nr_overcommit_hugepages = dict(machine.nr_overcommit_hugepages)
+    cfg.overcommit_memory = machine.overcommit_memory
+    cfg.overcommit_ratio = machine.overcommit_ratio
+    cfg.overcommit_kbytes = machine.overcommit_kbytes
+    cfg.swap_total = machine.swap_total
+    cfg.mem_total = machine.total_memory()
+    mem_free = machine.mem_free if machine.mem_free is not None else sum(n.mem_free for n in nodes)
+    cfg.mem_free = mem_free
+    cfg.mem_available = machine.mem_available if machine.mem_available is not None else mem_free
+    cfg.committed_as = machine.committed_as
+    cfg.admin_reserve_kbytes = machine.admin_reserve_kbytes
+    cfg.user_reserve_kbytes = machine.user_reserve_kbytes
+    cfg.rlimit_as = machine.rlimit_as if machine.rlimit_as is not None else _UNLIMITED
+    cfg.memcg_max = machine.memcg_max if machine.memcg_max is not None else _UNLIMITED
+    cfg.hugetlb_cgroup_max = dict(machine.hugetlb_cgroup_max)
+    cfg.kernel_release = machine.kernel_version
+    cfg.kernel_major, cfg.kernel_minor, cfg.kernel_patch = machine.kernel_tuple()
+    return cfg
+
+
+def build_kernel(machine: Machine) -> _native.SimKernel:
+    """A fresh SimKernel in the state ``machine`` describes."""
+    return _native.SimKernel(to_sim_config(machine))
+
+
+class SimHost:
+    """A simulated host: its kernel, counters, mappings, fds, files and crash."""
+
+    def __init__(self, machine: Machine, kernel: _native.SimKernel | None = None) -> None:
+        self.machine = machine
+        self.kernel = kernel if kernel is not None else build_kernel(machine)
+
+    # ---- counters ------------------------------------------------------------------------
+    def _size(self, size: int | None) -> int:
+        s = size if size is not None else self.machine.default_hugepage_size
+        if s is None or s not in self.machine.hugepage_sizes:
+            raise UmbpSimError(f"hugepage size {s}: not a size of this host")
+        return s
+
+    def hugepages(self, size: int | None = None) -> HugePages:
+        """Global counters of ``size`` (default: the default hugepage size)."""
+        return HugePages(*self.kernel.hugepage_counters(self._size(size), -1))
+
+    def node_hugepages(self, node: int, size: int | None = None) -> HugePages:
+        c = self.kernel.hugepage_counters(self._size(size), node)
+        if not c:
+            raise UmbpSimError(f"node {node}: not a node of this host")
+        return HugePages(*c)
+
+    def meminfo(self) -> dict[str, int]:
+        """/proc/meminfo as {label: value} (kB for sizes, pages for HugePages_*)."""
+        out: dict[str, int] = {}
+        for line in self.kernel.read_file("/proc/meminfo").splitlines():
+            key, _, rest = line.partition(":")
+            out[key] = int(rest.split()[0])
+        return out
+
+    def mappings(self) -> list[Mapping]:
+        return [
+            Mapping(**{**m, "policy_nodes": tuple(m["policy_nodes"])})
+            for m in self.kernel.mappings()
+        ]
+
+    def open_fds(self) -> list[int]:
+        return list(self.kernel.open_fds())
+
+    # ---- files ---------------------------------------------------------------------------
+    def files(self) -> dict[str, str]:
+        """Every rendered /proc and /sys file: {absolute path: contents}."""
+        return dict(self.kernel.render_all())
+
+    def read(self, path: str) -> str:
+        return self.kernel.read_file(path)
+
+    def render(self, directory: str | os.PathLike[str]) -> list[Path]:
+        """Write the rendered files under ``directory`` (``dir/proc/meminfo``, ...)."""
+        root = Path(directory)
+        written = []
+        for path, text in self.files().items():
+            target = root / path.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            written.append(target)
+        return written
+
+    # ---- crash ---------------------------------------------------------------------------
+    @property
+    def crash(self) -> SimulatedCrash | None:
+        info = self.kernel.crash_info()
+        return None if info is None else SimulatedCrash(**info)
+
+    # ---- admin ---------------------------------------------------------------------------
+    def set_nr_hugepages(self, size: int | None, count: int, node: int | None = None) -> None:
+        """``echo count > nr_hugepages`` (global, interleaved) or nodeN's file."""
+        self.kernel.set_nr_hugepages(self._size(size), count, -1 if node is None else node)
+
+    def set_nr_overcommit_hugepages(self, size: int | None, count: int) -> None:
+        self.kernel.set_nr_overcommit_hugepages(self._size(size), count)
+
+    def __repr__(self) -> str:
+        return f"<SimHost {self.machine.name} kernel {self.machine.kernel_version}>"
+
+
+@contextlib.contextmanager
+def simulate(machine: Machine) -> Iterator[SimHost]:
+    """Run allocators created inside the block on a SimKernel built from ``machine``."""
+    host = SimHost(machine)
+    _context.push_kernel(host.kernel)
+    try:
+        yield host
+    finally:
+        _context.pop_kernel(host.kernel)
