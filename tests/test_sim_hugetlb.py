@@ -200,6 +200,8 @@ def test_dontneed_restores_reservation_on_new_kernels_only() -> None:
         a = h.kernel.mmap(0, 2 * H2, RW, HUGE)
         assert h.kernel.touch(a.value, H2, H2).ok
         assert h.kernel.madvise(a.value, 4096, C["MADV_DONTNEED"]).ok
+        assert counters(h) == (4, 3, 1, 0)  # valid, but no whole hugepage in the range
+        assert h.kernel.madvise(a.value, H2, C["MADV_DONTNEED"]).ok
         assert counters(h) == expect
     old = host(kernel_version="5.15.0")
     a = old.kernel.mmap(0, H2, RW, HUGE)
