@@ -26,7 +26,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
