@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ratios(sec["touch"], sec["populate"]),
             note="> 1: populate is faster",
         ),
-        figure("POPULATE_WRITE speed / memset ceiling", ratios(sec["memset_warm"], sec["populate"])),
+        figure(
+            "POPULATE_WRITE speed / memset ceiling", ratios(sec["memset_warm"], sec["populate"])
+        ),
     ]
     return {"bench": "prefault", "figures": figs, "raw": {"seconds": sec, "size": size}}
 

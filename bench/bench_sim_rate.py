@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     fake_rates: dict[str, list[float]] = {c[0]: [] for c in cases}
     with simulate(Machine.x86_64(hugepages={"2MiB": 512})) as host:
         a = umbp_sim.UMBPHostMemAllocator()
-        for label, size, fb, sb in cases:  # warm-up, and check the simulated path is the one
+        for label, size, _fb, sb in cases:  # warm-up, and check the simulated path is the one
             h = a.alloc(size, sb)
             assert h and h.actual_backing == sb, f"simulated alloc of {label} gave {h!r}"
             a.free(h)
