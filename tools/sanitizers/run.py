@@ -80,6 +80,9 @@ def sanitizer_env(sanitizer: str, preload: list[str]) -> dict[str, str]:
                 "detect_leaks=1",
                 # Python's own tests of huge requests expect NULL/MemoryError, as from glibc.
                 "allocator_may_return_null=1",
+                # A real SIGBUS (hugetlb fault with no page) must kill the process as it would
+                # without ASan: the differential tests expect death by signal.
+                "handle_sigbus=0",
                 "print_summary=1",
             ]
         )
