@@ -102,7 +102,9 @@ SimKernel::SimKernel(const SimConfig& cfg) : cfg_(cfg) {
 }
 
 SimKernel::~SimKernel() {
-  for (auto& [s, v] : vmas_) real_unmap(v.start, v.end);
+  for (auto& [s, v] : vmas_) ::munmap(reinterpret_cast<void*>(v.start), v.end - v.start);
+  for (auto& [len, starts] : real_cache_)
+    for (uintptr_t start : starts) ::munmap(reinterpret_cast<void*>(start), len);
 }
 
 size_t SimKernel::page_size() { return static_cast<size_t>(cfg_.page_size); }

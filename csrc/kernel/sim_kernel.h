@@ -192,6 +192,14 @@ class SimKernel : public Kernel {
   std::map<int, SimObjectPtr> fds_;
   int next_fd_ = 1000000;
   SimCrash crash_;
+  // Small real ranges kept after a simulated munmap and handed out again (zeroed) by the next
+  // mmap of that length: a real mmap+munmap pair costs microseconds on a VM, more than the
+  // whole simulated call. Only read-write ranges of at most kRealCacheMaxLen bytes.
+  static constexpr uint64_t kRealCacheMaxLen = 64 * 1024;
+  static constexpr size_t kRealCachePerLen = 32;
+  std::map<uint64_t, std::vector<uintptr_t>> real_cache_;  // length -> starts
+  bool real_cache_ok_ = true;  // false once a PROT_NONE fallback mapping exists (no memset)
+  void real_cache_evict(uintptr_t start, uintptr_t end);
 };
 
 }  // namespace umbp
