@@ -267,6 +267,7 @@ def test_page_size_passes_through(linux):
     assert FaultPlan().wrap(linux).page_size() == linux.page_size()
 
 
+@pytest.mark.threads
 def test_threads_fire_the_same_number_of_times(linux):
     import threading
 

@@ -156,6 +156,7 @@ def test_kv_heads_per_rank() -> None:
         sizing.kv_heads_per_rank(8, 0)
 
 
+@pytest.mark.torch
 def test_dtype_itemsize_accepts_torch_dtypes() -> None:
     import torch
 

@@ -18,7 +18,6 @@ import weakref
 from dataclasses import dataclass, field
 
 import pytest
-import torch
 
 from umbp_sim.sglang.env import EnvVarError
 from umbp_sim.sglang.sizing import HicacheRequest, MLAModel, hicache_request
@@ -111,7 +110,10 @@ def make(env: dict[str, str] | None = None) -> tuple[UMBPHostTensorAllocator, Fa
     return alloc, made[0]
 
 
+@pytest.mark.torch
 def test_allocate_returns_tensor_over_the_handle() -> None:
+    import torch
+
     a, fake = make()
     t = a.allocate((2, 3, 4), torch.bfloat16)
     size, backing, hp, node, prefault = fake.calls[0]
@@ -132,7 +134,10 @@ def test_allocate_returns_tensor_over_the_handle() -> None:
     a.close()
 
 
+@pytest.mark.torch
 def test_env_reaches_the_alloc_call() -> None:
+    import torch
+
     env = {
         "SGLANG_HICACHE_HOST_HUGEPAGE": "off",
         "SGLANG_HICACHE_HOST_HUGEPAGE_SIZE": "1073741824",
@@ -152,7 +157,10 @@ def test_invalid_env_is_a_clear_error_naming_the_variable() -> None:
     assert made[0].live == {}
 
 
+@pytest.mark.torch
 def test_null_handle_runtime_error_text() -> None:
+    import torch
+
     a, fake = make({"SGLANG_HICACHE_HOST_NUMA_NODE": "3"})
     fake.fail = True
     with pytest.raises(RuntimeError) as ei:
@@ -164,13 +172,19 @@ def test_null_handle_runtime_error_text() -> None:
     assert a.handles == ()
 
 
+@pytest.mark.torch
 def test_zero_sized_pool_is_the_same_runtime_error() -> None:
+    import torch
+
     a, _ = make()
     with pytest.raises(RuntimeError, match=r"^UMBPHostMemAllocator\.alloc\(0 bytes\) failed"):
         a.allocate((0, 4), torch.float16)
 
 
+@pytest.mark.torch
 def test_cpu_only() -> None:
+    import torch
+
     a, fake = make()
     with pytest.raises(ValueError) as ei:
         a.allocate((4,), torch.uint8, device="cuda")
@@ -180,7 +194,10 @@ def test_cpu_only() -> None:
     assert fake.calls == []
 
 
+@pytest.mark.torch
 def test_demotion_warning_and_info_log(caplog: pytest.LogCaptureFixture) -> None:
+    import torch
+
     assert LOGGER_NAME == "sglang.srt.mem_cache.storage.umbp.umbp_host_allocator"
     a, fake = make()
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
@@ -209,8 +226,11 @@ def test_demotion_warning_and_info_log(caplog: pytest.LogCaptureFixture) -> None
     b.close()
 
 
+@pytest.mark.torch
 def test_mla_kv_split_three_allocations_no_leak() -> None:
     """The MLA page_first_kv_split layout: three allocate() calls on one allocator."""
+    import torch
+
     model = MLAModel(2, 512, 64, "bfloat16", index_head_dim=128)
     req = hicache_request(model, hicache_size=0, device_pool_tokens=100, page_size=64,
                           layout="page_first_kv_split")  # fmt: skip
@@ -229,7 +249,10 @@ def test_mla_kv_split_three_allocations_no_leak() -> None:
         a.allocate((1,), torch.uint8)
 
 
+@pytest.mark.torch
 def test_close_never_frees_under_a_live_tensor() -> None:
+    import torch
+
     a, fake = make()
     t = a.allocate((1024,), torch.int32)
     view = t[10:20]
@@ -245,7 +268,10 @@ def test_close_never_frees_under_a_live_tensor() -> None:
     assert a.handles == ()
 
 
+@pytest.mark.torch
 def test_garbage_collection_frees_everything() -> None:
+    import torch
+
     a, fake = make()
     a.allocate((4096,), torch.uint8)
     a.allocate((8192,), torch.uint8)  # results dropped: only the allocator holds them
@@ -257,7 +283,10 @@ def test_garbage_collection_frees_everything() -> None:
     assert fake.live == {} and len(fake.freed) == 2
 
 
+@pytest.mark.torch
 def test_garbage_collection_waits_for_tensors() -> None:
+    import torch
+
     a, fake = make()
     t = a.allocate((16,), torch.float32)
     del a
@@ -268,7 +297,10 @@ def test_garbage_collection_waits_for_tensors() -> None:
     assert fake.live == {}
 
 
+@pytest.mark.torch
 def test_free_failure_is_recorded_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    import torch
+
     a, fake = make()
     a.allocate((4096,), torch.uint8)
     ptr = next(iter(fake.live))
@@ -280,7 +312,10 @@ def test_free_failure_is_recorded_not_raised(caplog: pytest.LogCaptureFixture) -
     assert errors == a.free_errors
 
 
+@pytest.mark.torch
 def test_bool_env_surprise_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    import torch
+
     with caplog.at_level(logging.WARNING, logger=LOGGER_NAME):
         a, fake = make({"SGLANG_HICACHE_HOST_HUGEPAGE": "enabled"})
     assert [r.getMessage() for r in caplog.records] == [

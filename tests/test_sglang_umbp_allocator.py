@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 import umbp_sim
 from umbp_sim.mori_compat import mori_umbp
@@ -51,7 +50,10 @@ def test_backing_prints_as_in_the_field_report() -> None:
     )
 
 
+@pytest.mark.torch
 def test_tensor_over_a_real_handle_and_demotion(caplog: pytest.LogCaptureFixture) -> None:
+    import torch
+
     with caplog.at_level(logging.WARNING, logger=LOGGER_NAME):
         a = UMBPHostTensorAllocator(DEMOTE)
         t = a.allocate((4, 1024), torch.float32)
@@ -68,7 +70,10 @@ def test_tensor_over_a_real_handle_and_demotion(caplog: pytest.LogCaptureFixture
     assert a.handles == ()
 
 
+@pytest.mark.torch
 def test_null_handle_texts_on_the_real_allocator() -> None:
+    import torch
+
     a = UMBPHostTensorAllocator({})
     with pytest.raises(RuntimeError) as ei:
         a.allocate((0, 8), torch.bfloat16)
@@ -88,7 +93,10 @@ def test_null_handle_texts_on_the_real_allocator() -> None:
     assert a.handles == () and b.handles == ()
 
 
+@pytest.mark.torch
 def test_mla_kv_split_repeated_allocate_does_not_leak() -> None:
+    import torch
+
     model = MLAModel(4, 512, 64, "bfloat16", index_head_dim=128)
     req = hicache_request(
         model, device_pool_tokens=1000, page_size=64, layout="page_first_kv_split"
@@ -105,7 +113,10 @@ def test_mla_kv_split_repeated_allocate_does_not_leak() -> None:
     assert kernel_live_ptrs() == before
 
 
+@pytest.mark.torch
 def test_close_keeps_mapping_under_a_live_tensor() -> None:
+    import torch
+
     a = UMBPHostTensorAllocator(NO_HUGE)
     t = a.allocate((1 << 20,), torch.uint8)
     a.close()
