@@ -36,6 +36,7 @@ def not_helping(doc: dict) -> dict[str, str]:
     return {c: f["outcome_after"] for f in doc["fixes_not_helping"] for c in f["commands"]}
 
 
+@pytest.mark.torch  # start_host_pool makes torch tensors
 def test_report1_not_enough_host_memory_7_05(capsys) -> None:  # type: ignore[no-untyped-def]
     doc = replay(capsys, D / "report1-7.05GB", *LLAMA, "--hicache-ratio", "2.0",
                  "--device-pool-tokens", "26880")  # fmt: skip
@@ -55,6 +56,7 @@ def test_report1_not_enough_host_memory_7_05(capsys) -> None:  # type: ignore[no
     }
 
 
+@pytest.mark.torch  # start_host_pool makes torch tensors
 def test_report2_not_enough_host_memory_176_71(capsys) -> None:  # type: ignore[no-untyped-def]
     doc = replay(capsys, D / "report2-176.71GB", *DEEPSEEK, "--hicache-ratio", "2.0",
                  "--device-pool-tokens", "1257280")  # fmt: skip
@@ -74,6 +76,7 @@ def test_report2_not_enough_host_memory_176_71(capsys) -> None:  # type: ignore[
     }
 
 
+@pytest.mark.torch  # start_host_pool makes torch tensors
 def test_100gb_example_page_count_and_pool_fix(capsys) -> None:  # type: ignore[no-untyped-def]
     doc = replay(capsys, D / "no-pool-512g", *LLAMA, "--hicache-size", "100")
     assert doc["outcome"] == "demoted"
@@ -158,6 +161,7 @@ def test_wrong_node_raw(capsys) -> None:  # type: ignore[no-untyped-def]
     assert not_helping(doc) == {}
 
 
+@pytest.mark.torch  # start_host_pool makes torch tensors
 def test_wrong_node_sglang_needs_two_changes(capsys) -> None:  # type: ignore[no-untyped-def]
     doc = replay(capsys, D / "no-pool-512g", *LLAMA, "--hicache-size", "4",
                  "--env", "SGLANG_HICACHE_HOST_NUMA_NODE=3")  # fmt: skip
@@ -180,6 +184,7 @@ def test_nr_hugepages_zero(capsys) -> None:  # type: ignore[no-untyped-def]
     assert fix_commands(doc) == {"sysctl -w vm.nr_hugepages=512": "ok: AnonymousHugetlb"}
 
 
+@pytest.mark.torch  # start_host_pool makes torch tensors
 def test_one_gib_pages_empty_pool(capsys) -> None:  # type: ignore[no-untyped-def]
     doc = replay(capsys, D / "empty-1g-pool", "--size", "4GiB", "--hugepage-size", "1GiB")
     assert doc["outcome"] == "demoted"
@@ -195,6 +200,7 @@ def test_one_gib_pages_empty_pool(capsys) -> None:  # type: ignore[no-untyped-de
     assert "SGLANG_HICACHE_HOST_HUGEPAGE_SIZE=2097152" in fix_commands(sg)
 
 
+@pytest.mark.torch  # start_host_pool makes torch tensors
 def test_malformed_env_value_is_fixed(capsys) -> None:  # type: ignore[no-untyped-def]
     doc = replay(capsys, D / "empty-1g-pool", *LLAMA, "--hicache-size", "4",
                  "--env", "SGLANG_HICACHE_HOST_HUGEPAGE_SIZE=2M")  # fmt: skip

@@ -107,6 +107,7 @@ def test_memcg_oom_is_sigkill(tmp_path: Path) -> None:
     assert r.passed, r.report()
 
 
+@pytest.mark.torch  # start_host_pool makes torch tensors
 def test_sglang_outcomes(tmp_path: Path) -> None:
     model = (
         '[request]\nkind = "sglang"\nlayers = 2\nkv_heads = 2\nhead_dim = 64\n'

@@ -150,6 +150,7 @@ def test_env_reaches_the_alloc_call() -> None:
     a.close()
 
 
+@pytest.mark.torch  # the allocator needs torch before it reads the environment
 def test_invalid_env_is_a_clear_error_naming_the_variable() -> None:
     mod, made = fake_module()
     with pytest.raises(EnvVarError, match="^SGLANG_HICACHE_HOST_HUGEPAGE_SIZE='2M' is not an"):
@@ -349,6 +350,7 @@ def small_request(layout: str = "page_first_kv_split") -> HicacheRequest:
     return hicache_request(model, device_pool_tokens=100, page_size=64, layout=layout)
 
 
+@pytest.mark.torch  # start_host_pool makes torch tensors
 def test_startup_demoted_and_freed() -> None:
     mod, made = fake_module()
     r = start_host_pool(small_request(), BIG_HOST, env={}, module=mod)
@@ -364,6 +366,7 @@ def test_startup_demoted_and_freed() -> None:
     assert made[1].live == {}
 
 
+@pytest.mark.torch  # start_host_pool makes torch tensors
 def test_startup_ok_without_hugepages() -> None:
     mod, _ = fake_module()
     r = start_host_pool(small_request(), BIG_HOST, env={"SGLANG_HICACHE_HOST_HUGEPAGE": "0"},
@@ -371,6 +374,7 @@ def test_startup_ok_without_hugepages() -> None:
     assert (r.outcome, r.warnings) == ("ok", [])
 
 
+@pytest.mark.torch  # start_host_pool makes torch tensors
 def test_startup_host_check_failure() -> None:
     mod, made = fake_module()
     tiny = {"MemTotal": 12 << 20, "MemFree": 11 << 20, "MemAvailable": 10 << 20}  # 10 GiB
@@ -383,6 +387,7 @@ def test_startup_host_check_failure() -> None:
     assert made[0].calls == []
 
 
+@pytest.mark.torch  # start_host_pool makes torch tensors
 def test_startup_null_handle_and_env_death() -> None:
     mod, made = fake_module()
     failing = types.SimpleNamespace(
@@ -405,6 +410,7 @@ def test_startup_null_handle_and_env_death() -> None:
     assert made == []  # sglang died before any allocation
 
 
+@pytest.mark.torch  # start_host_pool makes torch tensors
 def test_startup_falls_back_when_allocator_unavailable() -> None:
     class Broken:
         UMBPHostBufferBacking = UMBPHostBufferBacking

@@ -127,6 +127,7 @@ def test_close_keeps_mapping_under_a_live_tensor() -> None:
     assert a.handles == ()
 
 
+@pytest.mark.torch  # start_host_pool makes torch tensors
 def test_start_host_pool_on_the_real_allocator() -> None:
     req = hicache_request(
         MLAModel(2, 512, 64, "bfloat16", index_head_dim=128),

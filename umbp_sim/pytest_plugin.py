@@ -17,10 +17,16 @@ Which machine (first match wins):
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib as _tomllib
+else:
+    import tomli as _tomllib
 
 from umbp_sim.machine import Machine
 from umbp_sim.sim import SimHost, simulate
@@ -140,7 +146,20 @@ class ScenarioFailed(Exception):
 
 class ScenarioFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
-        yield ScenarioItem.from_parent(self, name=self.path.stem)
+        item = ScenarioItem.from_parent(self, name=self.path.stem)
+        if _request_kind(self.path) == "sglang":
+            item.add_marker(pytest.mark.torch)  # sglang's startup makes torch tensors
+        yield item
+
+
+def _request_kind(path: Any) -> str | None:
+    """[request].kind of a scenario file, None if it cannot be read (the run reports why)."""
+    try:
+        with open(path, "rb") as f:
+            kind = _tomllib.load(f).get("request", {}).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return kind if isinstance(kind, str) else None
 
 
 class ScenarioItem(pytest.Item):
