@@ -53,7 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args._run(args))
+        rc = int(args._run(args))
+        # Flush here, not at interpreter exit: a block-buffered stdout (a pipe, without
+        # PYTHONUNBUFFERED) whose reader left would fail after main() with a traceback.
+        sys.stdout.flush()
+        return rc
     except UmbpSimError as e:
         # The tool's own errors name the file/line/flag; no traceback for bad input.
         print(f"umbp-sim {args.command}: {e}", file=sys.stderr)
