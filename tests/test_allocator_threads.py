@@ -45,12 +45,13 @@ def run_threads(a: UMBPHostMemAllocator, pairs: int) -> list[str]:
 
 @pytest.mark.threads
 def test_threads_leave_nothing_mapped(linux_kernel):
-    # Under ASan (tox -e asan) the process maps memory of its own between two snapshots (the
-    # sanitizer allocator's regions, shadow), so /proc/self/maps cannot be compared whole. There
-    # the allocator's kernel calls go through a TracingKernel whose ledger holds every mapping
-    # and memfd it made and did not release; the normal build compares the whole map.
-    asan = any("libasan" in line for line in proc_maps())
-    kernel = _native.TracingKernel(linux_kernel, 0) if asan else linux_kernel
+    # Under ASan or TSan (tox -e asan/tsan) the runtime maps memory of its own between two
+    # snapshots (its allocator's regions, shadow), so /proc/self/maps cannot be compared
+    # whole. There the allocator's kernel calls go through a TracingKernel whose ledger holds
+    # every mapping and memfd it made and did not release; the normal build compares the
+    # whole map.
+    sanitized = any("libasan" in line or "libtsan" in line for line in proc_maps())
+    kernel = _native.TracingKernel(linux_kernel, 0) if sanitized else linux_kernel
     a = UMBPHostMemAllocator(kernel=kernel)
     # glibc keeps thread stacks (up to 40 MiB of them) and malloc arenas for reuse: small stacks
     # and a warm-up round make the second round map nothing new of its own.
@@ -63,7 +64,7 @@ def test_threads_leave_nothing_mapped(linux_kernel):
         after = proc_maps()
     finally:
         threading.stack_size(old_stack)
-    if asan:
+    if sanitized:
         assert kernel.calls > THREADS * PAIRS * 2  # the allocator's calls went through it
         assert collect_leaks(kernel) == []
         before = [line for line in before if "/memfd:umbp_host_buffer" in line]

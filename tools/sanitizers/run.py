@@ -87,8 +87,17 @@ def sanitizer_env(sanitizer: str, preload: list[str]) -> dict[str, str]:
             ]
         )
         env["LSAN_OPTIONS"] = ":".join(
-            [f"suppressions={HERE / 'lsan.supp'}", "print_suppressions=0", "report_objects=1"]
+            [
+                f"suppressions={HERE / 'lsan.supp'}",
+                f"print_suppressions={os.environ.get('UMBP_PRINT_SUPPRESSIONS', '0')}",
+                "report_objects=1",
+            ]
         )
+        # CPython's small-object allocator keeps objects in mmap'd arenas that LeakSanitizer
+        # does not scan: C++ memory owned by a Python object alive at exit (a module-level
+        # LinuxKernel, say) would look leaked. With malloc, LSan sees those pointers, and ASan
+        # checks every Python object's memory as well.
+        env["PYTHONMALLOC"] = "malloc"
         env["UBSAN_OPTIONS"] = ":".join(
             [
                 "halt_on_error=1",
