@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -68,7 +69,7 @@ def needed_libs(so: Path) -> list[str]:
     return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", text)
 
 
-def sanitizer_env(sanitizer: str, preload: list[str]) -> dict[str, str]:
+def sanitizer_env(sanitizer: str, preload: list[str], logs: Path) -> dict[str, str]:
     env = dict(os.environ)
     old = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = ":".join(preload + ([old] if old else []))
@@ -84,6 +85,7 @@ def sanitizer_env(sanitizer: str, preload: list[str]) -> dict[str, str]:
                 # without ASan: the differential tests expect death by signal.
                 "handle_sigbus=0",
                 "print_summary=1",
+                f"log_path={logs / 'asan'}",
             ]
         )
         env["LSAN_OPTIONS"] = ":".join(
@@ -104,6 +106,7 @@ def sanitizer_env(sanitizer: str, preload: list[str]) -> dict[str, str]:
                 "print_stacktrace=1",
                 "report_error_type=1",
                 f"suppressions={HERE / 'ubsan.supp'}",
+                f"log_path={logs / 'ubsan'}",
             ]
         )
     else:
@@ -113,6 +116,7 @@ def sanitizer_env(sanitizer: str, preload: list[str]) -> dict[str, str]:
                 "second_deadlock_stack=1",
                 f"suppressions={HERE / 'tsan.supp'}",
                 "print_suppressions=0",
+                f"log_path={logs / 'tsan'}",
             ]
         )
     return env
@@ -137,13 +141,35 @@ def main(argv: list[str] | None = None) -> int:
             f"run.py: {so} does not link lib{want} (needed: {', '.join(needed)}); build it with "
             f"UMBP_SANITIZE={'address,undefined' if want == 'asan' else 'thread'}"
         )
-    env = sanitizer_env(args.sanitizer, preload)
-    print(f"run.py: LD_PRELOAD={env['LD_PRELOAD']}", file=sys.stderr, flush=True)
     if args.sanitizer == "thread":
         # TSan maps its shadow at fixed addresses; with address-space randomisation a library
         # can land there ("unexpected memory mapping"). setarch -R runs without it.
         cmd = ["setarch", os.uname().machine, "-R", *cmd]
-    return subprocess.run(cmd, env=env).returncode
+    with tempfile.TemporaryDirectory(prefix="umbp-sanitizer-") as tmp:
+        env = sanitizer_env(args.sanitizer, preload, Path(tmp))
+        print(f"run.py: LD_PRELOAD={env['LD_PRELOAD']}", file=sys.stderr, flush=True)
+        rc = subprocess.run(cmd, env=env).returncode
+        reported = report_logs(Path(tmp))  # printed even when the command failed
+        return rc or reported
+
+
+# What marks a sanitizer log as a report (not just "Suppressions used" statistics).
+REPORT_MARKERS = ("ERROR: ", "WARNING: ThreadSanitizer", "runtime error:")
+
+
+def report_logs(logs: Path) -> int:
+    """Reports go to files (log_path), one per process: pytest's output capture would swallow
+    a report written to stderr by a process that then exits, and a child process's report
+    would otherwise count only if its parent checked the exit status. Print them all; any
+    report fails the run."""
+    reports = 0
+    for log in sorted(logs.iterdir()):
+        text = log.read_text(errors="replace")
+        print(f"run.py: {log.name}:\n{text}", file=sys.stderr)
+        reports += any(m in text for m in REPORT_MARKERS)
+    if reports:
+        print(f"run.py: {reports} process(es) reported", file=sys.stderr)
+    return 1 if reports else 0
 
 
 if __name__ == "__main__":
