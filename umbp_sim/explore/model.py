@@ -27,8 +27,9 @@ What it covers:
 
 Conventions the kernel-model does not fix (so the model and the simulator must agree on them):
 the simulated task runs on node 0, so unbound faults and surplus pages take the lowest node
-first; the kernel's round-robin cursors (next_nid_to_alloc / next_nid_to_free) start at the
-lowest allowed node on each write of nr_hugepages. Not covered: memory exhaustion of ordinary
+first; each round-robin loop of a nr_hugepages write (new pages, removed free pages, pages made
+surplus) starts at the lowest allowed node. The kernel keeps its cursors (next_nid_to_alloc /
+next_nid_to_free) across writes and loops; neither the model nor the simulator does. Not covered: memory exhaustion of ordinary
 pages, overcommit / RLIMIT_AS / memcg / hugetlb cgroup limits (tests use hosts where these
 cannot bite), task memory policies, injected faults.
 """
@@ -348,7 +349,8 @@ class AllocatorModel:
                     break
             else:
                 break
-        # The rest become surplus (same cursor: next_nid_to_free).
+        # The rest become surplus, round-robin again from the lowest node.
+        cursor = 0
         while count < h.persistent:
             for step in range(len(allowed)):
                 n = allowed[(cursor + step) % len(allowed)]
