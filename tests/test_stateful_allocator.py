@@ -51,9 +51,7 @@ def test_model_bound_node_without_pages_demotes_or_crashes() -> None:
     p = new.alloc("a", 4 * HP, "AnonymousHugetlb", HP, 1, True)
     assert (p.outcome, p.backing) == ("demoted", "Anonymous")
     assert new.counters(HP) == (4, 4, 0, 0)
-    old = AllocatorModel(
-        Machine.x86_64(nodes=2, hugepages_per_node=pools, kernel_version="5.10.0")
-    )
+    old = AllocatorModel(Machine.x86_64(nodes=2, hugepages_per_node=pools, kernel_version="5.10.0"))
     p = old.alloc("a", 4 * HP, "AnonymousHugetlb", HP, 1, True)
     assert (p.outcome, p.crash_node) == ("crashed", 1)
     assert old.dead

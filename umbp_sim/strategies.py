@@ -141,7 +141,9 @@ def machines(**pins: Any) -> st.SearchStrategy[Machine]:
         )
     if "preset" in pins and not isinstance(pins["preset"], st.SearchStrategy):
         if pins["preset"] not in PRESETS:
-            raise ValueError(f"machines(preset=...): one of {list(PRESETS)}, not {pins['preset']!r}")
+            raise ValueError(
+                f"machines(preset=...): one of {list(PRESETS)}, not {pins['preset']!r}"
+            )
     return _machine(pins)
 
 

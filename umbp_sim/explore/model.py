@@ -29,9 +29,10 @@ Conventions the kernel-model does not fix (so the model and the simulator must a
 the simulated task runs on node 0, so unbound faults and surplus pages take the lowest node
 first; each round-robin loop of a nr_hugepages write (new pages, removed free pages, pages made
 surplus) starts at the lowest allowed node. The kernel keeps its cursors (next_nid_to_alloc /
-next_nid_to_free) across writes and loops; neither the model nor the simulator does. Not covered: memory exhaustion of ordinary
-pages, overcommit / RLIMIT_AS / memcg / hugetlb cgroup limits (tests use hosts where these
-cannot bite), task memory policies, injected faults.
+next_nid_to_free) across writes and loops; neither the model nor the simulator does.
+
+Not covered: memory exhaustion of ordinary pages, overcommit / RLIMIT_AS / memcg / hugetlb
+cgroup limits (tests use hosts where these cannot bite), task memory policies, injected faults.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ class AllocatorModel:
                     NodePool(pool.total, pool.free_pages(), pool.surplus) if pool else NodePool()
                 )
             self.hstates[size] = h
-        self.buffers: dict[object, Buffer] = {}
+        self.buffers: dict[str, Buffer] = {}
         self.dead = False
 
     # ---- counters ------------------------------------------------------------------------
@@ -136,7 +137,7 @@ class AllocatorModel:
         p = h.nodes[node]
         return p.nr, p.free, 0, p.surp
 
-    def live_keys(self) -> list[object]:
+    def live_keys(self) -> list[str]:
         return [k for k, b in self.buffers.items() if not b.pending_free]
 
     # ---- hugepage arithmetic (kernel-model.md sections 1, 2) ------------------------------
@@ -214,7 +215,7 @@ class AllocatorModel:
     # ---- the allocator (issue 2 contract) -------------------------------------------------
     def alloc(
         self,
-        key: object,
+        key: str,
         size: int,
         backing: str,
         hugepage_size: int,
@@ -240,7 +241,7 @@ class AllocatorModel:
         return Prediction("demoted" if demoted else "ok", buf.backing, buf.mapped)
 
     def _attempt(
-        self, key: object, size: int, backing: str, hp: int, node: int, prefault: bool
+        self, key: str, size: int, backing: str, hp: int, node: int, prefault: bool
     ) -> str | Prediction | None:
         huge = backing in HUGETLB
         align = hp if huge else self.page
@@ -276,7 +277,7 @@ class AllocatorModel:
         self.buffers[key] = buf
         return None
 
-    def free(self, key: object) -> str:
+    def free(self, key: str) -> str:
         """Predict ``free``: 'freed', 'deferred' or 'noop' (already freed / never valid)."""
         buf = self.buffers.get(key)
         if buf is None or buf.pending_free:
@@ -288,19 +289,19 @@ class AllocatorModel:
         del self.buffers[key]
         return "freed"
 
-    def lookup(self, key: object, offset: int, size: int) -> bool:
+    def lookup(self, key: str, offset: int, size: int) -> bool:
         buf = self.buffers.get(key)
         if buf is None or buf.pending_free or buf.backing not in SHM or size == 0:
             return False
         return offset + size <= buf.mapped
 
-    def acquire(self, key: object, offset: int, size: int) -> bool:
+    def acquire(self, key: str, offset: int, size: int) -> bool:
         found = self.lookup(key, offset, size)
         if found:
             self.buffers[key].registrations += 1
         return found
 
-    def release(self, key: object) -> str:
+    def release(self, key: str) -> str:
         """Predict ``release`` at the buffer's base: 'released', 'unmapped' (the deferred free
         ran), or 'ignored'."""
         buf = self.buffers.get(key)

@@ -57,7 +57,7 @@ def machine_table(machine: Machine) -> dict[str, Any]:
     for n in machine.nodes:
         if n.mem_free is not None or n.cpus or n.distances:
             raise UnwritableMachine(f"nodes[{n.id}]: mem_free/cpus/distances cannot be written")
-        for size, pool in n.hugepages.items():
+        for pool in n.hugepages.values():
             if pool.surplus:
                 raise UnwritableMachine(f"nodes[{n.id}]: surplus pages cannot be written")
     fresh = Machine()

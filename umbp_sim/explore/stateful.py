@@ -50,9 +50,7 @@ from umbp_sim.units import format_size
 F = TypeVar("F", bound=Callable[..., Any])
 
 # Hosts where the model's "memory is plentiful" holds: 64 GiB nodes, small pools, no limits.
-MODEL_MACHINES = machines(
-    mem_per_node=64 * GiB, rlimit_as=None, memcg_max=None, max_pool_pages=4
-)
+MODEL_MACHINES = machines(mem_per_node=64 * GiB, rlimit_as=None, memcg_max=None, max_pool_pages=4)
 
 # The allocator's warnings are expected here (demotions, double frees): keep them off the log.
 logging.getLogger("umbp_sim.allocator").setLevel(logging.ERROR)
@@ -93,6 +91,7 @@ class AllocatorStateMachine(RuleBasedStateMachine):
         self.handles: dict[str, Any] = {}
         self.bases: dict[str, int] = {}
         self.next_id = 0
+        self.saved = False  # only the first failure of a run is the schedule's failure
 
     # ---- set-up --------------------------------------------------------------------------
     @initialize(machine=MODEL_MACHINES)
@@ -236,7 +235,9 @@ class AllocatorStateMachine(RuleBasedStateMachine):
         for size in self.sizes:
             got = tuple(self.host.hugepages(size).__dict__.values())
             want = self.model.counters(size)
-            assert got == want, f"{format_size(size)} (total, free, resv, surp): {got}, model {want}"
+            assert got == want, (
+                f"{format_size(size)} (total, free, resv, surp): {got}, model {want}"
+            )
             for n in self.machine.nodes:
                 got = tuple(self.host.node_hugepages(n.id, size).__dict__.values())
                 want = self.model.counters(size, n.id)
@@ -307,8 +308,9 @@ class AllocatorStateMachine(RuleBasedStateMachine):
 
     def save_failure(self, error: BaseException) -> None:
         directory = save_dir()
-        if directory is None or self.machine is None or not self.steps:
+        if directory is None or self.machine is None or not self.steps or self.saved:
             return
+        self.saved = True
         # The runner does not clean up after steps: append the releases and frees a caller
         # owes, predicted by a copy of the model. A free deferred by a registration cannot be
         # finished by the runner (its release step uses the zeroed handle), so no_leaks is
