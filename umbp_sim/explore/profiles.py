@@ -21,8 +21,8 @@ _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filte
 def register() -> None:
     settings.register_profile(
         "ci",
-        max_examples=300,
-        stateful_step_count=40,
+        max_examples=200,
+        stateful_step_count=30,
         deadline=None,
         derandomize=True,
         phases=_CI_PHASES,

@@ -134,7 +134,10 @@ class AllocatorStateMachine(RuleBasedStateMachine):
             self.expected_outcome = "crashed"
             assert pred.outcome == "crashed", f"alloc {req}: crashed ({e}), model: {pred}"
             assert e.node == pred.crash_node, f"crash on node {e.node}, model: {pred.crash_node}"
-            self.bases[key] = 0
+            # The process died inside alloc: the mapping it was prefaulting stays (no handle).
+            known = {self.bases[k] for k in self.model.buffers if k != key}
+            fresh = [m.start for m in self.host.mappings() if m.start not in known]
+            self.bases[key] = fresh[0] if len(fresh) == 1 else 0
             return key
         self.handles[key] = handle
         self.bases[key] = handle.ptr if handle else 0
@@ -225,6 +228,11 @@ class AllocatorStateMachine(RuleBasedStateMachine):
         step = {"op": "set_nr_hugepages", "hugepage_size": size, "pages": pages, "node": node}
         self._record(step, f"nr_hugepages {self.model.counters(size)[0]}")
         self.host.set_nr_hugepages(size, pages, node)
+
+    @precondition(lambda self: self.machine is not None and self.model.dead)
+    @rule()
+    def after_the_crash(self) -> None:
+        """The simulated process is dead: nothing more to do but check the invariants."""
 
     # ---- invariants ----------------------------------------------------------------------
     @invariant()
