@@ -88,3 +88,12 @@ def test_shrunk_failure_is_saved_and_reproduces_alone(
     fixed.write_text(tomli_w.dumps(doc))
     clean = run_scenario(load_scenario(fixed))
     assert clean.passed, clean.report()
+
+
+REGRESSIONS = Path(__file__).resolve().parent.parent / "scenarios" / "regressions"
+
+
+@pytest.mark.parametrize("path", sorted(REGRESSIONS.glob("*.toml")), ids=lambda p: p.stem)
+def test_kept_regression_scenarios_pass(path: Path) -> None:
+    result = run_scenario(load_scenario(path))
+    assert result.passed, result.report()

@@ -19,6 +19,7 @@ Public and usable from other projects' tests::
     ``nr_overcommit_hugepages`` (``{size: pages}``), ``overcommit_memory`` (0/1/2),
     ``overcommit_ratio``, ``rlimit_as``, ``memcg_max``, ``kernel_version`` (from
     ``KERNEL_VERSIONS``, 3.10 .. 6.18 with the 4.14 / 5.14 feature boundaries on both sides).
+    ``max_pool_pages`` (default 8; 2 for sizes of 1 GiB and more) caps each drawn pool.
     Every keyword pins that field: a plain value, or a strategy to draw it from
     (``machines(nodes=2, kernel_version="6.18.0")``, ``machines(nodes=st.integers(2, 4))``).
     Shrinks toward a plain host: one x86_64 node, no pools, no overcommit, no limits, 6.18.
