@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -126,6 +127,7 @@ class AllocatorStateMachine(RuleBasedStateMachine):
         self.next_id += 1
         pred = self.model.alloc(key, req.size, req.backing, req.hugepage_size,
                                 req.numa_node, req.prefault)  # fmt: skip
+        event(f"alloc {req.backing} -> {pred.outcome} {pred.backing or ''}")
         step = {"op": "alloc", "id": key, **req.table()}
         try:
             handle = self.allocator.alloc(*req.args())
@@ -174,7 +176,7 @@ class AllocatorStateMachine(RuleBasedStateMachine):
         self._free(key)
 
     def _free(self, key: str) -> None:
-        self.model.free(key)
+        event(f"free -> {self.model.free(key)}")
         self._record({"op": "free", "id": key}, "freed")
         handle = self.handles.get(key)
         if handle is None:
@@ -209,12 +211,25 @@ class AllocatorStateMachine(RuleBasedStateMachine):
     @rule(key=buffers)
     @_saving
     def release(self, key: str) -> None:
+        self._release(key)
+
+    def _release(self, key: str) -> None:
         # A caller releases the base it acquired, also after freeing its handle (deferred
         # free); a buffer that is gone is released at its handle's (zeroed) pointer.
         base = self.bases.get(key, 0) if key in self.model.buffers else self._ptr(key, 0)
-        self.model.release(key)
+        event(f"release -> {self.model.release(key)}")
         self._record({"op": "release", "id": key}, "released")
         self.allocator.release_shm_allocation(base)
+
+    def _pending(self) -> list[str]:
+        return sorted(k for k, b in self.model.buffers.items() if b.pending_free)
+
+    @precondition(lambda self: self._alive() and self._pending())
+    @rule(data=st.data())
+    @_saving
+    def release_deferred(self, data: st.DataObject) -> None:
+        """The holder of a buffer whose free was deferred lets go (the last one unmaps it)."""
+        self._release(data.draw(st.sampled_from(self._pending()), label="key"))
 
     @precondition(lambda self: self._alive())
     @rule(data=st.data())
