@@ -72,9 +72,12 @@ def test_shrunk_failure_is_saved_and_reproduces_alone(
     scn = load_scenario(path)
     assert scn.faults == [{"op": "munmap", "errno": "EINVAL", "nth": 1}]
     steps = scn.request["steps"]
-    # Shrunk: one allocation, then its free (twice when the shrinker kept double_free).
-    assert steps[0]["op"] == "alloc" and {s["op"] for s in steps[1:]} == {"free"}
-    assert steps[0]["size"] == 1 and steps[0]["backing"] == "Anonymous"
+    # Shrunk: one 1-byte anonymous allocation, its free (twice when the shrinker kept
+    # double_free), at most one leftover no-op step.
+    allocs = [s for s in steps if s["op"] == "alloc"]
+    assert len(allocs) == 1 and len(steps) <= 4
+    assert (allocs[0]["size"], allocs[0]["backing"]) == (1, "Anonymous")
+    assert steps[-1]["op"] == "free"
     assert scn.machine == {"arch": "x86_64", "nodes": 1, "mem_per_node": 64 << 30,
                            "page_size": 4096}  # fmt: skip
     assert "observed: mappings [(" in scn.description

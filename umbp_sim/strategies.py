@@ -17,7 +17,8 @@ Public and usable from other projects' tests::
     ``"arm64-16k"``, ``"arm64-64k"``: page size and hugepage sizes, kernel-model.md section 8),
     ``nodes`` (1-4), ``mem_per_node``, ``hugepages_per_node`` (one ``{size: pages}`` dict per node),
     ``nr_overcommit_hugepages`` (``{size: pages}``), ``overcommit_memory`` (0/1/2),
-    ``overcommit_ratio``, ``rlimit_as``, ``memcg_max``, ``kernel_version`` (from
+    ``hugepages_reserved`` (pages other processes hold, at most the pool), ``overcommit_ratio``,
+    ``rlimit_as``, ``memcg_max``, ``kernel_version`` (from
     ``KERNEL_VERSIONS``, 3.10 .. 6.18 with the 4.14 / 5.14 feature boundaries on both sides).
     ``max_pool_pages`` (default 8; 2 for sizes of 1 GiB and more) caps each drawn pool.
     Every keyword pins that field: a plain value, or a strategy to draw it from
@@ -72,7 +73,7 @@ BACKINGS = ("Anonymous", "AnonymousHugetlb", "AnonymousShm", "AnonymousShmHugetl
 _MACHINE_PINS = {
     "preset", "nodes", "mem_per_node", "hugepages_per_node", "nr_overcommit_hugepages",
     "overcommit_memory", "overcommit_ratio", "rlimit_as", "memcg_max", "kernel_version",
-    "max_pool_pages",
+    "max_pool_pages", "hugepages_reserved",
 }  # fmt: skip
 
 
@@ -122,6 +123,19 @@ def _machine(draw: st.DrawFn, pins: dict[str, Any]) -> Machine:
     }
     if over:
         kw["nr_overcommit_hugepages"] = {s: n for s, n in over.items() if n}
+    # Pages other processes have reserved already (a busy host): at most the free pages.
+    pools = {s: sum(p.get(s, 0) for p in per_node) for s in sizes}
+    resv = draw(
+        _pinned(
+            pins,
+            "hugepages_reserved",
+            st.fixed_dictionaries(
+                {}, optional={s: st.integers(0, n) for s, n in pools.items() if n}
+            ),
+        )
+    )
+    if any(resv.values()):
+        kw["hugepages_reserved"] = {s: n for s, n in resv.items() if n}
     build = Machine.x86_64 if arch == "x86_64" else Machine.arm64
     extra = {"page_size": page} if arch == "arm64" else {}
     return build(
