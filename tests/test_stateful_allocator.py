@@ -60,8 +60,11 @@ def test_model_bound_node_without_pages_demotes_or_crashes() -> None:
 def test_model_shm_deferred_free() -> None:
     m = AllocatorModel(Machine.x86_64())
     m.alloc("s", 4096, "AnonymousShm", HP, -1, True)
-    assert m.acquire("s", 0, 4096)
+    m.set_base("s", 0x7F0000000000)
+    assert not m.acquire(0x7F0000000000 + 4095, 2)  # runs past the end
+    assert m.acquire(0x7F0000000000, 4096)
     assert m.free("s") == "deferred"
-    assert not m.lookup("s", 0, 1)
-    assert m.release("s") == "unmapped"
+    assert not m.lookup(0x7F0000000000, 1)
+    assert m.release(0x7F0000001000) == "ignored"
+    assert m.release(0x7F0000000000) == "unmapped"
     assert m.buffers == {}

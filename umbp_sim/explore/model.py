@@ -126,6 +126,7 @@ class AllocatorModel:
                 )
             self.hstates[size] = h
         self.buffers: dict[str, Buffer] = {}
+        self.bases: dict[str, int] = {}
         self.dead = False
 
     # ---- counters ------------------------------------------------------------------------
@@ -289,24 +290,41 @@ class AllocatorModel:
         del self.buffers[key]
         return "freed"
 
-    def lookup(self, key: str, offset: int, size: int) -> bool:
-        buf = self.buffers.get(key)
-        if buf is None or buf.pending_free or buf.backing not in SHM or size == 0:
-            return False
-        return offset + size <= buf.mapped
+    # The shm registry is keyed by address, as the allocator's is: a caller names a buffer by
+    # its base (kept after Free zeroes the handle), and a freed base may be reused.
+    def set_base(self, key: str, base: int) -> None:
+        """Record where the simulator mapped buffer ``key``."""
+        self.bases[key] = base
 
-    def acquire(self, key: str, offset: int, size: int) -> bool:
-        found = self.lookup(key, offset, size)
-        if found:
+    def _containing(self, ptr: int, size: int) -> str | None:
+        if ptr == 0 or size == 0:
+            return None
+        for key, buf in self.buffers.items():
+            base = self.bases.get(key, 0)
+            if base and base <= ptr < base + buf.mapped:
+                ok = buf.backing in SHM and not buf.pending_free and ptr + size <= base + buf.mapped
+                return key if ok else None
+        return None
+
+    def lookup(self, ptr: int, size: int) -> bool:
+        return self._containing(ptr, size) is not None
+
+    def acquire(self, ptr: int, size: int) -> bool:
+        key = self._containing(ptr, size)
+        if key is not None:
             self.buffers[key].registrations += 1
-        return found
+        return key is not None
 
-    def release(self, key: str) -> str:
-        """Predict ``release`` at the buffer's base: 'released', 'unmapped' (the deferred free
-        ran), or 'ignored'."""
-        buf = self.buffers.get(key)
-        if buf is None or buf.backing not in SHM or buf.registrations == 0:
+    def release(self, base: int) -> str:
+        """Predict ``release`` at ``base``: 'released', 'unmapped' (the deferred free ran), or
+        'ignored'."""
+        key = next(
+            (k for k, b in self.buffers.items() if b.backing in SHM and self.bases.get(k) == base),
+            None,
+        )
+        if key is None or base == 0 or self.buffers[key].registrations == 0:
             return "ignored"
+        buf = self.buffers[key]
         buf.registrations -= 1
         if buf.registrations == 0 and buf.pending_free:
             self._release(buf)

@@ -90,7 +90,8 @@ class AllocatorStateMachine(RuleBasedStateMachine):
         self.expected_steps: list[str] = []
         self.expected_outcome = "ok"
         self.handles: dict[str, Any] = {}
-        self.bases: dict[str, int] = {}
+        self.bases: dict[str, int] = {}  # kept after free, as scenario steps keep them
+        self.mapped: dict[str, int] = {}
         self.next_id = 0
         self.saved = False  # only the first failure of a run is the schedule's failure
 
@@ -140,9 +141,12 @@ class AllocatorStateMachine(RuleBasedStateMachine):
             known = {self.bases[k] for k in self.model.buffers if k != key}
             fresh = [m.start for m in self.host.mappings() if m.start not in known]
             self.bases[key] = fresh[0] if len(fresh) == 1 else 0
+            self.model.set_base(key, self.bases[key])
             return key
         self.handles[key] = handle
         self.bases[key] = handle.ptr if handle else 0
+        self.mapped[key] = handle.mapped_size if handle else 0
+        self.model.set_base(key, self.bases[key])
         if pred.outcome == "failed":
             expected = "alloc failed"
             self.expected_outcome = "failed"
@@ -187,24 +191,25 @@ class AllocatorStateMachine(RuleBasedStateMachine):
         )
 
     def _ptr(self, key: str, offset: int) -> int:
-        h = self.handles.get(key)
-        return h.ptr + offset if h else 0
+        # As the scenario runner does: the alloc's base address, also after the free.
+        base = self.bases.get(key, 0)
+        return base + offset if base else 0
 
     @precondition(lambda self: self._alive())
     @rule(key=buffers, data=st.data(), acquire=st.booleans())
     @_saving
     def acquire_or_lookup(self, key: str, data: st.DataObject, acquire: bool) -> None:
-        h = self.handles.get(key)
-        mapped = h.mapped_size if h else 0
+        mapped = self.mapped.get(key, 0)
         offset = data.draw(st.integers(0, max(0, mapped - 1)), label="offset")
         size = data.draw(st.one_of(st.integers(1, 4096), st.integers(0, mapped + 1)), label="size")
         op = "acquire" if acquire else "lookup"
-        want = (self.model.acquire if acquire else self.model.lookup)(key, offset, size)
+        ptr = self._ptr(key, offset)
+        want = (self.model.acquire if acquire else self.model.lookup)(ptr, size)
         self._record({"op": op, "id": key, "offset": offset, "size": size},
                      f"{op} {'found' if want else 'none'}")  # fmt: skip
         fn = self.allocator.acquire_shm_allocation if acquire else (
             self.allocator.lookup_shm_allocation)  # fmt: skip
-        found = fn(self._ptr(key, offset), size)
+        found = fn(ptr, size)
         assert (found is not None) == want, f"{op}({key}, +{offset}, {size}): {found}, model {want}"
 
     @precondition(lambda self: self._alive())
@@ -214,10 +219,9 @@ class AllocatorStateMachine(RuleBasedStateMachine):
         self._release(key)
 
     def _release(self, key: str) -> None:
-        # A caller releases the base it acquired, also after freeing its handle (deferred
-        # free); a buffer that is gone is released at its handle's (zeroed) pointer.
-        base = self.bases.get(key, 0) if key in self.model.buffers else self._ptr(key, 0)
-        event(f"release -> {self.model.release(key)}")
+        # A caller releases the base it acquired, also after freeing its handle.
+        base = self._ptr(key, 0)
+        event(f"release -> {self.model.release(base)}")
         self._record({"op": "release", "id": key}, "released")
         self.allocator.release_shm_allocation(base)
 
@@ -301,7 +305,7 @@ class AllocatorStateMachine(RuleBasedStateMachine):
         try:
             for key, buf in list(self.model.buffers.items()):
                 while buf.registrations:
-                    self.model.release(key)
+                    self.model.release(self.bases[key])
                     self.allocator.release_shm_allocation(self.bases[key])
             for key in list(self.model.buffers):
                 self.model.free(key)
@@ -335,16 +339,14 @@ class AllocatorStateMachine(RuleBasedStateMachine):
             return
         self.saved = True
         # The runner does not clean up after steps: append the releases and frees a caller
-        # owes, predicted by a copy of the model. A free deferred by a registration cannot be
-        # finished by the runner (its release step uses the zeroed handle), so no_leaks is
-        # then left out.
+        # owes, predicted by a copy of the model (release steps name the alloc's base, also
+        # after the free, as umbp_sim.scenario.runner does).
         model = copy.deepcopy(self.model)
         steps, expected = list(self.steps), list(self.expected_steps)
-        pending = any(b.pending_free for b in model.buffers.values())
         if not model.dead:
             for key, buf in list(model.buffers.items()):
-                while buf.registrations and not buf.pending_free:
-                    model.release(key)
+                while buf.registrations:
+                    model.release(model.bases[key])
                     steps.append({"op": "release", "id": key})
                     expected.append("released")
             for key in model.live_keys():
@@ -362,7 +364,7 @@ class AllocatorStateMachine(RuleBasedStateMachine):
             "steps": expected,
             "counters": counters,
         }
-        if not model.dead and not pending:
+        if not model.dead:
             expect["no_leaks"] = True
         observed = " ".join(str(error).split())[:600]
         try:
