@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -52,9 +51,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # Hosts where the model's "memory is plentiful" holds: 64 GiB nodes, small pools, no limits.
 MODEL_MACHINES = machines(mem_per_node=64 * GiB, rlimit_as=None, memcg_max=None, max_pool_pages=4)
-
-# The allocator's warnings are expected here (demotions, double frees): keep them off the log.
-logging.getLogger("umbp_sim.allocator").setLevel(logging.ERROR)
 
 
 def _size_key(size: int) -> str:
