@@ -17,6 +17,8 @@ from umbp_sim import _native
 # sys.path (Python >= 3.11).
 os.environ["PYTHONSAFEPATH"] = "1"
 
+pytest_plugins = ["pytester"]  # tests of the umbp_sim pytest plugin run pytest in a subprocess
+
 HUGEPAGES_SYSFS = Path("/sys/kernel/mm/hugepages")
 # Hugepage pools are host-wide: tests that set them (in xdist workers, or other checkouts on the
 # same host) take this lock for their whole duration.

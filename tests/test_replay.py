@@ -264,3 +264,24 @@ def test_text_output_sections(capsys) -> None:  # type: ignore[no-untyped-def]
     assert "1. what the user saw\n   outcome: crashed" in out
     assert "\n2. why\n" in out and "\n3. what to change\n" in out
     assert "      simulated: ok: AnonymousHugetlb on node 1" in out
+
+
+def test_fixture_32intel64_100gb_does_not_fit_in_ram(capsys) -> None:  # type: ignore[no-untyped-def]
+    # The DESIGN.md error on a 93 GiB host: the hugetlb mmap fails (4096 of 47684 pages), the
+    # buffer demotes to 4 KiB pages, and prefaulting 93 GiB of ordinary memory on a host with
+    # 33.57 GiB free ends in the OOM killer. The only fix that works asks for less.
+    dump = MACHINES / "32intel64-2p8co2t+8ve.tar.bz2"
+    doc = replay(capsys, dump, "--size", "100000595968", "--numa-node", "3")
+    assert (doc["outcome"], doc["signal"]) == ("crashed", "SIGKILL")
+    assert (
+        "MemFree is 33.57 GiB, the buffer is 93.13 GiB on 4 KiB pages: prefaulting it takes more "
+        "memory than the host has, and the kernel's OOM killer ends the process (SIGKILL)"
+    ) in doc["causes"]
+    fixes = [(f["commands"], f["outcome_after"]) for f in doc["fixes"]]
+    assert fixes == [
+        (["--size 8589934592", "--numa-node -1"], "ok: AnonymousHugetlb"),
+        (["--size 8589934592"], "ok: AnonymousHugetlb, but not bound to node 3"),
+    ]
+    assert not_helping(doc)["sysctl -w vm.nr_hugepages=47684"].startswith(
+        "crashed: killed by SIGKILL"
+    )

@@ -75,6 +75,8 @@
 #include <map>
 #include <mutex>
 
+#include "kernel/syscall_format.h"
+
 namespace umbp {
 
 namespace {
@@ -84,58 +86,9 @@ constexpr int kHugeShift = 26;          // MAP_HUGE_SHIFT == MFD_HUGE_SHIFT
 constexpr size_t kMaxMaskBits = 32768;  // the kernel rejects maxnode - 1 > PAGE_SIZE * 8
 constexpr size_t kBitsPerLong = sizeof(unsigned long) * CHAR_BIT;
 
-const char* ErrnoName(int e) {
-  switch (e) {
-    case EPERM:
-      return "EPERM";
-    case ENOENT:
-      return "ENOENT";
-    case EINTR:
-      return "EINTR";
-    case EIO:
-      return "EIO";
-    case EBADF:
-      return "EBADF";
-    case EAGAIN:
-      return "EAGAIN";
-    case ENOMEM:
-      return "ENOMEM";
-    case EACCES:
-      return "EACCES";
-    case EFAULT:
-      return "EFAULT";
-    case EBUSY:
-      return "EBUSY";
-    case EEXIST:
-      return "EEXIST";
-    case ENODEV:
-      return "ENODEV";
-    case EINVAL:
-      return "EINVAL";
-    case ENFILE:
-      return "ENFILE";
-    case EMFILE:
-      return "EMFILE";
-    case EFBIG:
-      return "EFBIG";
-    case ENOSPC:
-      return "ENOSPC";
-    case ENOSYS:
-      return "ENOSYS";
-    case EOVERFLOW:
-      return "EOVERFLOW";
-    case EOPNOTSUPP:
-      return "EOPNOTSUPP";
-    case EHWPOISON:
-      return "EHWPOISON";
-    default:
-      return nullptr;
-  }
-}
-
 std::string ErrName(int e) {
-  const char* n = ErrnoName(e);
-  return n ? std::string(n) : "errno " + std::to_string(e);
+  const std::string n = errno_symbol(e);
+  return n == "E?" ? "errno " + std::to_string(e) : n;
 }
 
 std::string Hex(const void* p) {

@@ -30,7 +30,10 @@ long SimHState::surp() const {
 namespace {
 long persistent(const SimHState& h) { return h.nr() - h.surp(); }
 
-// Spread `want` items over `nodes` as round-robin would, each node limited by cap(node).
+// Spread `want` items over `nodes` as the kernel's round-robin does (for_each_node_mask_to_alloc
+// / _to_free: one item per node in turn, starting at the first node, skipping nodes that are
+// full), each node limited by cap(node). Whole rounds are given in bulk: after a round the
+// cursor is back at its start, so dropping the nodes a round filled keeps the order.
 template <typename Cap>
 std::vector<std::pair<int, long>> distribute(long want, const std::vector<int>& nodes, Cap cap) {
   std::map<int, long> got;
@@ -38,21 +41,19 @@ std::vector<std::pair<int, long>> distribute(long want, const std::vector<int>& 
   for (int n : nodes)
     if (cap(n) > 0) live.push_back(n);
   while (want > 0 && !live.empty()) {
-    long share = want / static_cast<long>(live.size());
-    long extra = want % static_cast<long>(live.size());
-    std::vector<int> still;
-    long given_total = 0;
-    for (size_t i = 0; i < live.size(); ++i) {
-      int n = live[i];
-      long ask = share + (static_cast<long>(i) < extra ? 1 : 0);
-      long room = cap(n) - got[n];
-      long give = std::min(ask, room);
-      got[n] += give;
-      given_total += give;
-      if (room > give) still.push_back(n);
+    const long width = static_cast<long>(live.size());
+    if (want < width) {
+      // A last, partial round: the first `want` nodes get one more each.
+      for (long i = 0; i < want; ++i) got[live[static_cast<size_t>(i)]] += 1;
+      break;
     }
-    want -= given_total;
-    if (given_total == 0) break;
+    long rounds = want / width;
+    for (int n : live) rounds = std::min(rounds, cap(n) - got[n]);
+    for (int n : live) got[n] += rounds;
+    want -= rounds * width;
+    std::vector<int> still;
+    for (int n : live)
+      if (cap(n) - got[n] > 0) still.push_back(n);
     live = std::move(still);
   }
   std::vector<std::pair<int, long>> out;

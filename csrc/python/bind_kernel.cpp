@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernel/kernel.h"
+#include "kernel/syscall_format.h"
 #include "python/bindings.h"
 
 namespace py = pybind11;
@@ -21,55 +22,6 @@ namespace umbp::bindings {
 namespace {
 
 constexpr size_t kBitsPerLong = sizeof(unsigned long) * CHAR_BIT;
-
-const char* errno_name(int e) {
-  switch (e) {
-    case 0:
-      return "";
-    case EPERM:
-      return "EPERM";
-    case ENOENT:
-      return "ENOENT";
-    case EINTR:
-      return "EINTR";
-    case EIO:
-      return "EIO";
-    case EBADF:
-      return "EBADF";
-    case EAGAIN:
-      return "EAGAIN";
-    case ENOMEM:
-      return "ENOMEM";
-    case EACCES:
-      return "EACCES";
-    case EFAULT:
-      return "EFAULT";
-    case EBUSY:
-      return "EBUSY";
-    case EEXIST:
-      return "EEXIST";
-    case ENODEV:
-      return "ENODEV";
-    case EINVAL:
-      return "EINVAL";
-    case EMFILE:
-      return "EMFILE";
-    case ENFILE:
-      return "ENFILE";
-    case EFBIG:
-      return "EFBIG";
-    case ENOSPC:
-      return "ENOSPC";
-    case ENOSYS:
-      return "ENOSYS";
-    case EOVERFLOW:
-      return "EOVERFLOW";
-    case EHWPOISON:
-      return "EHWPOISON";
-    default:
-      return "E?";
-  }
-}
 
 void* as_ptr(uintptr_t a) { return reinterpret_cast<void*>(a); }
 
@@ -82,14 +34,14 @@ void bind_kernel(py::module_& m) {
       .def_readonly("error", &SysResult::error)
       .def_readonly("signal", &SysResult::signal)
       .def_property_readonly("ok", &SysResult::ok)
-      .def_property_readonly("errno_name", [](const SysResult& r) { return errno_name(r.error); })
+      .def_property_readonly("errno_name", [](const SysResult& r) { return errno_symbol(r.error); })
       .def("__repr__", [](const SysResult& r) {
         if (r.signal) return "<SysResult signal=" + std::to_string(r.signal) + ">";
-        if (r.error) return std::string("<SysResult -1 ") + errno_name(r.error) + ">";
+        if (r.error) return std::string("<SysResult -1 ") + errno_symbol(r.error) + ">";
         return "<SysResult " + std::to_string(r.value) + ">";
       });
 
-  m.def("errno_name", &errno_name, py::arg("errno"), "Symbolic name of an errno value");
+  m.def("errno_name", &errno_symbol, py::arg("errno"), "Symbolic name of an errno value");
 
   py::class_<Kernel, KernelPtr>(m, "Kernel", "An implementation of the kernel seam")
       .def("page_size", &Kernel::page_size)

@@ -152,8 +152,11 @@ def explain(view: HostView, request: Request, run: Run) -> list[str]:
 
     if backing in ("AnonymousHugetlb", "AnonymousShmHugetlb"):
         causes += _hugepage_causes(view, request, run, hp, bound, prefault)
+        if run.observed.signal == "SIGKILL" or run.outcome == "failed":
+            # The demoted buffer is ordinary memory: it has to fit there too.
+            causes += _anonymous_causes(view, total_bytes, bound, prefault, run)
     else:
-        causes += _anonymous_causes(view, total_bytes, bound, prefault)
+        causes += _anonymous_causes(view, total_bytes, bound, prefault, run)
     causes += _limit_causes(view, request, hp, total_bytes)
     if run.outcome == "demoted":
         causes.append(RDMA_NOTE)
@@ -226,14 +229,29 @@ def _hugepage_causes(
     return out
 
 
-def _anonymous_causes(view: HostView, total: int, bound: int | None, prefault: bool) -> list[str]:
+def _anonymous_causes(
+    view: HostView, total: int, bound: int | None, prefault: bool, run: Run
+) -> list[str]:
     out = []
+    oom = run.observed.signal == "SIGKILL" and "memory.max" not in (run.observed.error or "")
     if bound is not None:
         free = view.node_mem_free(bound)
         if free < total:
             out.append(f"node {bound} has {gib(free)} free, the buffer needs {gib(total)} there")
-    elif view.mem_available():
-        out.append(f"MemAvailable is {gib(view.mem_available())}, the buffer is {gib(total)}")
+    elif view.mem_available() or view.meminfo.get("MemFree"):
+        # Kernels before 3.14 have no MemAvailable: MemFree is what they show.
+        label, avail = (
+            ("MemAvailable", view.mem_available())
+            if view.mem_available()
+            else ("MemFree", view.meminfo["MemFree"] * 1024)
+        )
+        line = f"{label} is {gib(avail)}, the buffer is {gib(total)}"
+        if oom and prefault and total > avail:
+            line += (
+                " on 4 KiB pages: prefaulting it takes more memory than the host has, and the "
+                "kernel's OOM killer ends the process (SIGKILL)"
+            )
+        out.append(line)
     return out
 
 

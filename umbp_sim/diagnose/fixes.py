@@ -10,10 +10,11 @@ everything it asks, the helpful ones are combined and re-run once more.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from umbp_sim.diagnose.explain import HostView, kb, nodelist, pages_needed
+from umbp_sim.diagnose.explain import HostView, gib, kb, nodelist, pages_needed
 from umbp_sim.diagnose.request import Request
 from umbp_sim.diagnose.run import Run, simulate_request
 from umbp_sim.machine import Machine
@@ -29,7 +30,7 @@ HostChange = Callable[[SimHost], "str | None"]
 class Fix:
     action: str
     commands: list[str]
-    category: str  # pool | node | size | hicache | env | limits | no-hugepages | combined
+    category: str  # pool|node|size|buffer|hicache|env|limits|no-hugepages|combined
     request: Request | None = None  # the changed request (None: unchanged)
     host_changes: list[HostChange] = field(default_factory=list)
     machine: Machine | None = None  # a changed copy (None: unchanged)
@@ -123,6 +124,8 @@ def candidates(view: HostView, request: Request, baseline: Run) -> list[Fix]:
         out += _node_fixes(view, request, hp if wants else None, bound, wrong_node)
     if wants:
         out += _size_fixes(view, request, hp, bound)
+    if request.kind == "raw":
+        out += _smaller_buffer_fixes(view, request, hp if wants else None, bound)
     out += _limit_fixes(view, request, hp)
     del backing, baseline
     return out
@@ -255,6 +258,41 @@ def _size_fixes(view: HostView, request: Request, hp: int, bound: int | None) ->
     return out
 
 
+def _smaller_buffer_fixes(
+    view: HostView, request: Request, hp: int | None, bound: int | None
+) -> list[Fix]:
+    """A raw request that cannot be had at its size: the largest one this host can give."""
+    out = []
+    if hp is not None and hp in view.machine.hugepage_sizes:
+        p = view.pool(hp)
+        pages = view.node_pool(bound, hp).free if bound is not None else p.free - p.reserved
+        size = pages * hp
+        if 0 < size < request.size:
+            where = f" on node {bound}" if bound is not None else ""
+            out.append(
+                Fix(
+                    f"ask for what the {kb(hp)} pool can give{where}: {pages} pages = {size} "
+                    f"bytes ({gib(size)})",
+                    [f"--size {size}"],
+                    "buffer",
+                    request=dataclasses.replace(request, size=size),
+                )
+            )
+    avail = view.mem_available() or view.meminfo.get("MemFree", 0) * 1024
+    page = view.machine.page_size
+    size = avail * 9 // 10 // page * page  # leave the host a tenth of what it has free
+    if 0 < size < request.size and (hp is None or not out):
+        out.append(
+            Fix(
+                f"ask for a buffer that fits in free memory: 90% of {gib(avail)} = {size} bytes",
+                [f"--size {size}"],
+                "buffer",
+                request=dataclasses.replace(request, size=size),
+            )
+        )
+    return out
+
+
 def _limit_fixes(view: HostView, request: Request, hp: int) -> list[Fix]:
     m = view.machine
     total = sum(request.buffer_sizes())
@@ -328,6 +366,8 @@ def _combine(request: Request, fixes: list[Fix]) -> Fix:
                 req = req.with_node(f.request.settings()[2])
             elif f.category == "size":
                 req = req.with_hugepage_size(f.request.settings()[1])
+            elif f.category == "buffer":
+                req = dataclasses.replace(req, size=f.request.size)
             elif f.category == "hicache":
                 req = req.with_hicache_size(f.request.sglang["hicache_size"])
             else:
@@ -350,6 +390,9 @@ def propose(view: HostView, request: Request, baseline: Run) -> tuple[list[Fix],
     fixes = candidates(view, request, baseline)
     for f in fixes:
         run_fix(view, request, f)
+    if any(f.run and f.run.rank == 3 and f.category != "buffer" for f in fixes):
+        # Asking for less is the last resort: drop it when a fix gets the whole request.
+        fixes = [f for f in fixes if f.category != "buffer"]
     if request.wants_hugepages() and baseline.rank < 3:
         keeps_hugepages_ok = any(
             f.run and f.run.rank == 3 and f.run.observed.actual_backing in _HUGE for f in fixes
