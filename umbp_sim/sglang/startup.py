@@ -25,7 +25,11 @@ from typing import Any
 from umbp_sim.errors import SimulatedCrash
 from umbp_sim.sglang.env import sglang_env_failure
 from umbp_sim.sglang.sizing import HicacheRequest, host_memory_budget, host_memory_error
-from umbp_sim.sglang.tensor_allocator import LOGGER_NAME, UMBPHostTensorAllocator
+from umbp_sim.sglang.tensor_allocator import (
+    LOGGER_NAME,
+    TorchMissingError,
+    UMBPHostTensorAllocator,
+)
 
 # The allocator's own warnings (umbp-sim's, as mori logs them) and sglang's wrapper's.
 WARNING_LOGGERS = ("umbp_sim.allocator", LOGGER_NAME)
@@ -104,6 +108,9 @@ def start_host_pool(
     try:
         try:
             allocator = UMBPHostTensorAllocator(env, module=module)
+        except TorchMissingError:
+            # Not sglang's situation (sglang always has torch): this simulation cannot run.
+            raise
         except (ImportError, RuntimeError) as e:
             result.outcome = "fallback"
             collect.messages.append(FALLBACK_WARNING.format(exc=e))
