@@ -25,11 +25,16 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 from umbp_sim import _native
 from umbp_sim.allocator import Anonymous, UMBPHostMemAllocator
 from umbp_sim.faults import FaultPlan, FaultRule
 from umbp_sim.trace import instrument
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import emit, figure  # noqa: E402
 
 # The injected ENOMEMs make the allocator warn on every failed call; the cost of printing them
 # is not what is measured.
@@ -173,16 +178,20 @@ def strace_once(n: int, mode: str, when: str) -> dict[str, float]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--iterations", type=int, default=50000)
     p.add_argument("--strace-iterations", type=int, default=5000)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="short runs: check it works")
+    p.add_argument("--json", action="store_true")
     p.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if args.child is not None:
         child_main(args.child[0], int(args.child[1]))
-        return
+        raise SystemExit(0)
+    if args.quick:
+        args.iterations, args.strace_iterations, args.repeats = 5000, 500, 2
 
     a = bench_overhead(args.iterations, args.repeats)
     b_in = bench_inprocess_enomem(args.iterations, args.repeats)
@@ -191,46 +200,38 @@ def main() -> None:
     c_in = bench_inprocess_raw(args.iterations, args.repeats)
     c_st = bench_strace(args.strace_iterations, mode="raw", when="")
     ratio_c = c_st["us_per_iter"] / c_in["us_per_iter"]
-
-    print(f"{'benchmark':58} {'us/iter':>9}")
-    print(f"{'(a) bare LinuxKernel, 4 KiB Anonymous alloc+free':58} {a['bare_us_per_iter']:9.2f}")
-    print(
-        f"{'(a) Tracing(Faulty(LinuxKernel)), no rule active':58} "
-        f"{a['wrapped_us_per_iter']:9.2f}   overhead {a['overhead_pct']:+.1f}% best-of, "
-        f"{a['median_overhead_pct']:+.1f}% median (target < 5%)"
-    )
-    print(
-        f"{'(b) FaultPlan ENOMEM every 10th mmap, in-process':58} {b_in['us_per_iter']:9.2f}"
-        f"   {b_in['failed']} of {b_in['iterations']} failed"
-    )
-    print(
-        f"{'(b) strace -f -e inject=mmap:error=ENOMEM:when=10+10':58} {b_st['us_per_iter']:9.2f}"
-        f"   {b_st['failed']} of {b_st['iterations']} failed"
-    )
-    print(f"strace / in-process: {ratio:.1f}x (target > 50x)")
-    print(
-        f"{'(c) injected mmap, FaultyKernel (no syscall)':58} {c_in['us_per_iter']:9.2f}"
-        f"   {c_in['failed']} of {c_in['iterations']} failed"
-    )
-    print(
-        f"{'(c) injected mmap, strace inject=mmap:error=ENOMEM':58} {c_st['us_per_iter']:9.2f}"
-        f"   {c_st['failed']} of {c_st['iterations']} failed"
-    )
-    print(f"strace / in-process, per injected call: {ratio_c:.1f}x")
-    print(
-        json.dumps(
-            {
-                "overhead": a,
-                "enomem_inprocess": b_in,
-                "enomem_strace": b_st,
-                "strace_over_inprocess": ratio,
-                "injected_call_inprocess": c_in,
-                "injected_call_strace": c_st,
-                "strace_over_inprocess_per_injected_call": ratio_c,
-            }
-        )
-    )
+    us = "us/iter"
+    return {
+        "bench": "faults",
+        "overhead": a,
+        "enomem_inprocess": b_in,
+        "enomem_strace": b_st,
+        "injected_call_inprocess": c_in,
+        "injected_call_strace": c_st,
+        "figures": [
+            figure(
+                "Tracing(Faulty(Linux)) no rule: overhead on 4 KiB alloc+free, best-of",
+                [a["overhead_pct"]],
+                unit="%",
+                target="< 5",
+                note=f"{a['bare_us_per_iter']:.2f} vs {a['wrapped_us_per_iter']:.2f} {us}",
+            ),
+            figure(
+                "strace inject / in-process, ENOMEM every 10th mmap, alloc+free loop",
+                [ratio],
+                target="> 50",
+                higher_is_better=True,
+                note=f"{b_st['us_per_iter']:.1f} vs {b_in['us_per_iter']:.2f} {us}",
+            ),
+            figure(
+                "strace inject / in-process, per injected mmap (no real syscall)",
+                [ratio_c],
+                higher_is_better=True,
+                note=f"{c_st['us_per_iter']:.1f} vs {c_in['us_per_iter']:.2f} {us}",
+            ),
+        ],  # fmt: skip
+    }
 
 
 if __name__ == "__main__":
-    main()
+    emit(main(), [a for a in sys.argv[1:] if a == "--json"])
