@@ -8,6 +8,8 @@
 //   alloc_pop  the same with prefault=true
 //   wrapped    alloc on TracingKernel(FaultyKernel(LinuxKernel, no rules)), if built with
 //              -DUMBP_BENCH_WRAPPERS (the fault-injection kernels exist)
+//   sim_pop    alloc_pop on a SimKernel (one 16 GiB node, 512 x 2 MiB pages): the simulated
+//              path's rate from C++ (issue 8, benchmark 2)
 //
 // Output: one JSON object on stdout: {"variant": [ns per alloc+free pair, one per round], ...}.
 // Usage: bench_passthrough [iterations per round] [rounds]
@@ -25,6 +27,7 @@
 
 #include "allocator/host_mem_allocator.h"
 #include "kernel/linux_kernel.h"
+#include "kernel/sim_kernel.h"
 #ifdef UMBP_BENCH_WRAPPERS
 #include "kernel/faulty_kernel.h"
 #include "kernel/tracing_kernel.h"
@@ -92,11 +95,23 @@ int main(int argc, char** argv) {
   umbp::HostMemAllocator wrapped(tracing, sink);
 #endif
 
+  umbp::SimConfig cfg;
+  cfg.hugepage_sizes = {size_t{2} << 20, size_t{1} << 30};
+  cfg.default_hugepage_size = size_t{2} << 20;
+  umbp::SimNodeConfig node;
+  node.mem_total = node.mem_free = uint64_t{16} << 30;
+  node.hugepages[size_t{2} << 20] = umbp::SimPoolConfig{512, 512, 0};
+  cfg.nodes = {node};
+  cfg.possible_nodes = cfg.online_nodes = {0};
+  cfg.mem_total = cfg.mem_free = cfg.mem_available = node.mem_total;
+  umbp::HostMemAllocator simulated(std::make_shared<umbp::SimKernel>(cfg), sink);
+
   std::vector<std::pair<std::string, std::function<void()>>> variants = {
       {"raw", [&] { RawLoop(n, false); }},
       {"alloc", [&] { AllocLoop(plain, n, false); }},
       {"raw_pop", [&] { RawLoop(n, true); }},
       {"alloc_pop", [&] { AllocLoop(plain, n, true); }},
+      {"sim_pop", [&] { AllocLoop(simulated, n, true); }},
 #ifdef UMBP_BENCH_WRAPPERS
       {"wrapped", [&] { AllocLoop(wrapped, n, false); }},
 #endif

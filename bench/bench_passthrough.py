@@ -57,6 +57,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             target="<= 1.05",
         ),
     ]
+    figs.append(
+        figure(
+            "simulated alloc+free/s from C++ (4 KiB Anonymous, prefault, SimKernel)",
+            [1e9 / x for x in ns["sim_pop"]],
+            unit="1/s",
+            higher_is_better=True,
+            note="issue 8 benchmark 2, native side",
+        )
+    )
     if "wrapped" in ns:
         figs.append(
             figure(
