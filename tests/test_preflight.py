@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from umbp_sim.cli import main
 
 D = Path(__file__).parent / "data" / "replay"
@@ -54,10 +56,6 @@ def test_root_dump_exit_codes(capsys) -> None:  # type: ignore[no-untyped-def]
     code, doc = preflight(capsys, "--root", D / "pool-on-node0-5.10.0", "--size", "1GiB",
                           "--numa-node", "1")  # fmt: skip
     assert code == 2 and doc["outcome"] == "crashed" and doc["signal"] == "SIGBUS"
-    code, doc = preflight(capsys, "--root", D / "report1-7.05GB", "--model-layers", "32",
-                          "--kv-heads", "8", "--head-dim", "128", "--page-size", "64",
-                          "--device-pool-tokens", "26880")  # fmt: skip
-    assert code == 2 and doc["outcome"] == "failed"
     # Wrong node: allocated, but the binding is dropped: not what was asked.
     code, doc = preflight(capsys, "--root", D / "pool-on-node0-6.8.0", "--size", "1GiB",
                           "--numa-node", "3")  # fmt: skip
@@ -65,3 +63,11 @@ def test_root_dump_exit_codes(capsys) -> None:  # type: ignore[no-untyped-def]
     code, _ = preflight(capsys, "--root", MACHINES / "32intel64-2p8co2t+8ve.tar.bz2",
                         "--size", "4GiB")  # fmt: skip
     assert code == 0
+
+
+@pytest.mark.torch  # start_host_pool makes torch tensors
+def test_root_dump_sglang_request_fails_host_check(capsys) -> None:  # type: ignore[no-untyped-def]
+    code, doc = preflight(capsys, "--root", D / "report1-7.05GB", "--model-layers", "32",
+                          "--kv-heads", "8", "--head-dim", "128", "--page-size", "64",
+                          "--device-pool-tokens", "26880")  # fmt: skip
+    assert code == 2 and doc["outcome"] == "failed"
