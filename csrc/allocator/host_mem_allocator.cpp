@@ -391,17 +391,13 @@ class AllocRun {
         SysResult r = k_.mmap(nullptr, n, PROT_READ | PROT_WRITE, flags, -1, 0);
         if (Crashed(r, "mmap")) return Status::Crash;
         if (!r.ok()) {
-          if (h.actual_backing == HostBufferBacking::AnonymousHugetlb) {
-            return HugeFail(
-                "mmap", hp, r.error,
-                [&] {
-                  return "hugetlb mmap of " + ns + " bytes (" + HugeKb(hp) + " pages) failed: ";
-                },
-                h.actual_backing);
-          }
-          Warn("mmap of " + ns + " bytes (Anonymous, " + BasePages(page_) +
-               " pages) failed: " + ErrName(r.error) + "; returning an invalid handle");
-          return Status::Fail;
+          return StepFailed(
+              h.actual_backing == HostBufferBacking::AnonymousHugetlb, "mmap", hp, r.error,
+              [&] {
+                return "hugetlb mmap of " + ns + " bytes (" + HugeKb(hp) + " pages) failed: ";
+              },
+              "mmap of " + ns + " bytes (Anonymous, " + BasePages(page_) + " pages) failed: ",
+              h.actual_backing);
         }
         h.ptr = r.ptr();
         return Status::Ok;
@@ -414,55 +410,51 @@ class AllocRun {
         SysResult fd = k_.memfd_create(huge ? "umbp_host_buffer_hugetlb" : "umbp_host_buffer", mfd);
         if (Crashed(fd, "memfd_create")) return Status::Crash;
         if (!fd.ok()) {
-          if (huge) {
-            return HugeFail(
-                "memfd_create", hp, fd.error,
-                [&] { return "hugetlb memfd_create (" + HugeKb(hp) + " pages) failed: "; },
-                h.actual_backing);
-          }
-          Warn("memfd_create(umbp_host_buffer) failed: " + ErrName(fd.error) +
-               "; returning an invalid handle");
-          return Status::Fail;
+          return StepFailed(
+              huge, "memfd_create", hp, fd.error,
+              [&] { return "hugetlb memfd_create (" + HugeKb(hp) + " pages) failed: "; },
+              "memfd_create(umbp_host_buffer) failed: ", h.actual_backing);
         }
         const int f = static_cast<int>(fd.value);
         SysResult t = k_.ftruncate(f, static_cast<off_t>(n));
         if (Crashed(t, "ftruncate")) return Status::Crash;
         if (!t.ok()) {
           if (CloseQuiet(f) == Status::Crash) return Status::Crash;
-          if (huge) {
-            return HugeFail(
-                "ftruncate", hp, t.error,
-                [&] {
-                  return "hugetlb ftruncate of the memfd to " + ns + " bytes (" + HugeKb(hp) +
-                         " pages) failed: ";
-                },
-                h.actual_backing);
-          }
-          Warn("ftruncate of the memfd to " + ns + " bytes failed: " + ErrName(t.error) +
-               "; returning an invalid handle");
-          return Status::Fail;
+          return StepFailed(
+              huge, "ftruncate", hp, t.error,
+              [&] {
+                return "hugetlb ftruncate of the memfd to " + ns + " bytes (" + HugeKb(hp) +
+                       " pages) failed: ";
+              },
+              "ftruncate of the memfd to " + ns + " bytes failed: ", h.actual_backing);
         }
         SysResult m = k_.mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
         if (Crashed(m, "mmap")) return Status::Crash;
         if (!m.ok()) {
           if (CloseQuiet(f) == Status::Crash) return Status::Crash;
-          if (huge) {
-            return HugeFail(
-                "mmap", hp, m.error,
-                [&] {
-                  return "hugetlb mmap of " + ns + " bytes (" + HugeKb(hp) + " pages) failed: ";
-                },
-                h.actual_backing);
-          }
-          Warn("mmap of " + ns + " bytes (AnonymousShm, " + BasePages(page_) +
-               " pages) failed: " + ErrName(m.error) + "; returning an invalid handle");
-          return Status::Fail;
+          return StepFailed(
+              huge, "mmap", hp, m.error,
+              [&] {
+                return "hugetlb mmap of " + ns + " bytes (" + HugeKb(hp) + " pages) failed: ";
+              },
+              "mmap of " + ns + " bytes (AnonymousShm, " + BasePages(page_) + " pages) failed: ",
+              h.actual_backing);
         }
         h.ptr = m.ptr();
         h.fd = f;
         return Status::Ok;
       }
     }
+    return Status::Fail;
+  }
+
+  // A step of the mapping failed: a hugetlb backing demotes (HugeFail), any other returns an
+  // invalid handle with `plain_head` + errno.
+  Status StepFailed(bool huge, const char* step, size_t hp, int err,
+                    const std::function<std::string()>& huge_head, const std::string& plain_head,
+                    HostBufferBacking backing) {
+    if (huge) return HugeFail(step, hp, err, huge_head, backing);
+    Warn(plain_head + ErrName(err) + "; returning an invalid handle");
     return Status::Fail;
   }
 
