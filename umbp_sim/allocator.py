@@ -4,9 +4,17 @@
 argument names and defaults. It runs on the kernel of the innermost ``umbp_sim.simulate(...)``
 host when one is active, else on the real kernel, or on the kernel passed explicitly.
 
+``profile`` chooses the allocator's behaviour where mori and umbp-sim differ
+(``umbp_sim.profiles``): ``"umbp-sim"`` (default here: mori plus umbp-sim's fixes) or
+``"mori-624002c"`` (alias ``"mori"``: what mori's allocator does in the field).
+:class:`MoriUMBPHostMemAllocator` is the mori profile with mori's Python binding as well (its
+argument conversions, no shm registry methods): what ``umbp_sim.mori_compat`` installs as
+``mori.umbp``.
+
 Native warnings are gathered during the call (GIL released) and logged afterwards on the calling
-thread to the ``umbp_sim.allocator`` logger. A simulated fatal signal raises
-``umbp_sim.errors.SimulatedCrash``.
+thread to the ``umbp_sim.allocator`` logger (mori's own texts under the mori profile; whether
+mori's log level would show them is ``umbp_sim.profiles.mori_log_lines``). A simulated fatal
+signal raises ``umbp_sim.errors.SimulatedCrash``.
 """
 
 from __future__ import annotations
@@ -73,7 +81,9 @@ def _signal_name(sig: Any) -> str:
 class UMBPHostMemAllocator:
     """Host buffers (anonymous, hugetlb, memfd-backed), NUMA binding and prefault."""
 
-    def __init__(self, kernel: Any = None) -> None:
+    def __init__(self, kernel: Any = None, profile: str = "umbp-sim") -> None:
+        if not isinstance(profile, str):
+            raise TypeError(f"profile must be a str, got {type(profile).__name__} {profile!r}")
         if kernel is None:
             kernel = _context.current_kernel()
         if kernel is None:
@@ -83,12 +93,17 @@ class UMBPHostMemAllocator:
                 f"kernel must be a umbp_sim._native.Kernel or None, got {type(kernel).__name__}"
             )
         self._kernel = kernel
-        self._native = _native.HostMemAllocator(kernel)
+        self._native = _native.HostMemAllocator(kernel, profile)
 
     @property
     def kernel(self) -> Any:
         """The kernel this allocator stands on."""
         return self._kernel
+
+    @property
+    def profile(self) -> str:
+        """The allocator profile: ``"umbp-sim"`` or ``"mori-624002c"``."""
+        return str(self._native.profile)
 
     def alloc(
         self,
@@ -170,3 +185,78 @@ class UMBPHostMemAllocator:
                 detail=info.get("detail") or "",
             )
         raise SimulatedCrash(_signal_name(sig), where)
+
+
+def _pybind_int(name: str, value: Any, lo: int, hi: int) -> int:
+    # pybind11's integer caster: anything with __index__ (bool included: True is 1), no floats;
+    # out of range is a failed conversion, i.e. TypeError.
+    if isinstance(value, float) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"alloc(): incompatible function arguments ({name}={value!r})")
+    v = operator.index(value)
+    if not lo <= v <= hi:
+        raise TypeError(f"alloc(): incompatible function arguments ({name}={value!r})")
+    return v
+
+
+def _pybind_bool(value: Any) -> bool:
+    # pybind11's bool caster (convert mode): None is False, else the object's truth value.
+    if value is None:
+        return False
+    if isinstance(value, (bool, int)) or hasattr(type(value), "__bool__"):
+        return bool(value)
+    raise TypeError(f"alloc(): incompatible function arguments (prefault={value!r})")
+
+
+class MoriUMBPHostMemAllocator(UMBPHostMemAllocator):
+    """mori's ``UMBPHostMemAllocator`` as its Python module has it (ROCm/mori 624002c).
+
+    The mori-624002c allocator profile, mori's argument conversions (``size=True`` is 1,
+    ``prefault=None`` is False, out-of-range integers are TypeError) and only ``alloc`` and
+    ``free``: the shm registry is C++-only in mori.
+    """
+
+    def __init__(self, kernel: Any = None, profile: str = "mori-624002c") -> None:
+        super().__init__(kernel, profile)
+
+    def alloc(
+        self,
+        size: int,
+        backing: Any = Anonymous,
+        hugepage_size: int = 2097152,
+        numa_node: int = -1,
+        prefault: bool = True,
+    ) -> Any:
+        n = _pybind_int("size", size, 0, _SIZE_MAX)
+        if not isinstance(backing, UMBPHostBufferBacking):
+            raise TypeError(f"alloc(): incompatible function arguments (backing={backing!r})")
+        hp = _pybind_int("hugepage_size", hugepage_size, 0, _SIZE_MAX)
+        node = _pybind_int("numa_node", numa_node, _INT_MIN, _INT_MAX)
+        handle, messages, sig, where = self._native.alloc(
+            n, backing, hp, node if node >= 0 else -1, _pybind_bool(prefault)
+        )
+        self._finish(messages, sig, where)
+        return handle
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in _REGISTRY_METHODS:
+            raise AttributeError(
+                f"'UMBPHostMemAllocator' object has no attribute '{name}' (mori's Python module "
+                "has no shm registry methods)"
+            )
+        return super().__getattribute__(name)
+
+
+_REGISTRY_METHODS = frozenset(
+    {"lookup_shm_allocation", "acquire_shm_allocation", "release_shm_allocation"}
+)
+
+
+def allocator_class(profile: str) -> type[UMBPHostMemAllocator]:
+    """The Python surface of a profile: mori's binding for mori's allocator, else umbp-sim's."""
+    from umbp_sim.profiles import canonical_profile
+
+    return (
+        MoriUMBPHostMemAllocator
+        if canonical_profile(profile) == "mori-624002c"
+        else UMBPHostMemAllocator
+    )

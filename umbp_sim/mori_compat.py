@@ -6,7 +6,9 @@
 
 Inside the block ``mori`` is a stand-in package whose only submodule is ``mori.umbp``: a module
 holding umbp-sim's mori-compatible surface (``UMBPHostMemAllocator``, ``UMBPHostBufferBacking``,
-``UMBPHostBufferHandle``). Allocators made there use the real kernel, or the simulated one inside
+``UMBPHostBufferHandle``). By default its allocator is mori's as deployed (the ``mori-624002c``
+profile with mori's Python binding); ``mori_umbp(profile="umbp-sim")`` gives umbp-sim's fixed
+allocator instead. Allocators made there use the real kernel, or the simulated one inside
 ``umbp_sim.simulate(...)``.
 
 On exit, also when the block raises, ``sys.modules`` is put back: every ``mori`` and ``mori.*``
@@ -54,17 +56,30 @@ def _binds(module: object, stand_ins: list[object]) -> bool:
     return any(v is s for v in list(namespace.values()) for s in stand_ins)
 
 
+def mori_module(profile: str | None = None) -> types.ModuleType:
+    """A ``mori.umbp``-like module whose allocator follows ``profile`` (default: the field's)."""
+    from umbp_sim import allocator
+    from umbp_sim.profiles import FIELD_PROFILE, canonical_profile
+
+    profile = canonical_profile(profile or FIELD_PROFILE)
+    mod = types.ModuleType("mori.umbp", f"umbp-sim's {profile} allocator standing in for mori.umbp")
+    mod.UMBPHostMemAllocator = allocator.allocator_class(profile)  # type: ignore[attr-defined]
+    mod.UMBPHostBufferBacking = allocator.UMBPHostBufferBacking  # type: ignore[attr-defined]
+    mod.UMBPHostBufferHandle = allocator.UMBPHostBufferHandle  # type: ignore[attr-defined]
+    mod.__umbp_sim_profile__ = profile  # type: ignore[attr-defined]
+    return mod
+
+
 @contextmanager
-def mori_umbp(source: Any = None) -> Iterator[types.ModuleType]:
+def mori_umbp(source: Any = None, profile: str | None = None) -> Iterator[types.ModuleType]:
     """Make ``import mori.umbp`` resolve to umbp-sim (or ``source``) inside the block.
 
-    ``source`` is any object with the mori.umbp names; default: the ``umbp_sim`` package.
+    ``source`` is any object with the mori.umbp names; default: :func:`mori_module` of
+    ``profile`` (mori's allocator as deployed unless ``profile="umbp-sim"``).
     Yields the module installed as ``mori.umbp``.
     """
     if source is None:
-        import umbp_sim
-
-        source = umbp_sim
+        source = mori_module(profile)
     umbp = _surface(source)
     package = types.ModuleType("mori", "umbp-sim standing in for mori (only mori.umbp)")
     package.__path__ = []  # a package, so "import mori.umbp" is legal; nothing else is found

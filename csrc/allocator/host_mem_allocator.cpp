@@ -59,6 +59,31 @@
 //   "Alloc: internal error (<what>); returning an invalid handle"
 //   "Alloc: no kernel; returning an invalid handle"
 // (Wrapped lines above are one line in the text, joined by a single space.)
+//
+// Under the mori-624002c policy the texts are mori's MORI_UMBP_WARN lines instead (<e> errno
+// number, <s> strerror, <S> requested size, <M> mapped size, <MI> "HugePages_Total:  T
+// HugePages_Free:  F Hugepagesize:  K kB" as the /proc/meminfo lines read):
+//   once per kernel for every hugetlb fallback together:
+//     "HostMemAllocator: MAP_HUGETLB allocation failed for size=<S> hugepage_size=<hp> (<e>: <s>);
+//      falling back to anonymous pages. <MI>"
+//   once: "HostMemAllocator: NUMA binding unavailable on this build; ignoring numa_node" (ENOSYS)
+//   every time:
+//     "HostMemAllocator: invalid hugepage_size=<hp>; falling back to anonymous pages"
+//     "HostMemAllocator: invalid hugepage_size=<hp>; falling back to AnonymousShm (4 KiB pages)"
+//     "HostMemAllocator: memfd_create failed (<e>: <s>)"
+//     "HostMemAllocator: ftruncate(memfd, <M>) failed (<e>: <s>)"
+//     "HostMemAllocator: ftruncate(hugetlb memfd, <M>) failed (<e>: <s>)"
+//     "HostMemAllocator: mmap(memfd, <M>) failed (<e>: <s>)"
+//     "HostMemAllocator: mbind(node=<n>) failed (<e>: <s>)"
+//     "HostMemAllocator: madvise(MADV_POPULATE_WRITE) failed (<e>: <s>); falling back to manual
+//      page touching"
+//     "HostMemAllocator: freeing AnonymousShm buffer ptr=<ADDR> while <k> active registration(s)
+//      still reference it; deferring munmap/close until deregistration"
+//     "HostMemAllocator: munmap failed (<e>: <s>); invalidating handle anyway to prevent a
+//      possible double-free of a reused VA range"
+//     "HostMemAllocator: deferred munmap failed (<e>: <s>)"
+//   and, under both policies, for a handle of another kernel (a harness guarantee, not mori's):
+//     "Free of <ADDR>, which no allocator on this kernel owns ..." (above)
 // clang-format on
 #include "allocator/host_mem_allocator.h"
 
@@ -68,12 +93,15 @@
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <atomic>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <new>
 
 #include "kernel/syscall_format.h"
 
@@ -200,16 +228,35 @@ HostBufferBacking Demoted(HostBufferBacking b) {
                                                      : HostBufferBacking::Anonymous;
 }
 
-// Per-kernel states: every allocator on one Kernel shares them (one simulated process).
-// Leaked on purpose: allocators may outlive static destruction at interpreter exit.
-std::mutex& StatesMutex() {
-  static auto* mu = new std::mutex;
-  return *mu;
+// mori's "(<errno>: <strerror>)".
+std::string MoriErr(int e) {
+  static std::mutex mu;  // strerror's buffer for unknown values is shared
+  std::lock_guard<std::mutex> lock(mu);
+  return std::to_string(e) + ": " + std::strerror(e);
 }
 
-std::map<const Kernel*, std::weak_ptr<HostMemAllocator::State>>& States() {
-  static auto* m = new std::map<const Kernel*, std::weak_ptr<HostMemAllocator::State>>;
-  return *m;
+// mori's ReadHugepageMeminfoSummary: the three /proc/meminfo lines as read, or "<key>=?".
+std::string MoriMeminfoSummary(Kernel& k) {
+  FileResult mi = k.read_file("/proc/meminfo");
+  std::string total = "HugePages_Total=?", free = "HugePages_Free=?", size = "Hugepagesize=?";
+  if (!mi.ok()) return total + " " + free + " " + size;
+  size_t pos = 0;
+  while (pos < mi.data.size()) {
+    size_t eol = mi.data.find('\n', pos);
+    if (eol == std::string::npos) eol = mi.data.size();
+    const std::string line = mi.data.substr(pos, eol - pos);
+    if (line.rfind("HugePages_Total:", 0) == 0) total = line;
+    if (line.rfind("HugePages_Free:", 0) == 0) free = line;
+    if (line.rfind("Hugepagesize:", 0) == 0) size = line;
+    pos = eol + 1;
+  }
+  return total + " " + free + " " + size;
+}
+
+// Process-unique allocation serials: a handle of one kernel can never match another's buffer.
+uint64_t NextSerial() {
+  static std::atomic<uint64_t> serial{0};
+  return ++serial;
 }
 
 }  // namespace
@@ -218,7 +265,6 @@ struct HostMemAllocator::State {
   mutable std::mutex mu;
   std::map<void*, LiveBuffer> live;
   std::map<void*, ShmRegistryEntry> shm;
-  uint64_t next_serial = 1;
 };
 
 std::string BackingName(HostBufferBacking b) {
@@ -243,21 +289,11 @@ bool IsShm(HostBufferBacking b) {
   return b == HostBufferBacking::AnonymousShm || b == HostBufferBacking::AnonymousShmHugetlb;
 }
 
-HostMemAllocator::HostMemAllocator(KernelPtr kernel, LogSink sink)
-    : kernel_(std::move(kernel)), sink_(std::move(sink)) {
+HostMemAllocator::HostMemAllocator(KernelPtr kernel, LogSink sink, const AllocatorPolicy& policy)
+    : kernel_(std::move(kernel)), sink_(std::move(sink)), policy_(policy) {
   if (!kernel_) return;
   try {
-    std::lock_guard<std::mutex> lock(StatesMutex());
-    auto& states = States();
-    for (auto it = states.begin(); it != states.end();) {
-      it = it->second.expired() ? states.erase(it) : std::next(it);
-    }
-    auto& slot = states[kernel_.get()];
-    state_ = slot.lock();
-    if (!state_) {
-      state_ = std::make_shared<State>();
-      slot = state_;
-    }
+    state_ = kernel_->process_state<State>("umbp::HostMemAllocator");
   } catch (...) {
     state_.reset();  // Alloc then answers with invalid handles
   }
@@ -281,34 +317,70 @@ void HostMemAllocator::WarnOnce(const std::string& reason,
   }
 }
 
-// One Alloc call: the steps share the kernel, the outcome and the warnings.
+// The resources a failed or interrupted Alloc step holds: released when an exception unwinds
+// through the step (a kernel layer that throws), unless the policy lets exceptions escape with
+// what was mapped (mori). The normal failure paths release on their own and clear the handle.
+class HeldOnUnwind {
+ public:
+  HeldOnUnwind(Kernel& k, HostBufferHandle& h, bool armed)
+      : k_(k), h_(h), armed_(armed), uncaught_(std::uncaught_exceptions()) {}
+  ~HeldOnUnwind() {
+    if (!armed_ || std::uncaught_exceptions() <= uncaught_) return;
+    try {
+      if (h_.ptr) k_.munmap(h_.ptr, h_.mapped_size);
+    } catch (...) {
+    }
+    try {
+      if (h_.fd >= 0) k_.close(h_.fd);
+    } catch (...) {
+    }
+    h_ = HostBufferHandle{};
+  }
+  HeldOnUnwind(const HeldOnUnwind&) = delete;
+  HeldOnUnwind& operator=(const HeldOnUnwind&) = delete;
+
+ private:
+  Kernel& k_;
+  HostBufferHandle& h_;
+  bool armed_;
+  int uncaught_;
+};
+
+// One Alloc call: the steps share the kernel, the policy, the outcome and the warnings.
 class AllocRun {
  public:
   enum class Status { Ok, Demote, Fail, Crash };
 
   AllocRun(HostMemAllocator& a, CallOutcome* out)
-      : a_(a), k_(*a.kernel_), out_(out), page_(k_.page_size()) {}
+      : a_(a), k_(*a.kernel_), p_(a.policy_), out_(out), page_(k_.page_size()) {}
 
   HostBufferHandle Go(size_t size, HostBufferBacking backing, size_t hp, int node, bool prefault) {
     int b = static_cast<int>(backing);
     if (b < 0 || b > 3) {
-      Warn("Alloc: unknown backing " + std::to_string(b) + "; returning an invalid handle");
+      Say("Alloc: unknown backing " + std::to_string(b) + "; returning an invalid handle");
       return {};
     }
     if (size == 0) {
-      Warn("Alloc(size=0): nothing to allocate; returning an invalid handle");
+      Say("Alloc(size=0): nothing to allocate; returning an invalid handle");
       return {};
     }
     if (IsHugetlb(backing)) {
       const HostBufferBacking to = Demoted(backing);
       if (!IsPowerOfTwo(hp)) {
-        a_.WarnOnce("hugepage-size:" + BackingName(to) + ":" + std::to_string(hp), [&] {
-          return "hugepage_size " + std::to_string(hp) +
-                 " is not a power of two; falling back to " + BasePages(page_) + " pages (" +
-                 BackingName(to) + ")";
-        });
+        if (p_.mori_texts) {
+          Warn("HostMemAllocator: invalid hugepage_size=" + std::to_string(hp) +
+               (to == HostBufferBacking::AnonymousShm
+                    ? "; falling back to AnonymousShm (4 KiB pages)"
+                    : "; falling back to anonymous pages"));
+        } else {
+          a_.WarnOnce("hugepage-size:" + BackingName(to) + ":" + std::to_string(hp), [&] {
+            return "hugepage_size " + std::to_string(hp) +
+                   " is not a power of two; falling back to " + BasePages(page_) + " pages (" +
+                   BackingName(to) + ")";
+          });
+        }
         backing = to;
-      } else if (hp <= page_) {
+      } else if (hp <= page_ && p_.hugepage_size_above_base_page) {
         a_.WarnOnce("hugepage-size:" + BackingName(to) + ":" + std::to_string(hp), [&] {
           return "hugepage_size " + std::to_string(hp) +
                  " cannot be encoded in MAP_HUGE_* (not larger than the " + BasePages(page_) +
@@ -322,11 +394,15 @@ class AllocRun {
     Status s = Attempt(size, backing, hp, node, prefault, h);
     if (s == Status::Demote) s = Attempt(size, Demoted(backing), hp, node, prefault, h);
     if (s != Status::Ok) return {};
-    return Register(h);
+    return p_.register_shm_before_policies && IsShm(h.actual_backing) ? h : Register(h);
   }
 
  private:
   void Warn(const std::string& text) { a_.Warn(text); }
+  // A warning umbp-sim prints and mori does not.
+  void Say(const std::string& text) {
+    if (!p_.mori_texts) Warn(text);
+  }
 
   bool Crashed(const SysResult& r, const char* where) {
     if (r.signal == 0) return false;
@@ -350,9 +426,8 @@ class AllocRun {
     const size_t align = huge ? hp : page_;
     auto mapped = AlignUp(size, align);
     if (!mapped) {
-      Warn("Alloc(size=" + std::to_string(size) + "): rounding up to " +
-           (huge ? HugeKb(hp) : BasePages(page_)) +
-           " pages overflows; returning an invalid handle");
+      Say("Alloc(size=" + std::to_string(size) + "): rounding up to " +
+          (huge ? HugeKb(hp) : BasePages(page_)) + " pages overflows; returning an invalid handle");
       return Status::Fail;
     }
     h = HostBufferHandle{};
@@ -360,8 +435,13 @@ class AllocRun {
     h.mapped_size = *mapped;
     h.actual_backing = backing;
     h.actual_alignment = align;
+    HeldOnUnwind held(k_, h, !p_.exceptions_escape);
     Status s = Map(h, hp);
     if (s != Status::Ok) return s;
+    if (p_.register_shm_before_policies && IsShm(h.actual_backing)) {
+      h = Register(h);
+      if (!h.valid()) return Status::Fail;
+    }
     if (node >= 0) {
       s = Bind(h, node);
       if (s != Status::Ok) return s;
@@ -385,19 +465,20 @@ class AllocRun {
     switch (h.actual_backing) {
       case HostBufferBacking::Anonymous:
       case HostBufferBacking::AnonymousHugetlb: {
+        const bool huge = h.actual_backing == HostBufferBacking::AnonymousHugetlb;
         int flags = MAP_PRIVATE | MAP_ANONYMOUS;
-        if (h.actual_backing == HostBufferBacking::AnonymousHugetlb)
-          flags |= MAP_HUGETLB | huge_bits;
+        if (huge) flags |= MAP_HUGETLB | huge_bits;
         SysResult r = k_.mmap(nullptr, n, PROT_READ | PROT_WRITE, flags, -1, 0);
         if (Crashed(r, "mmap")) return Status::Crash;
         if (!r.ok()) {
-          return StepFailed(
-              h.actual_backing == HostBufferBacking::AnonymousHugetlb, "mmap", hp, r.error,
-              [&] {
-                return "hugetlb mmap of " + ns + " bytes (" + HugeKb(hp) + " pages) failed: ";
-              },
-              "mmap of " + ns + " bytes (Anonymous, " + BasePages(page_) + " pages) failed: ",
-              h.actual_backing);
+          if (huge) {
+            return HugeFail(
+                "mmap", h, hp, r.error,
+                [&] { return "hugetlb mmap of " + ns + " bytes (" + HugeKb(hp) + " pages) failed: "; });
+          }
+          Say("mmap of " + ns + " bytes (Anonymous, " + BasePages(page_) +
+              " pages) failed: " + ErrName(r.error) + "; returning an invalid handle");
+          return Status::Fail;
         }
         h.ptr = r.ptr();
         return Status::Ok;
@@ -410,57 +491,75 @@ class AllocRun {
         SysResult fd = k_.memfd_create(huge ? "umbp_host_buffer_hugetlb" : "umbp_host_buffer", mfd);
         if (Crashed(fd, "memfd_create")) return Status::Crash;
         if (!fd.ok()) {
-          return StepFailed(
-              huge, "memfd_create", hp, fd.error,
-              [&] { return "hugetlb memfd_create (" + HugeKb(hp) + " pages) failed: "; },
-              "memfd_create(umbp_host_buffer) failed: ", h.actual_backing);
+          if (huge) {
+            return HugeFail("memfd_create", h, hp, fd.error, [&] {
+              return "hugetlb memfd_create (" + HugeKb(hp) + " pages) failed: ";
+            });
+          }
+          Warn(p_.mori_texts ? "HostMemAllocator: memfd_create failed (" + MoriErr(fd.error) + ")"
+                             : "memfd_create(umbp_host_buffer) failed: " + ErrName(fd.error) +
+                                   "; returning an invalid handle");
+          return Status::Fail;
         }
-        const int f = static_cast<int>(fd.value);
-        SysResult t = k_.ftruncate(f, static_cast<off_t>(n));
+        h.fd = static_cast<int>(fd.value);
+        SysResult t = k_.ftruncate(h.fd, static_cast<off_t>(n));
         if (Crashed(t, "ftruncate")) return Status::Crash;
         if (!t.ok()) {
-          if (CloseQuiet(f) == Status::Crash) return Status::Crash;
-          return StepFailed(
-              huge, "ftruncate", hp, t.error,
-              [&] {
-                return "hugetlb ftruncate of the memfd to " + ns + " bytes (" + HugeKb(hp) +
-                       " pages) failed: ";
-              },
-              "ftruncate of the memfd to " + ns + " bytes failed: ", h.actual_backing);
+          if (CloseQuiet(h) == Status::Crash) return Status::Crash;
+          if (p_.mori_texts) {
+            // mori 264-270, 345-353: said every time, also before the hugetlb fallback.
+            Warn(std::string("HostMemAllocator: ftruncate(") + (huge ? "hugetlb memfd" : "memfd") +
+                 ", " + ns + ") failed (" + MoriErr(t.error) + ")");
+            return huge ? Status::Demote : Status::Fail;
+          }
+          if (huge) {
+            return HugeFail("ftruncate", h, hp, t.error, [&] {
+              return "hugetlb ftruncate of the memfd to " + ns + " bytes (" + HugeKb(hp) +
+                     " pages) failed: ";
+            });
+          }
+          Warn("ftruncate of the memfd to " + ns + " bytes failed: " + ErrName(t.error) +
+               "; returning an invalid handle");
+          return Status::Fail;
         }
-        SysResult m = k_.mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+        int mflags = MAP_SHARED;
+        if (huge && p_.map_hugetlb_on_memfd) mflags |= MAP_HUGETLB;
+        SysResult m = k_.mmap(nullptr, n, PROT_READ | PROT_WRITE, mflags, h.fd, 0);
         if (Crashed(m, "mmap")) return Status::Crash;
         if (!m.ok()) {
-          if (CloseQuiet(f) == Status::Crash) return Status::Crash;
-          return StepFailed(
-              huge, "mmap", hp, m.error,
-              [&] {
-                return "hugetlb mmap of " + ns + " bytes (" + HugeKb(hp) + " pages) failed: ";
-              },
-              "mmap of " + ns + " bytes (AnonymousShm, " + BasePages(page_) + " pages) failed: ",
-              h.actual_backing);
+          if (CloseQuiet(h) == Status::Crash) return Status::Crash;
+          if (huge) {
+            return HugeFail(
+                "mmap", h, hp, m.error,
+                [&] { return "hugetlb mmap of " + ns + " bytes (" + HugeKb(hp) + " pages) failed: "; });
+          }
+          Warn(p_.mori_texts ? "HostMemAllocator: mmap(memfd, " + ns + ") failed (" +
+                                   MoriErr(m.error) + ")"
+                             : "mmap of " + ns + " bytes (AnonymousShm, " + BasePages(page_) +
+                                   " pages) failed: " + ErrName(m.error) +
+                                   "; returning an invalid handle");
+          return Status::Fail;
         }
         h.ptr = m.ptr();
-        h.fd = f;
         return Status::Ok;
       }
     }
     return Status::Fail;
   }
 
-  // A step of the mapping failed: a hugetlb backing demotes (HugeFail), any other returns an
-  // invalid handle with `plain_head` + errno.
-  Status StepFailed(bool huge, const char* step, size_t hp, int err,
-                    const std::function<std::string()>& huge_head, const std::string& plain_head,
-                    HostBufferBacking backing) {
-    if (huge) return HugeFail(step, hp, err, huge_head, backing);
-    Warn(plain_head + ErrName(err) + "; returning an invalid handle");
-    return Status::Fail;
-  }
-
-  // A hugetlb step failed: one warning per (step, size, errno) with the requested size's counters.
-  Status HugeFail(const char* step, size_t hp, int err, const std::function<std::string()>& head,
-                  HostBufferBacking backing) {
+  // A hugetlb step failed: demote, with a once-only warning (per (backing, step, size, errno)
+  // with the requested size's counters; mori: one for the whole process, the default pool's).
+  Status HugeFail(const char* step, const HostBufferHandle& h, size_t hp, int err,
+                  const std::function<std::string()>& head) {
+    const HostBufferBacking backing = h.actual_backing;
+    if (p_.one_hugetlb_warning_per_process) {
+      a_.WarnOnce("mori:hugetlb-fallback", [&] {
+        return "HostMemAllocator: MAP_HUGETLB allocation failed for size=" +
+               std::to_string(h.requested_size) + " hugepage_size=" + std::to_string(hp) + " (" +
+               MoriErr(err) + "); falling back to anonymous pages. " + MoriMeminfoSummary(k_);
+      });
+      return Status::Demote;
+    }
     a_.WarnOnce("hugetlb:" + BackingName(backing) + ":" + step + ":" + std::to_string(hp) + ":" +
                     ErrName(err),
                 [&] {
@@ -470,12 +569,15 @@ class AllocRun {
     return Status::Demote;
   }
 
-  Status CloseQuiet(int fd) {
+  // Close the memfd of a failed step (mori: silently).
+  Status CloseQuiet(HostBufferHandle& h) {
+    const int fd = h.fd;
+    h.fd = -1;
     SysResult c = k_.close(fd);
     if (Crashed(c, "close")) return Status::Crash;
     if (!c.ok()) {
-      Warn("close(" + std::to_string(fd) +
-           ") of a memfd after a failed Alloc step failed: " + ErrName(c.error));
+      Say("close(" + std::to_string(fd) +
+          ") of a memfd after a failed Alloc step failed: " + ErrName(c.error));
     }
     return Status::Ok;
   }
@@ -488,11 +590,15 @@ class AllocRun {
       Warn("munmap(" + Hex(h.ptr) + ", " + std::to_string(h.mapped_size) +
            ") while cleaning up a failed Alloc failed: " + ErrName(r.error));
     }
+    void* const ptr = h.ptr;
+    h.ptr = nullptr;
     if (h.fd >= 0) {
-      SysResult c = k_.close(h.fd);
+      const int fd = h.fd;
+      h.fd = -1;
+      SysResult c = k_.close(fd);
       if (Crashed(c, "close")) return Status::Crash;
       if (!c.ok()) {
-        Warn("close(" + std::to_string(h.fd) + ") of the memfd of " + Hex(h.ptr) +
+        Warn("close(" + std::to_string(fd) + ") of the memfd of " + Hex(ptr) +
              " failed: " + ErrName(c.error));
       }
     }
@@ -500,43 +606,99 @@ class AllocRun {
     return Status::Ok;
   }
 
+  // The nodemask mori builds: numa_node/64+1 words. Large blocks come from mmap as malloc
+  // would take them (glibc's 128 KiB threshold), so a simulated RLIMIT_AS or memory limit
+  // refuses them as the real one does: std::bad_alloc.
+  class MaskMemory {
+   public:
+    MaskMemory(Kernel& k, size_t words) : k_(k), bytes_(words * sizeof(unsigned long)) {
+      if (bytes_ < (size_t{128} << 10)) {
+        small_.assign(words, 0UL);
+        data_ = small_.data();
+        return;
+      }
+      SysResult r = k_.mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                            -1, 0);
+      if (!r.ok()) throw std::bad_alloc();
+      data_ = static_cast<unsigned long*>(r.ptr());
+      mapped_ = true;
+    }
+    ~MaskMemory() {
+      if (mapped_) k_.munmap(data_, bytes_);
+    }
+    MaskMemory(const MaskMemory&) = delete;
+    MaskMemory& operator=(const MaskMemory&) = delete;
+    unsigned long* data() { return data_; }
+
+   private:
+    Kernel& k_;
+    size_t bytes_;
+    std::vector<unsigned long> small_;
+    unsigned long* data_ = nullptr;
+    bool mapped_ = false;
+  };
+
   Status Bind(HostBufferHandle& h, int node) {
-    FileResult possible = k_.read_file("/sys/devices/system/node/possible");
-    if (!possible.ok()) {
-      a_.WarnOnce("numa:possible", [&] {
-        return "numa_node " + std::to_string(node) +
-               " requested but /sys/devices/system/node/possible cannot be read (" +
-               ErrName(possible.error) + "); buffer not bound";
-      });
-      return Status::Ok;
+    std::string list;
+    if (p_.check_possible_nodes) {
+      FileResult possible = k_.read_file("/sys/devices/system/node/possible");
+      if (!possible.ok()) {
+        a_.WarnOnce("numa:possible", [&] {
+          return "numa_node " + std::to_string(node) +
+                 " requested but /sys/devices/system/node/possible cannot be read (" +
+                 ErrName(possible.error) + "); buffer not bound";
+        });
+        return Status::Ok;
+      }
+      list = possible.data;
+      while (!list.empty() && (list.back() == '\n' || list.back() == ' ')) list.pop_back();
+      auto in = NodeListContains(list, node);
+      if (!in) {
+        a_.WarnOnce("numa:possible", [&] {
+          return "numa_node " + std::to_string(node) +
+                 " requested but /sys/devices/system/node/possible cannot be parsed ('" + list +
+                 "'); buffer not bound";
+        });
+        return Status::Ok;
+      }
+      if (!*in) {
+        a_.WarnOnce("numa:outside:" + std::to_string(node), [&] {
+          return "numa_node " + std::to_string(node) +
+                 " is not a possible NUMA node (possible: " + list + "); buffer not bound";
+        });
+        return Status::Ok;
+      }
     }
-    std::string list = possible.data;
-    while (!list.empty() && (list.back() == '\n' || list.back() == ' ')) list.pop_back();
-    auto in = NodeListContains(list, node);
-    if (!in) {
-      a_.WarnOnce("numa:possible", [&] {
-        return "numa_node " + std::to_string(node) +
-               " requested but /sys/devices/system/node/possible cannot be parsed ('" + list +
-               "'); buffer not bound";
-      });
-      return Status::Ok;
-    }
-    if (!*in || static_cast<size_t>(node) + 1 >= kMaxMaskBits) {
+    const size_t bit = static_cast<size_t>(node);
+    if (p_.cap_nodemask && bit + 1 >= kMaxMaskBits) {
       a_.WarnOnce("numa:outside:" + std::to_string(node), [&] {
         return "numa_node " + std::to_string(node) +
                " is not a possible NUMA node (possible: " + list + "); buffer not bound";
       });
       return Status::Ok;
     }
-    // A mask just long enough for `node`; maxnode = node + 2 because the kernel reads maxnode-1
-    // bits, so bit `node` is among them.
-    std::vector<unsigned long> mask(static_cast<size_t>(node) / kBitsPerLong + 1, 0UL);
-    mask[static_cast<size_t>(node) / kBitsPerLong] |= 1UL
-                                                      << (static_cast<size_t>(node) % kBitsPerLong);
-    SysResult r = k_.mbind(h.ptr, h.mapped_size, MPOL_BIND, mask.data(),
-                           static_cast<unsigned long>(node) + 2, 0);
+    const size_t words = bit / kBitsPerLong + 1;
+    MaskMemory mask(k_, words);
+    mask.data()[bit / kBitsPerLong] = 1UL << (bit % kBitsPerLong);
+    // NodePlusTwo: the kernel reads maxnode-1 bits, so bit `node` is among them.
+    const unsigned long maxnode = p_.maxnode == AllocatorPolicy::Maxnode::WordBits
+                                      ? static_cast<unsigned long>(words * kBitsPerLong)
+                                      : static_cast<unsigned long>(node) + 2;
+    SysResult r = k_.mbind(h.ptr, h.mapped_size, MPOL_BIND, mask.data(), maxnode, 0);
     if (Crashed(r, "mbind")) return Status::Crash;
     if (!r.ok()) {
+      if (p_.mori_texts) {
+        if (r.error == ENOSYS) {
+          a_.WarnOnce("mori:numa-unavailable", [] {
+            return std::string(
+                "HostMemAllocator: NUMA binding unavailable on this build; ignoring numa_node");
+          });
+        } else {
+          Warn("HostMemAllocator: mbind(node=" + std::to_string(node) + ") failed (" +
+               MoriErr(r.error) + ")");
+        }
+        return Status::Ok;
+      }
       a_.WarnOnce("mbind:" + std::to_string(node) + ":" + ErrName(r.error), [&] {
         return "mbind(MPOL_BIND, node " + std::to_string(node) + ") of " +
                std::to_string(h.mapped_size) + " bytes failed: " + ErrName(r.error) +
@@ -548,24 +710,35 @@ class AllocRun {
     return Status::Ok;
   }
 
+  // Touch one byte per page (the manual prefault). Nothing checks the result: a failure
+  // of the simulated touch itself (not a signal) leaves the buffer unpopulated.
+  Status TouchByHand(HostBufferHandle& h) {
+    SysResult t = k_.touch(h.ptr, h.mapped_size, h.actual_alignment);
+    if (Crashed(t, "prefault touch")) return Status::Crash;
+    if (!t.ok()) {
+      Say("prefault touch of " + std::to_string(h.mapped_size) +
+          " bytes failed: " + ErrName(t.error) + "; buffer left unpopulated");
+    }
+    return Status::Ok;
+  }
+
   Status Prefault(HostBufferHandle& h, int node) {
     SysResult r = k_.madvise(h.ptr, h.mapped_size, kMadvPopulateWrite);
     if (Crashed(r, "madvise(MADV_POPULATE_WRITE)")) return Status::Crash;
     if (r.ok()) return Status::Ok;
     const std::string ns = std::to_string(h.mapped_size);
+    if (p_.populate_failure == AllocatorPolicy::PopulateFailure::TouchByHand) {
+      Warn("HostMemAllocator: madvise(MADV_POPULATE_WRITE) failed (" + MoriErr(r.error) +
+           "); falling back to manual page touching");
+      return TouchByHand(h);
+    }
     if (r.error == EINVAL) {
       a_.WarnOnce("populate-write-einval", [&] {
         return std::string(
             "madvise(MADV_POPULATE_WRITE) is not supported by this kernel (EINVAL; needs Linux "
             "5.14); prefaulting by touching one byte per page");
       });
-      SysResult t = k_.touch(h.ptr, h.mapped_size, h.actual_alignment);
-      if (Crashed(t, "prefault touch")) return Status::Crash;
-      if (!t.ok()) {
-        Warn("prefault touch of " + ns + " bytes failed: " + ErrName(t.error) +
-             "; buffer left unpopulated");
-      }
-      return Status::Ok;
+      return TouchByHand(h);
     }
     if (r.error == EFAULT && IsHugetlb(h.actual_backing)) {
       // Touching now would be a SIGBUS: no hugepage for this mapping on the allowed nodes.
@@ -599,7 +772,8 @@ class AllocRun {
     auto& st = *a_.state_;
     try {
       std::lock_guard<std::mutex> lock(st.mu);
-      h.serial = st.next_serial++;
+      h.serial = NextSerial();
+      h.kernel_id = k_.id();
       LiveBuffer b;
       b.ptr = h.ptr;
       b.requested_size = h.requested_size;
@@ -624,6 +798,7 @@ class AllocRun {
       }
       return h;
     } catch (const std::exception& e) {
+      if (p_.exceptions_escape) throw;
       Unmap(h);
       Warn(std::string("Alloc: internal error (") + e.what() + "); returning an invalid handle");
       return {};
@@ -632,6 +807,7 @@ class AllocRun {
 
   HostMemAllocator& a_;
   Kernel& k_;
+  const AllocatorPolicy& p_;
   CallOutcome* out_;
   size_t page_;
 };
@@ -647,12 +823,15 @@ HostBufferHandle HostMemAllocator::Alloc(size_t size, HostBufferBacking backing,
     Warn("Alloc: no kernel; returning an invalid handle");
     return {};
   }
+  if (policy_.exceptions_escape) {
+    AllocRun run(*this, outcome);
+    return run.Go(size, backing, hugepage_size, numa_node, prefault);
+  }
   try {
     AllocRun run(*this, outcome);
     return run.Go(size, backing, hugepage_size, numa_node, prefault);
   } catch (const std::exception& e) {
-    // Only string building throws (bad_alloc) before or after a kernel call; the mapping steps
-    // that own resources clean up on their own paths.
+    // What the failed step held was released while unwinding (HeldOnUnwind).
     Warn(std::string("Alloc: internal error (") + e.what() + "); returning an invalid handle");
   } catch (...) {
     Warn("Alloc: internal error (unknown exception); returning an invalid handle");
@@ -660,26 +839,57 @@ HostBufferHandle HostMemAllocator::Alloc(size_t size, HostBufferBacking backing,
   return {};
 }
 
+namespace {
+void Invalidate(HostBufferHandle& handle) {
+  handle.ptr = nullptr;
+  handle.requested_size = 0;
+  handle.mapped_size = 0;
+  handle.fd = -1;
+  handle.serial = 0;
+}
+}  // namespace
+
 void HostMemAllocator::Free(HostBufferHandle& handle, CallOutcome* outcome) {
   if (outcome) {
     outcome->signal = 0;
     outcome->where.clear();
   }
   if (!handle.valid() || !kernel_ || !state_) return;
+  auto crashed = [&](const SysResult& r, const char* where) {
+    if (!r.signal) return false;
+    if (outcome) {
+      outcome->signal = r.signal;
+      outcome->where = where;
+    }
+    return true;
+  };
   try {
-    LiveBuffer b;
-    bool known = false;
+    void* ptr = handle.ptr;
+    size_t len = handle.mapped_size;
+    HostBufferBacking backing = handle.actual_backing;
+    bool known = handle.kernel_id == 0 || handle.kernel_id == kernel_->id();
     bool defer = false;
     size_t holders = 0;
     int fd_to_close = -1;
-    {
+    if (known) {
       std::lock_guard<std::mutex> lock(state_->mu);
       auto it = state_->live.find(handle.ptr);
-      if (it != state_->live.end() && (handle.serial == 0 || it->second.serial == handle.serial)) {
-        known = true;
-        b = it->second;
+      const bool live = it != state_->live.end() &&
+                        (handle.serial == 0 || it->second.serial == handle.serial);
+      if (policy_.free_trusts_handle) {
+        // mori 451-494: the handle's address and size; the registry record at that address.
+        if (it != state_->live.end()) state_->live.erase(it);
+      } else if (!live) {
+        known = false;
+      } else {
+        len = it->second.mapped_size;
+        backing = it->second.backing;
+        fd_to_close = it->second.fd;
         state_->live.erase(it);
-        auto sit = state_->shm.find(b.ptr);
+      }
+      if (known && IsShm(backing)) {
+        fd_to_close = -1;
+        auto sit = state_->shm.find(ptr);
         if (sit != state_->shm.end()) {
           if (sit->second.active_registrations > 0) {
             sit->second.pending_free = true;
@@ -689,8 +899,6 @@ void HostMemAllocator::Free(HostBufferHandle& handle, CallOutcome* outcome) {
             fd_to_close = sit->second.fd;
             state_->shm.erase(sit);
           }
-        } else {
-          fd_to_close = b.fd;
         }
       }
     }
@@ -700,41 +908,35 @@ void HostMemAllocator::Free(HostBufferHandle& handle, CallOutcome* outcome) {
            "allocated on another kernel); nothing unmapped, handle unchanged");
       return;
     }
-    handle.ptr = nullptr;
-    handle.requested_size = 0;
-    handle.mapped_size = 0;
-    handle.fd = -1;
-    handle.serial = 0;
+    Invalidate(handle);
     if (defer) {
-      Warn("Free of " + BackingName(b.backing) + " buffer " + Hex(b.ptr) + " (" +
-           std::to_string(b.mapped_size) + " bytes) while " + std::to_string(holders) +
-           " registration(s) hold it; munmap and close deferred to the last ReleaseShmAllocation");
+      Warn(policy_.mori_texts
+               ? "HostMemAllocator: freeing AnonymousShm buffer ptr=" + Hex(ptr) + " while " +
+                     std::to_string(holders) +
+                     " active registration(s) still reference it; deferring munmap/close until "
+                     "deregistration"
+               : "Free of " + BackingName(backing) + " buffer " + Hex(ptr) + " (" +
+                     std::to_string(len) + " bytes) while " + std::to_string(holders) +
+                     " registration(s) hold it; munmap and close deferred to the last "
+                     "ReleaseShmAllocation");
       return;
     }
-    SysResult r = kernel_->munmap(b.ptr, b.mapped_size);
-    if (r.signal) {
-      if (outcome) {
-        outcome->signal = r.signal;
-        outcome->where = "munmap";
-      }
-      return;
-    }
+    SysResult r = kernel_->munmap(ptr, len);
+    if (crashed(r, "munmap")) return;
     if (!r.ok()) {
-      Warn("munmap(" + Hex(b.ptr) + ", " + std::to_string(b.mapped_size) +
-           ") failed: " + ErrName(r.error) +
-           "; handle invalidated anyway so a later Free cannot unmap a reused address");
+      Warn(policy_.mori_texts
+               ? "HostMemAllocator: munmap failed (" + MoriErr(r.error) +
+                     "); invalidating handle anyway to prevent a possible double-free of a "
+                     "reused VA range"
+               : "munmap(" + Hex(ptr) + ", " + std::to_string(len) +
+                     ") failed: " + ErrName(r.error) +
+                     "; handle invalidated anyway so a later Free cannot unmap a reused address");
     }
     if (fd_to_close >= 0) {
       SysResult c = kernel_->close(fd_to_close);
-      if (c.signal) {
-        if (outcome) {
-          outcome->signal = c.signal;
-          outcome->where = "close";
-        }
-        return;
-      }
-      if (!c.ok()) {
-        Warn("close(" + std::to_string(fd_to_close) + ") of the memfd of " + Hex(b.ptr) +
+      if (crashed(c, "close")) return;
+      if (!c.ok() && !policy_.mori_texts) {
+        Warn("close(" + std::to_string(fd_to_close) + ") of the memfd of " + Hex(ptr) +
              " failed: " + ErrName(c.error));
       }
     }
@@ -805,6 +1007,7 @@ void HostMemAllocator::ReleaseShmAllocation(uintptr_t base, CallOutcome* outcome
       }
     }
     const std::string where = Hex(reinterpret_cast<void*>(base));
+    if (status != kOk && policy_.mori_texts) return;  // mori 554-555: silently ignored
     if (status == kUnknown) {
       Warn("ReleaseShmAllocation(" + where + "): no shm allocation is based there; ignored");
       return;
@@ -823,8 +1026,10 @@ void HostMemAllocator::ReleaseShmAllocation(uintptr_t base, CallOutcome* outcome
       return;
     }
     if (!r.ok()) {
-      Warn("deferred munmap(" + Hex(ptr) + ", " + std::to_string(len) +
-           ") at the last ReleaseShmAllocation failed: " + ErrName(r.error));
+      Warn(policy_.mori_texts
+               ? "HostMemAllocator: deferred munmap failed (" + MoriErr(r.error) + ")"
+               : "deferred munmap(" + Hex(ptr) + ", " + std::to_string(len) +
+                     ") at the last ReleaseShmAllocation failed: " + ErrName(r.error));
     }
     if (fd >= 0) {
       SysResult c = kernel_->close(fd);
@@ -835,7 +1040,7 @@ void HostMemAllocator::ReleaseShmAllocation(uintptr_t base, CallOutcome* outcome
         }
         return;
       }
-      if (!c.ok()) {
+      if (!c.ok() && !policy_.mori_texts) {
         Warn("close(" + std::to_string(fd) + ") of the memfd of " + Hex(ptr) +
              " failed: " + ErrName(c.error));
       }

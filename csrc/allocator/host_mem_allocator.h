@@ -1,10 +1,12 @@
-// HostMemAllocator: the UMBP host-buffer allocator (mori's umbp::HostMemAllocator plus the fixes
-// of issue 2), standing on the Kernel seam. Production code: every OS call goes through Kernel&,
-// nothing here knows whether the kernel is real, simulated or fault-injecting.
+// HostMemAllocator: the UMBP host-buffer allocator, standing on the Kernel seam. Production code:
+// every OS call goes through Kernel&, nothing here knows whether the kernel is real, simulated or
+// fault-injecting. Its decision points are an AllocatorPolicy (policy.h): the `umbp-sim` profile
+// is mori's allocator plus umbp-sim's fixes, `mori-624002c` is mori's allocator as deployed.
 //
 // Per-kernel state: the table of live buffers and the shm registry belong to the Kernel instance
-// (one "process"), shared by every HostMemAllocator built on it, as mori's registry is process-
-// wide. A second allocator on the same kernel can free or look up the first one's buffers.
+// (one "process", Kernel::process_state), shared by every HostMemAllocator built on it and kept
+// after the last allocator is gone, as mori's registry is process-wide. Any allocator on the same
+// kernel can free or look up another one's buffers.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "allocator/policy.h"
 #include "kernel/kernel.h"
 
 namespace umbp {
@@ -39,7 +42,9 @@ struct HostBufferHandle {
   size_t actual_alignment = 0;  // the page size backing the mapping
   int fd = -1;                  // memfd of Shm backings (owned by the allocator), else -1
   int numa_node = -1;           // node the mapping is bound to (mbind succeeded), else -1
-  uint64_t serial = 0;          // which allocation this is; tells a stale copy from a live one
+  uint64_t serial = 0;          // which allocation (unique in the real process); tells a stale
+                                // copy from the live buffer at a reused address
+  uint64_t kernel_id = 0;       // Kernel::id() of the kernel it was mapped on
 
   bool valid() const { return ptr != nullptr; }
 };
@@ -88,20 +93,24 @@ class HostMemAllocator {
     int fd = -1;  // owned by the registry: pass it on (SCM_RIGHTS), never close it
   };
 
-  explicit HostMemAllocator(KernelPtr kernel, LogSink sink = {});
+  explicit HostMemAllocator(KernelPtr kernel, LogSink sink = {},
+                            const AllocatorPolicy& policy = UmbpSimPolicy());
   ~HostMemAllocator();
   HostMemAllocator(const HostMemAllocator&) = delete;
   HostMemAllocator& operator=(const HostMemAllocator&) = delete;
 
-  // Never throws. Invalid handle on failure; a hugetlb backing that cannot be had is demoted
+  // Invalid handle on failure; a hugetlb backing that cannot be had is demoted
   // (AnonymousHugetlb -> Anonymous, AnonymousShmHugetlb -> AnonymousShm) with a warning.
+  // Never throws under a policy without exceptions_escape: every resource taken by the failed
+  // call (mapping, memfd) is released, also when a kernel call throws.
   HostBufferHandle Alloc(size_t size, HostBufferBacking backing = HostBufferBacking::Anonymous,
                          size_t hugepage_size = size_t{2} << 20, int numa_node = -1,
                          bool prefault = true, CallOutcome* outcome = nullptr);
 
   // Idempotent. Invalidates the handle in place (ptr, requested_size, mapped_size zeroed, fd -1)
-  // even when munmap fails. A handle no allocator on this kernel owns (a stale copy, another
-  // kernel's buffer) is left untouched and nothing is unmapped (warning).
+  // even when munmap fails. A handle of another kernel is left untouched and nothing is unmapped
+  // (warning), under every policy. A stale copy of a handle of this kernel is refused the same
+  // way unless the policy trusts the handle (mori: it unmaps whatever is there now).
   void Free(HostBufferHandle& handle, CallOutcome* outcome = nullptr);
 
   // mori's registry: the live shm allocation containing [ptr, ptr + size), if any.
@@ -116,6 +125,7 @@ class HostMemAllocator {
   AllocatorSnapshot Snapshot() const;
 
   const KernelPtr& kernel() const { return kernel_; }
+  const AllocatorPolicy& policy() const { return policy_; }
 
   struct State;  // per-kernel tables (defined in the .cpp)
 
@@ -125,6 +135,7 @@ class HostMemAllocator {
 
   KernelPtr kernel_;
   LogSink sink_;
+  const AllocatorPolicy& policy_;
   std::shared_ptr<State> state_;
   friend class AllocRun;
 };

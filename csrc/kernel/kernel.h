@@ -12,8 +12,10 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -42,7 +44,25 @@ struct FileResult {
 
 class Kernel {
  public:
+  Kernel() : id_(next_id()) {}
   virtual ~Kernel() = default;
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+
+  // Which "process" this kernel is: unique among every Kernel of this real process, never
+  // reused, so a handle can name the kernel it came from.
+  uint64_t id() const { return id_; }
+
+  // State that lives exactly as long as this kernel (one simulated process) and is shared by
+  // everything built on it: the allocator's table of live buffers and its shm registry (mori's
+  // registry is process-wide). Created on first use.
+  template <class T>
+  std::shared_ptr<T> process_state(const std::string& key) {
+    std::lock_guard<std::mutex> lock(once_mu_);
+    auto& slot = process_state_[key];
+    if (!slot) slot = std::make_shared<T>();
+    return std::static_pointer_cast<T>(slot);
+  }
 
   // sysconf(_SC_PAGESIZE).
   virtual size_t page_size() = 0;
@@ -69,8 +89,15 @@ class Kernel {
   }
 
  private:
+  static uint64_t next_id() {
+    static std::atomic<uint64_t> counter{0};
+    return ++counter;
+  }
+
+  const uint64_t id_;
   std::mutex once_mu_;
   std::set<std::string> once_;
+  std::map<std::string, std::shared_ptr<void>> process_state_;
 };
 
 using KernelPtr = std::shared_ptr<Kernel>;

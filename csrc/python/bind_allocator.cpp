@@ -62,7 +62,33 @@ py::object shm_to_py(const std::optional<HostMemAllocator::ShmAllocation>& a) {
 
 }  // namespace
 
+py::dict policy_dict(const AllocatorPolicy& p) {
+  py::dict d;
+  d["populate_failure"] =
+      p.populate_failure == AllocatorPolicy::PopulateFailure::TouchByHand ? "touch-by-hand"
+                                                                          : "unmap-then-demote-or-fail";
+  d["check_possible_nodes"] = p.check_possible_nodes;
+  d["maxnode"] = p.maxnode == AllocatorPolicy::Maxnode::WordBits ? "word-bits" : "node-plus-two";
+  d["cap_nodemask"] = p.cap_nodemask;
+  d["hugepage_size_above_base_page"] = p.hugepage_size_above_base_page;
+  d["free_trusts_handle"] = p.free_trusts_handle;
+  d["mori_texts"] = p.mori_texts;
+  d["one_hugetlb_warning_per_process"] = p.one_hugetlb_warning_per_process;
+  d["exceptions_escape"] = p.exceptions_escape;
+  d["register_shm_before_policies"] = p.register_shm_before_policies;
+  d["map_hugetlb_on_memfd"] = p.map_hugetlb_on_memfd;
+  return d;
+}
+
 void bind_allocator(py::module_& m) {
+  m.def(
+      "allocator_profiles",
+      [] {
+        py::dict out;
+        for (const auto& name : PolicyNames()) out[py::str(name)] = policy_dict(*PolicyByName(name));
+        return out;
+      },
+      "Every allocator profile and its decision points: {name: {field: value}}");
   py::enum_<HostBufferBacking>(m, "UMBPHostBufferBacking", "Backing of a host buffer (mori.umbp)")
       .value("Anonymous", HostBufferBacking::Anonymous)
       .value("AnonymousHugetlb", HostBufferBacking::AnonymousHugetlb)
@@ -104,11 +130,20 @@ void bind_allocator(py::module_& m) {
   py::class_<HostMemAllocator>(m, "HostMemAllocator",
                                "The native allocator on a Kernel. Calls return (result..., "
                                "messages, signal, where); use umbp_sim.UMBPHostMemAllocator.")
-      .def(py::init([](KernelPtr kernel) {
-             return std::make_unique<HostMemAllocator>(std::move(kernel), collect_sink);
+      .def(py::init([](KernelPtr kernel, const std::string& profile) {
+             const AllocatorPolicy* policy = PolicyByName(profile);
+             if (!policy) {
+               throw py::value_error("profile must be one of umbp-sim, mori-624002c (alias "
+                                     "mori), got '" +
+                                     profile + "'");
+             }
+             return std::make_unique<HostMemAllocator>(std::move(kernel), collect_sink, *policy);
            }),
-           py::arg("kernel"))
+           py::arg("kernel"), py::arg("profile") = "umbp-sim")
       .def_property_readonly("kernel", &HostMemAllocator::kernel)
+      .def_property_readonly(
+          "profile", [](const HostMemAllocator& a) { return a.policy().name; },
+          "the allocator profile (policy) this allocator follows")
       .def(
           "alloc",
           [](HostMemAllocator& a, size_t size, HostBufferBacking backing, size_t hugepage_size,

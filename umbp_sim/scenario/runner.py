@@ -25,6 +25,8 @@ from umbp_sim.errors import SimulatedCrash, UmbpSimError
 from umbp_sim.faults import FaultPlan
 from umbp_sim.leaks import collect_leaks
 from umbp_sim.machine import HugePool, Machine
+from umbp_sim.mori_compat import mori_module
+from umbp_sim.profiles import FIELD_PROFILE, canonical_profile
 from umbp_sim.scenario.schema import Scenario, ScenarioError
 from umbp_sim.sim import SimHost, simulate
 from umbp_sim.trace import instrument, trace_text
@@ -243,7 +245,7 @@ def _run_steps(
             obs.steps.append("released")
 
 
-def _run_sglang(scn: Scenario, host: SimHost, obs: Observed) -> Any:
+def _run_sglang(scn: Scenario, host: SimHost, obs: Observed, profile: str) -> Any:
     """Start the host pool; returns the startup, whose buffers the caller frees after counters."""
     from umbp_sim.sglang import MHAModel, MLAModel, hicache_request, start_host_pool
     from umbp_sim.sglang.sizing import parse_meminfo
@@ -270,7 +272,9 @@ def _run_sglang(scn: Scenario, host: SimHost, obs: Observed) -> Any:
     except (KeyError, ValueError, TypeError) as e:
         raise ScenarioError(f"{scn.path}: [request]: {e}") from None
     meminfo = parse_meminfo(host.read("/proc/meminfo"), "/proc/meminfo")
-    result = start_host_pool(request, meminfo, env=scn.env, keep=True)
+    result = start_host_pool(
+        request, meminfo, env=scn.env, module=mori_module(profile), keep=True
+    )
     obs.outcome = "ok" if result.outcome == "fallback" else result.outcome
     obs.error = result.error
     obs.signal = result.signal
@@ -302,20 +306,31 @@ def _counter(host: SimHost, key: str) -> int:
     return int(getattr(pages, m.group("field")))
 
 
-def run_scenario(scn: Scenario) -> ScenarioResult:
+def scenario_profile(scn: Scenario, profile: str | None = None) -> str:
+    """The allocator profile a scenario runs with: its own, else ``profile``, else the field's."""
+    return canonical_profile(scn.allocator or profile or FIELD_PROFILE)
+
+
+def run_scenario(scn: Scenario, profile: str | None = None) -> ScenarioResult:
+    """Run ``scn``; a scenario naming no allocator runs with ``profile`` (default: the field's)."""
     machine = build_machine(scn)
-    obs = observe(scn, machine)
+    obs = observe(scn, machine, profile=profile)
     return ScenarioResult(scn, obs, compare(scn.expect, obs))
 
 
 def observe(
-    scn: Scenario, machine: Machine, setup: Callable[[SimHost], None] | None = None
+    scn: Scenario,
+    machine: Machine,
+    setup: Callable[[SimHost], None] | None = None,
+    profile: str | None = None,
 ) -> Observed:
     """Run ``scn``'s request on a SimKernel built from ``machine``; ``setup`` runs first.
 
     ``setup`` applies admin writes (``host.set_nr_hugepages``) to the fresh host before the
-    request: the replay tool re-runs a request with a proposed fix this way.
+    request: the replay tool re-runs a request with a proposed fix this way. The allocator
+    follows :func:`scenario_profile`.
     """
+    profile = scenario_profile(scn, profile)
     try:
         plan = FaultPlan.from_rules(scn.faults, scn.fault_seed) if scn.faults else None
     except (UmbpSimError, ValueError) as e:
@@ -332,9 +347,9 @@ def observe(
         startup = None
         try:
             if scn.request_kind == "sglang":
-                startup = _run_sglang(scn, host, obs)
+                startup = _run_sglang(scn, host, obs, profile)
             else:
-                allocator = UMBPHostMemAllocator(kernel=stack.kernel)
+                allocator = UMBPHostMemAllocator(kernel=stack.kernel, profile=profile)
                 if scn.request_kind == "alloc":
                     handle = _run_alloc(scn, allocator, host, obs)
                 else:

@@ -42,6 +42,8 @@ MACHINE_KEYS = {
     "committed_as", "rlimit_as", "memcg_max", "hugetlb_cgroup_max", "kernel_version", "name",
     "free_hugepages_per_node",
 }  # fmt: skip
+# Besides SGLANG_HICACHE_HOST_*: sglang's shared-buffer switch and mori's log levels.
+ENV_KEYS = {"UMBP_STANDALONE_ADDRESS", "MORI_UMBP_LOG_LEVEL", "MORI_GLOBAL_LOG_LEVEL"}
 ALLOC_KEYS = {"size", "backing", "hugepage_size", "numa_node", "prefault"}
 SGLANG_KEYS = {
     "layers", "kv_heads", "head_dim", "kv_lora_rank", "qk_rope_head_dim", "dtype",
@@ -68,6 +70,9 @@ class Scenario:
     expect: dict[str, Any]
     tags: list[str] = field(default_factory=list)
     fault_seed: int = 0
+    # The allocator profile the expectations are written for ([scenario].allocator); None: the
+    # outcome is the same under every profile (tests/test_scenario_profiles.py checks that).
+    allocator: str | None = None
 
     @property
     def label(self) -> str:
@@ -222,13 +227,21 @@ def load_scenario(path: str | Path) -> Scenario:
         raise _err(p, "fault_seed", f"must be a non-negative integer, not {fault_seed!r}")
 
     meta = _table(p, doc, "scenario", required=True)
-    _check_keys(p, "[scenario]", meta, {"name", "description", "source", "tags"})
+    _check_keys(p, "[scenario]", meta, {"name", "description", "source", "tags", "allocator"})
     name = _string(p, "[scenario].name", meta.get("name"))
     description = _string(p, "[scenario].description", meta.get("description"))
     source = _string(p, "[scenario].source", meta.get("source", ""))
     tags = meta.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise _err(p, "[scenario].tags", "must be an array of strings")
+    allocator = meta.get("allocator")
+    if allocator is not None:
+        from umbp_sim.profiles import ProfileError, canonical_profile
+
+        try:
+            allocator = canonical_profile(_string(p, "[scenario].allocator", allocator))
+        except ProfileError as e:
+            raise _err(p, "[scenario].allocator", str(e)) from None
 
     machine = dict(_table(p, doc, "machine", required=True))
     _check_keys(p, "[machine]", machine, MACHINE_KEYS | {"dump"})
@@ -251,14 +264,18 @@ def load_scenario(path: str | Path) -> Scenario:
 
     env = _table(p, doc, "env", required=False)
     for key, value in env.items():
-        if not key.startswith("SGLANG_HICACHE_HOST_"):
-            raise _err(p, f"[env].{key}", "only SGLANG_HICACHE_HOST_* variables are read")
+        if not key.startswith("SGLANG_HICACHE_HOST_") and key not in ENV_KEYS:
+            raise _err(
+                p,
+                f"[env].{key}",
+                "only SGLANG_HICACHE_HOST_* and " + ", ".join(sorted(ENV_KEYS)) + " are read",
+            )
         _string(p, f"[env].{key}", value)
 
     kind, request = _load_request(p, _table(p, doc, "request", required=True))
     expect = _load_expect(p, _table(p, doc, "expect", required=True))
     return Scenario(p, name, description, source, machine, faults, dict(env), kind, request,
-                    expect, list(tags), fault_seed)  # fmt: skip
+                    expect, list(tags), fault_seed, allocator)  # fmt: skip
 
 
 def find_scenarios(paths: list[str | Path]) -> list[Path]:

@@ -1,12 +1,13 @@
 """sglang's HiCache ``UMBPHostTensorAllocator``, made safe to run many times in one process.
 
-Behaves like sglang's ``mem_cache/storage/umbp/umbp_host_allocator.py`` (same environment
-variables and parsing, same ``alloc`` call, same RuntimeError and log texts, same logger name)
-with three differences, all deliberate:
+Emulates sglang 0.5.23's ``mem_cache/storage/umbp/umbp_host_allocator.py`` (:data:`RELEASE`):
+same environment variables and parsing (``UMBP_STANDALONE_ADDRESS`` set: shared buffers,
+AnonymousShmHugetlb / AnonymousShm), same ``alloc`` call, same RuntimeError and log texts, same
+logger name. ``tests/test_sglang_release.py`` checks it against the real module when sglang is
+installed (tox -e sglang). Two differences, both deliberate:
 
-- every handle is kept, not only the last: the MLA ``page_first_kv_split`` layout calls
-  ``allocate()`` three times and sglang's wrapper leaks the first two mappings;
-- ``close()`` and garbage collection free them all, but never under a live tensor: each tensor
+- ``close()`` and garbage collection free every handle, but never under a live tensor (0.5.23's
+  ``__del__`` frees them all, also under tensors still in use): each tensor
   holds a reference to its mapping, which is freed when both the allocator has let go of it and
   the last tensor viewing it is gone;
 - an unparsable environment value is an :class:`~umbp_sim.sglang.env.EnvVarError` naming the
@@ -21,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import math
+import os
 import weakref
 from collections.abc import Mapping, Sequence
 from types import ModuleType
@@ -34,12 +36,20 @@ from umbp_sim.sglang.env import HostAllocEnv, parse_env
 LOGGER_NAME = "sglang.srt.mem_cache.storage.umbp.umbp_host_allocator"
 logger = logging.getLogger(LOGGER_NAME)
 
+RELEASE = "0.5.23"
+STANDALONE = "UMBP_STANDALONE_ADDRESS"
+# 0.5.23's demotion warning; the backings are str() of mori's enum members.
 DEMOTION_WARNING = (
-    "UMBPHostTensorAllocator: requested AnonymousHugetlb backing "
-    "but kernel demoted to Anonymous (4 KiB pages). Check "
-    "vm.nr_hugepages and HugePages_Free in /proc/meminfo. "
-    "Performance and AINIC MR-size benefits will not apply."
+    "UMBPHostTensorAllocator: requested %s backing but kernel "
+    "demoted to %s (4 KiB pages). Check vm.nr_hugepages and "
+    "HugePages_Free in /proc/meminfo. Performance and AINIC "
+    "MR-size benefits will not apply."
 )
+
+
+def demotion_warning(requested: object, actual: object) -> str:
+    """The text of sglang's demotion warning for these backings."""
+    return DEMOTION_WARNING % (requested, actual)
 
 
 class TorchMissingError(UmbpSimError, ImportError):
@@ -118,6 +128,8 @@ class UMBPHostTensorAllocator:
         self._allocator = self._mod.UMBPHostMemAllocator()
         settings: HostAllocEnv = parse_env(env)
         self.settings = settings
+        # Standalone mode needs fd-shareable backing (any non-empty value, as sglang reads it).
+        self._standalone_process = bool((os.environ if env is None else env).get(STANDALONE))
         self._use_hugepage = settings.use_hugepage
         self._hugepage_size = settings.hugepage_size
         self._numa_node = settings.numa_node
@@ -137,6 +149,8 @@ class UMBPHostTensorAllocator:
     @property
     def requested_backing(self) -> Any:
         b = self._mod.UMBPHostBufferBacking
+        if self._standalone_process:
+            return b.AnonymousShmHugetlb if self._use_hugepage else b.AnonymousShm
         return b.AnonymousHugetlb if self._use_hugepage else b.Anonymous
 
     @property
@@ -196,12 +210,13 @@ class UMBPHostTensorAllocator:
             handle.mapped_size,
             self._numa_node,
         )
-        if (
-            self._use_hugepage
-            and handle.actual_backing == self._mod.UMBPHostBufferBacking.Anonymous
-        ):
+        b = self._mod.UMBPHostBufferBacking
+        demoted = handle.actual_backing == (
+            b.AnonymousShm if self._standalone_process else b.Anonymous
+        )
+        if self._use_hugepage and demoted:
             self.demotions += 1
-            logger.warning(DEMOTION_WARNING)
+            logger.warning(DEMOTION_WARNING, requested_backing, handle.actual_backing)
         return tensor.view(tuple(dims))
 
     def close(self) -> None:
