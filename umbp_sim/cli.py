@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "collect": "collect",
     "replay": "replay",
     "preflight": "preflight",
+    "profiles": "profiles",
 }
 
 

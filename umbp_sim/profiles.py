@@ -16,6 +16,8 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable, Mapping
 
+from umbp_sim.errors import UmbpSimError
+
 PROFILES = ("umbp-sim", "mori-624002c")
 ALIASES = {"mori": "mori-624002c"}
 FIELD_PROFILE = "mori-624002c"
@@ -75,8 +77,10 @@ FIELDS: dict[str, tuple[str, str]] = {
 }
 
 
-class ProfileError(ValueError):
-    """An allocator profile name that is not one of :data:`PROFILES`."""
+class ProfileError(UmbpSimError, ValueError):
+    """An allocator profile name that is not one of :data:`PROFILES` (a usage error)."""
+
+    exit_code = 64
 
 
 def canonical_profile(name: str) -> str:

@@ -7,6 +7,7 @@ import fnmatch
 import json
 import sys
 
+from umbp_sim.profiles import FIELD_PROFILE, canonical_profile
 from umbp_sim.scenario.bundled import bundled_scenarios_dir
 from umbp_sim.scenario.runner import ScenarioResult, run_scenario
 from umbp_sim.scenario.schema import Scenario, find_scenarios, load_scenario
@@ -18,6 +19,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH", help="scenario files or directories")
     p.add_argument("-k", dest="pattern", help="only scenarios whose name or file matches (glob)")
     p.add_argument("--json", action="store_true", help="one JSON document instead of a table")
+    p.add_argument(
+        "--allocator",
+        default=None,
+        metavar="NAME",
+        help="allocator profile for scenarios that name none ([scenario].allocator): "
+        "mori-624002c (default, alias mori: the field's) or umbp-sim",
+    )
 
 
 def _selected(scn: Scenario, pattern: str | None) -> bool:
@@ -43,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     paths = args.paths or [bundled_scenarios_dir()]
     scenarios = [load_scenario(p) for p in find_scenarios(paths)]
     scenarios = [s for s in scenarios if _selected(s, args.pattern)]
-    results = [run_scenario(s) for s in scenarios]
+    profile = canonical_profile(args.allocator) if args.allocator else FIELD_PROFILE
+    results = [run_scenario(s, profile) for s in scenarios]
     failed = [r for r in results if not r.passed]
     if args.json:
         doc = {

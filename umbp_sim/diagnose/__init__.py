@@ -18,6 +18,7 @@ from umbp_sim.diagnose.request import Request, RequestError, add_request_argumen
 from umbp_sim.diagnose.run import Run, simulate_request
 from umbp_sim.dump import DumpFacts
 from umbp_sim.machine import Machine
+from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, mori_log_lines
 
 
 @dataclass
@@ -29,6 +30,8 @@ class Diagnosis:
     causes: list[str]
     fixes: list[Fix] = field(default_factory=list)
     not_helping: list[Fix] = field(default_factory=list)
+    # The same request under umbp-sim's fixed allocator, when its outcome differs.
+    with_fixes: Run | None = None
 
     @property
     def exit_code(self) -> int:
@@ -55,7 +58,42 @@ class Diagnosis:
             "request": self.request.describe(),
             "machine": self.machine.name,
             "kernel_version": self.machine.kernel_version,
+            "allocator": self.request.allocator,
+            "sglang": self.request.sglang_release if self.request.kind == "sglang" else None,
+            "log": log_lines(self),
+            "reproduces_error_line": (
+                self.request.error_line.matches(o.error) if self.request.error_line else None
+            ),
+            "with_umbp_sim_fixes": (
+                {
+                    "outcome": self.with_fixes.outcome,
+                    "actual_backing": self.with_fixes.observed.actual_backing,
+                    "summary": self.with_fixes.summary(),
+                }
+                if self.with_fixes
+                else None
+            ),
         }
+
+
+def log_lines(d: Diagnosis) -> list[str]:
+    """What the server's log showed of the allocator: mori's log at its level, else every line."""
+    o = d.run.observed
+    if d.request.allocator == FIELD_PROFILE:
+        return mori_log_lines(o.allocator_warnings, d.request.env)
+    return list(o.allocator_warnings)
+
+
+def _with_fixes(machine: Machine, request: Request, run: Run) -> Run | None:
+    if request.allocator == FIXED_PROFILE:
+        return None
+    other = simulate_request(machine, request.with_allocator(FIXED_PROFILE))
+    same = (other.outcome, other.observed.actual_backing, other.unbound is None) == (
+        run.outcome,
+        run.observed.actual_backing,
+        run.unbound is None,
+    )
+    return None if same else other
 
 
 def diagnose(machine: Machine, facts: DumpFacts | None, request: Request) -> Diagnosis:
@@ -63,7 +101,8 @@ def diagnose(machine: Machine, facts: DumpFacts | None, request: Request) -> Dia
     run = simulate_request(machine, request)
     causes = explain(view, request, run)
     fixes, not_helping = propose(view, request, run) if run.rank < 3 else ([], [])
-    return Diagnosis(machine, facts, request, run, causes, fixes, not_helping)
+    with_fixes = _with_fixes(machine, request, run)
+    return Diagnosis(machine, facts, request, run, causes, fixes, not_helping, with_fixes)
 
 
 __all__ = [

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import json
 
-from umbp_sim.diagnose import Diagnosis
+from umbp_sim.diagnose import Diagnosis, log_lines
+from umbp_sim.profiles import FIELD_PROFILE, mori_log_level
+from umbp_sim.sglang.release import describe_release
+
+_ALLOCATOR = {
+    "mori-624002c": "mori-624002c (mori's HostMemAllocator as deployed, ROCm/mori 624002c)",
+    "umbp-sim": "umbp-sim (mori's allocator plus umbp-sim's fixes)",
+}
 
 _SAW = {
     "ok": "ok: the request got what it asked for",
@@ -22,16 +29,24 @@ def render_text(d: Diagnosis) -> str:
     lines = [
         f"replay of {d.request.describe()}",
         f"on {d.machine.name} (kernel {d.machine.kernel_version})",
-        "",
-        "1. what the user saw",
-        f"   outcome: {saw}",
+        f"allocator: {_ALLOCATOR.get(d.request.allocator, d.request.allocator)}",
     ]
+    if d.request.kind == "sglang":
+        lines.append(f"sglang: {describe_release(d.request.sglang_release)}")
+    lines += ["", "1. what the user saw", f"   outcome: {saw}"]
     if o.actual_backing:
         lines.append(f"   actual backing: {o.actual_backing}, mapped {o.mapped_size} bytes")
     if o.error:
         lines.append(f"   error: {o.error}")
-    for w in o.warnings:
-        lines.append(f"   warning: {w}")
+    line = d.request.error_line
+    if line is not None:
+        lines.append(
+            "   the error line given: "
+            + ("reproduced exactly" if line.matches(o.error) else "NOT reproduced")
+        )
+        if not line.matches(o.error):
+            lines.append(f"     given: {line.text}")
+    lines += _log_section(d)
     lines += ["", "2. why"]
     lines += [f"   - {c}" for c in d.causes] or ["   - nothing to explain"]
     lines += ["", "3. what to change"]
@@ -48,7 +63,32 @@ def render_text(d: Diagnosis) -> str:
         for f in d.not_helping:
             lines.append(f"   - {f.action}: {' ; '.join(f.commands)}")
             lines.append(f"      simulated: {f.outcome_after}")
+    if d.with_fixes is not None:
+        lines += [
+            "",
+            "4. with umbp-sim's allocator fixes (--allocator umbp-sim)",
+            f"   simulated: {d.with_fixes.summary()}",
+        ]
     return "\n".join(lines)
+
+
+def _log_section(d: Diagnosis) -> list[str]:
+    o = d.run.observed
+    other = [w for w in o.warnings if w not in o.allocator_warnings]
+    out = [f"   sglang warning: {w}" for w in other]
+    if d.request.allocator != FIELD_PROFILE:
+        return out + [f"   allocator warning: {w}" for w in o.allocator_warnings]
+    shown = log_lines(d)
+    level = mori_log_level(d.request.env)
+    if o.allocator_warnings and not shown:
+        out.append(
+            f"   mori's log (level {level}, the default): nothing; with MORI_UMBP_LOG_LEVEL=warn "
+            f"it would print {len(o.allocator_warnings)} line(s):"
+        )
+        out += [f"     {w}" for w in o.allocator_warnings]
+    else:
+        out += [f"   mori's log: {w}" for w in shown]
+    return out
 
 
 def render_json(d: Diagnosis) -> str:

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from umbp_sim.diagnose.error_line import ErrorLine, ErrorLineError, parse_error_line
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, ProfileError, canonical_profile
 from umbp_sim.scenario.schema import Scenario
 from umbp_sim.sglang import env as sgenv
+from umbp_sim.sglang.release import SGLANG_RELEASES, default_sglang_release
 from umbp_sim.sglang.sizing import (
     HicacheRequest,
     MHAModel,
@@ -48,6 +52,10 @@ SGLANG_FLAGS = (
 )  # fmt: skip
 
 
+MORI_ENV = ("MORI_UMBP_LOG_LEVEL", "MORI_GLOBAL_LOG_LEVEL")
+ENV_VARIABLES = (*sgenv.VARIABLES, sgenv.STANDALONE, *MORI_ENV)
+
+
 class RequestError(UmbpSimError):
     """A request that cannot be read from the flags; the message names the flag."""
 
@@ -66,7 +74,7 @@ def _size_arg(value: str) -> int:
 
 
 def _backing_arg(value: str) -> str:
-    v = value.strip()
+    v = value.strip().removeprefix("UMBPHostBufferBacking.")
     if v.lower() in BACKINGS:
         return BACKINGS[v.lower()]
     if v in BACKINGS.values():
@@ -76,7 +84,46 @@ def _backing_arg(value: str) -> str:
     )
 
 
+def _profile_arg(value: str) -> str:
+    try:
+        return canonical_profile(value)
+    except ProfileError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _sglang_arg(value: str) -> str:
+    if value in SGLANG_RELEASES:
+        return value
+    raise argparse.ArgumentTypeError(
+        f"unknown sglang {value!r}: use one of {', '.join(SGLANG_RELEASES)}"
+    )
+
+
 def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    model = parser.add_argument_group("what the server runs")
+    model.add_argument(
+        "--allocator",
+        type=_profile_arg,
+        default=FIELD_PROFILE,
+        metavar="NAME",
+        help=f"allocator profile: {FIELD_PROFILE} (default, alias mori: the field's) or "
+        f"{FIXED_PROFILE} (mori plus umbp-sim's fixes)",
+    )
+    model.add_argument(
+        "--sglang",
+        type=_sglang_arg,
+        default=None,
+        metavar="VERSION|installed",
+        help="sglang release whose UMBPHostTensorAllocator runs: 'installed' (the sglang in "
+        "this environment; the default when there is one) or "
+        f"{', '.join(r for r in SGLANG_RELEASES if r != 'installed')} (umbp-sim's emulation)",
+    )
+    model.add_argument(
+        "--error",
+        metavar="LINE|-",
+        help="sglang's 'UMBPHostMemAllocator.alloc(N bytes) failed (...)' line, or - to read a "
+        "pasted traceback from stdin: fills --size, --backing and --numa-node",
+    )
     raw = parser.add_argument_group("raw request (UMBPHostMemAllocator.alloc)")
     raw.add_argument("--size", type=_size_arg, help="bytes, or with a unit: 100000595968, 2GiB")
     raw.add_argument("--backing", type=_backing_arg, help="hugetlb (default) | anonymous | shm | "
@@ -103,7 +150,8 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="K=V",
-        help="SGLANG_HICACHE_HOST_* setting of the server (repeatable)",
+        help="SGLANG_HICACHE_HOST_*, UMBP_STANDALONE_ADDRESS or MORI_*_LOG_LEVEL setting of "
+        "the server (repeatable; raw requests take only the MORI_* ones)",
     )
 
 
@@ -119,6 +167,9 @@ class Request:
     prefault: bool = True
     sglang: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    allocator: str = FIELD_PROFILE  # the allocator profile the server runs
+    sglang_release: str = "0.5.23"  # whose UMBPHostTensorAllocator: a release, or "installed"
+    error_line: ErrorLine | None = None  # the RuntimeError line the replay was asked about
 
     # ---- what the allocator is asked -----------------------------------------------------
     def hicache(self) -> HicacheRequest:
@@ -152,7 +203,10 @@ class Request:
             except ValueError:
                 env.pop(name)
         s = sgenv.sglang_parse_env(env)
-        backing = "AnonymousHugetlb" if s.use_hugepage else "Anonymous"
+        if env.get(sgenv.STANDALONE):  # sglang's shared (fd-shareable) buffers
+            backing = "AnonymousShmHugetlb" if s.use_hugepage else "AnonymousShm"
+        else:
+            backing = "AnonymousHugetlb" if s.use_hugepage else "Anonymous"
         return backing, s.hugepage_size, s.numa_node, s.prefault
 
     def buffer_sizes(self) -> list[int]:
@@ -180,6 +234,9 @@ class Request:
             plain = "AnonymousShm" if self.backing == "AnonymousShmHugetlb" else "Anonymous"
             return dataclasses.replace(self, backing=plain)
         return self.with_env(**{sgenv.HUGEPAGE: "0"})
+
+    def with_allocator(self, profile: str) -> Request:
+        return dataclasses.replace(self, allocator=profile)
 
     def with_env(self, **values: str) -> Request:
         return dataclasses.replace(self, env={**self.env, **values})
@@ -242,11 +299,37 @@ class Request:
             request_kind=kind,
             request=table,
             expect={"outcome": "ok"},
+            allocator=self.allocator,
+            sglang=self.sglang_release,
         )
 
 
 def request_from_args(args: argparse.Namespace) -> Request:
     """The request the flags describe; RequestError naming the flag for a bad combination."""
+    request = _request_from_flags(args)
+    sglang = getattr(args, "sglang", None) or default_sglang_release()
+    return dataclasses.replace(
+        request, allocator=getattr(args, "allocator", None) or FIELD_PROFILE, sglang_release=sglang
+    )
+
+
+def _error_line(args: argparse.Namespace) -> ErrorLine | None:
+    raw = getattr(args, "error", None)
+    if raw is None:
+        return None
+    text = sys.stdin.read() if raw == "-" else raw
+    try:
+        return parse_error_line(text, "--error" if raw != "-" else "--error - (stdin)")
+    except ErrorLineError as e:
+        raise RequestError(str(e)) from None
+
+
+def _request_from_flags(args: argparse.Namespace) -> Request:
+    line = _error_line(args)
+    if line is not None:
+        for dest in ("size", "backing", "numa_node"):
+            if getattr(args, dest, None) is None:
+                setattr(args, dest, getattr(line, dest))
     raw_given = [f for f in RAW_FLAGS if getattr(args, f, None) not in (None, False)]
     sg_given = [f for f in SGLANG_FLAGS if getattr(args, f, None) is not None]
     if raw_given and sg_given:
@@ -259,9 +342,11 @@ def request_from_args(args: argparse.Namespace) -> Request:
             "no request: give --size (raw alloc) or --model-layers with the model's dims (sglang)"
         )
     if raw_given:
-        if args.env:
+        env = _env(args.env)
+        allocator_only = [k for k in env if k not in MORI_ENV]
+        if allocator_only:
             raise RequestError(
-                f"--env {args.env[0]}: applies to sglang requests only (raw requests take "
+                f"--env {allocator_only[0]}: applies to sglang requests only (raw requests take "
                 "--backing/--hugepage-size/--numa-node/--no-prefault)"
             )
         if args.size is None:
@@ -276,6 +361,8 @@ def request_from_args(args: argparse.Namespace) -> Request:
             hugepage_size=hp,
             numa_node=-1 if args.numa_node is None else args.numa_node,
             prefault=not args.no_prefault,
+            env=env,
+            error_line=line,
         )
     return Request(kind="sglang", sglang=_sglang_table(args), env=_env(args.env))
 
@@ -329,7 +416,7 @@ def _env(pairs: list[str]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise RequestError(f"--env {pair!r}: expected KEY=VALUE")
-        if key not in sgenv.VARIABLES:
-            raise RequestError(f"--env {key}: not one of {', '.join(sgenv.VARIABLES)}")
+        if key not in ENV_VARIABLES:
+            raise RequestError(f"--env {key}: not one of {', '.join(ENV_VARIABLES)}")
         out[key] = value
     return out

@@ -34,6 +34,7 @@ from umbp_sim.units import parse_size
 
 HUGETLB_BACKINGS = {"AnonymousHugetlb", "AnonymousShmHugetlb"}
 WARNING_LOGGERS = ("umbp_sim", "sglang")
+ALLOCATOR_LOGGER = "umbp_sim.allocator"
 _COUNTER_RE = re.compile(
     r"^(?:node(?P<node>\d+)\.)?hugepages\.(?P<size>[0-9A-Za-z]+)\.(?P<field>total|free|reserved|surplus)$"
 )
@@ -48,6 +49,8 @@ class Observed:
     signal: str | None = None
     crash_node: int | None = None
     warnings: list[str] = field(default_factory=list)
+    # The allocator's own lines among the warnings (what mori's log would carry).
+    allocator_warnings: list[str] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     steps: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
@@ -135,19 +138,22 @@ class _Collect(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.messages: list[str] = []
+        self.allocator: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.messages.append(record.getMessage())
+        if record.name == ALLOCATOR_LOGGER:
+            self.allocator.append(record.getMessage())
 
 
 @contextmanager
-def _collect_warnings() -> Iterator[list[str]]:
+def _collect_warnings() -> Iterator[_Collect]:
     handler = _Collect()
     loggers = [logging.getLogger(n) for n in WARNING_LOGGERS]
     for log in loggers:
         log.addHandler(handler)
     try:
-        yield handler.messages
+        yield handler
     finally:
         for log in loggers:
             log.removeHandler(handler)
@@ -273,7 +279,12 @@ def _run_sglang(scn: Scenario, host: SimHost, obs: Observed, profile: str) -> An
         raise ScenarioError(f"{scn.path}: [request]: {e}") from None
     meminfo = parse_meminfo(host.read("/proc/meminfo"), "/proc/meminfo")
     result = start_host_pool(
-        request, meminfo, env=scn.env, module=mori_module(profile), keep=True
+        request,
+        meminfo,
+        env=scn.env,
+        module=mori_module(profile),
+        keep=True,
+        release=scn.sglang,
     )
     obs.outcome = "ok" if result.outcome == "fallback" else result.outcome
     obs.error = result.error
@@ -377,7 +388,8 @@ def observe(
                 startup.close()
             obs.leaks = collect_leaks(*(s for s in (host, allocator, stack.kernel) if s))
         obs.trace = trace_text(stack.kernel, last=40)
-    obs.warnings = list(warnings)
+    obs.warnings = list(warnings.messages)
+    obs.allocator_warnings = list(warnings.allocator)
     return obs
 
 

@@ -73,6 +73,9 @@ class Scenario:
     # The allocator profile the expectations are written for ([scenario].allocator); None: the
     # outcome is the same under every profile (tests/test_scenario_profiles.py checks that).
     allocator: str | None = None
+    # Whose sglang UMBPHostTensorAllocator an sglang request runs ([scenario].sglang): a
+    # release umbp-sim emulates or "installed"; None: the newest emulated release.
+    sglang: str | None = None
 
     @property
     def label(self) -> str:
@@ -227,7 +230,9 @@ def load_scenario(path: str | Path) -> Scenario:
         raise _err(p, "fault_seed", f"must be a non-negative integer, not {fault_seed!r}")
 
     meta = _table(p, doc, "scenario", required=True)
-    _check_keys(p, "[scenario]", meta, {"name", "description", "source", "tags", "allocator"})
+    _check_keys(
+        p, "[scenario]", meta, {"name", "description", "source", "tags", "allocator", "sglang"}
+    )
     name = _string(p, "[scenario].name", meta.get("name"))
     description = _string(p, "[scenario].description", meta.get("description"))
     source = _string(p, "[scenario].source", meta.get("source", ""))
@@ -242,6 +247,12 @@ def load_scenario(path: str | Path) -> Scenario:
             allocator = canonical_profile(_string(p, "[scenario].allocator", allocator))
         except ProfileError as e:
             raise _err(p, "[scenario].allocator", str(e)) from None
+    sglang = meta.get("sglang")
+    if sglang is not None:
+        from umbp_sim.sglang.release import SGLANG_RELEASES
+
+        if sglang not in SGLANG_RELEASES:
+            raise _err(p, "[scenario].sglang", f"must be one of {', '.join(SGLANG_RELEASES)}")
 
     machine = dict(_table(p, doc, "machine", required=True))
     _check_keys(p, "[machine]", machine, MACHINE_KEYS | {"dump"})
@@ -275,7 +286,7 @@ def load_scenario(path: str | Path) -> Scenario:
     kind, request = _load_request(p, _table(p, doc, "request", required=True))
     expect = _load_expect(p, _table(p, doc, "expect", required=True))
     return Scenario(p, name, description, source, machine, faults, dict(env), kind, request,
-                    expect, list(tags), fault_seed, allocator)  # fmt: skip
+                    expect, list(tags), fault_seed, allocator, sglang)  # fmt: skip
 
 
 def find_scenarios(paths: list[str | Path]) -> list[Path]:

@@ -27,6 +27,8 @@ HUGEPAGE_SIZE = "SGLANG_HICACHE_HOST_HUGEPAGE_SIZE"
 NUMA_NODE = "SGLANG_HICACHE_HOST_NUMA_NODE"
 PREFAULT = "SGLANG_HICACHE_HOST_PREFAULT"
 VARIABLES = (HUGEPAGE, HUGEPAGE_SIZE, NUMA_NODE, PREFAULT)
+# Any non-empty value: sglang allocates shared (memfd) buffers for the standalone UMBP process.
+STANDALONE = "UMBP_STANDALONE_ADDRESS"
 
 TRUTHY = ("1", "true", "yes", "on")
 # Values sglang reads as off that a person writing them also meant as off (no warning).

@@ -24,11 +24,13 @@ from typing import Any
 
 from umbp_sim.errors import SimulatedCrash
 from umbp_sim.sglang.env import sglang_env_failure
+from umbp_sim.sglang.release import EMULATED, tensor_allocator
 from umbp_sim.sglang.sizing import HicacheRequest, host_memory_budget, host_memory_error
 from umbp_sim.sglang.tensor_allocator import (
     LOGGER_NAME,
     TorchMissingError,
     UMBPHostTensorAllocator,
+    _default_module,
 )
 
 # The allocator's own warnings (umbp-sim's, as mori logs them) and sglang's wrapper's.
@@ -89,10 +91,13 @@ def start_host_pool(
     env: Mapping[str, str] | None = None,
     module: Any = None,
     keep: bool = False,
+    release: str | None = None,
 ) -> HostPoolStartup:
     """Run sglang's startup steps for ``request``; ``keep`` keeps the buffers (else freed).
 
-    ``env`` defaults to ``os.environ``; ``module`` to umbp-sim's mori-compatible module.
+    ``env`` defaults to ``os.environ``; ``module`` to umbp-sim's mori-compatible module;
+    ``release`` names whose UMBPHostTensorAllocator runs (``umbp_sim.sglang.release``; default:
+    umbp-sim's emulation of the newest release).
     """
     env = dict(os.environ if env is None else env)
     result = HostPoolStartup(outcome="ok", stage="allocator", request=request)
@@ -107,7 +112,10 @@ def start_host_pool(
         log.addHandler(collect)
     try:
         try:
-            allocator = UMBPHostTensorAllocator(env, module=module)
+            if release in (None, *EMULATED):
+                allocator = UMBPHostTensorAllocator(env, module=module)
+            else:
+                allocator = tensor_allocator(release, env, module or _default_module())
         except TorchMissingError:
             # Not sglang's situation (sglang always has torch): this simulation cannot run.
             raise

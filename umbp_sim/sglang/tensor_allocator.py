@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.sglang.env import HostAllocEnv, parse_env
+from umbp_sim.sglang.env import STANDALONE, HostAllocEnv, parse_env
 
 # sglang logs under its module's __name__; use the same name so log filters written for sglang
 # see umbp-sim's messages.
@@ -37,7 +37,6 @@ LOGGER_NAME = "sglang.srt.mem_cache.storage.umbp.umbp_host_allocator"
 logger = logging.getLogger(LOGGER_NAME)
 
 RELEASE = "0.5.23"
-STANDALONE = "UMBP_STANDALONE_ADDRESS"
 # 0.5.23's demotion warning; the backings are str() of mori's enum members.
 DEMOTION_WARNING = (
     "UMBPHostTensorAllocator: requested %s backing but kernel "
