@@ -14,7 +14,7 @@ MACHINES = Path(__file__).parent / "data" / "machines"
 
 
 def preflight(capsys, *argv: str) -> tuple[int, dict]:  # type: ignore[no-untyped-def]
-    code = main(["preflight", *map(str, argv), "--json"])
+    code = main(["preflight", *map(str, argv), "--allocator", "umbp-sim", "--json"])
     return code, json.loads(capsys.readouterr().out)
 
 

@@ -19,7 +19,8 @@ RDMA = "some RDMA NICs cannot register a large region of 4 KiB pages"
 
 
 def replay(capsys, *argv: str) -> dict:  # type: ignore[no-untyped-def]
-    assert main(["replay", *map(str, argv), "--json"]) == 0
+    # umbp-sim's allocator: the field's (mori) replays are in test_replay_field.py
+    assert main(["replay", *map(str, argv), "--allocator", "umbp-sim", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     for key in ("outcome", "actual_backing", "error", "signal", "warnings", "causes", "fixes"):
         assert key in doc
@@ -85,7 +86,7 @@ def test_100gb_example_page_count_and_pool_fix(capsys) -> None:  # type: ignore[
     assert "HugePages_Free 0 of 0 for 2048 kB" in doc["causes"]
     assert any(RDMA in c for c in doc["causes"])
     assert doc["warnings"][-1].startswith(
-        "UMBPHostTensorAllocator: requested AnonymousHugetlb backing but kernel demoted"
+        "UMBPHostTensorAllocator: requested UMBPHostBufferBacking.AnonymousHugetlb backing but kernel demoted"
     )
     assert fix_commands(doc) == {"sysctl -w vm.nr_hugepages=47684": "ok: AnonymousHugetlb"}
     # The raw form of the same request.

@@ -29,7 +29,7 @@ def run(capsys, argv: list[str]) -> tuple[int, str]:  # type: ignore[no-untyped-
         (["--size", "1GiB", "--model-layers", "32"], 64,
          "--size cannot be combined with --model-layers"),
         (["--size", "1GiB", "--env", "SGLANG_HICACHE_HOST_NUMA_NODE=0"], 64,
-         "--env SGLANG_HICACHE_HOST_NUMA_NODE=0: applies to sglang requests only"),
+         "--env SGLANG_HICACHE_HOST_NUMA_NODE: applies to sglang requests only"),
         ([], 64, "no request: give --size"),
         (["--model-layers", "32", "--kv-heads", "8", "--head-dim", "128", "--hicache-size", "1",
           "--layout", "bogus"], 64, "--layout: Unsupported layout: bogus"),

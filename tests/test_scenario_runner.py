@@ -24,7 +24,9 @@ NO_POOL = '[machine]\nnodes = 1\nmem_per_node = "16GiB"\n'
 def run(tmp_path: Path, body: str, expect: str = 'outcome = "ok"') -> ScenarioResult:
     p = tmp_path / "t.toml"
     p.write_text(HEAD + textwrap.dedent(body) + "[expect]\n" + textwrap.dedent(expect))
-    return run_scenario(load_scenario(p))
+    # These tests check umbp-sim's allocator (its texts and fallbacks); the field's profile has
+    # its own scenarios (scenarios/mori) and tests (test_profiles.py).
+    return run_scenario(load_scenario(p), "umbp-sim")
 
 
 def null_handle(size: int, backing: str, node: int = -1) -> str:
@@ -119,7 +121,7 @@ def test_sglang_outcomes(tmp_path: Path) -> None:
     demoted = run(tmp_path, NO_POOL + model, 'outcome = "demoted"\nno_leaks = true\n')
     assert demoted.passed, demoted.report()
     assert demoted.observed.warnings[-1].startswith(
-        "UMBPHostTensorAllocator: requested AnonymousHugetlb backing but kernel demoted"
+        "UMBPHostTensorAllocator: requested UMBPHostBufferBacking.AnonymousHugetlb backing but kernel demoted"
     )
     env = '[env]\nSGLANG_HICACHE_HOST_NUMA_NODE = "one"\n'
     failed = run(tmp_path, NO_POOL + env + model, 'outcome = "failed"\n')

@@ -69,7 +69,7 @@ CASES = [
     ("no [expect]", valid(expect=""), r"^\[expect\]: missing table$"),
     ("[machine] not a table", 'machine = 3\n' + valid(machine=""), r"^\[machine\]: must be a table, not int$"),
     # [scenario]
-    ("unknown [scenario] key", valid(scenario=SCENARIO + 'owner = "me"\n'), r"^\[scenario\]\.owner: unknown key \(allowed: description, name, source, tags\)$"),
+    ("unknown [scenario] key", valid(scenario=SCENARIO + 'owner = "me"\n'), r"^\[scenario\]\.owner: unknown key \(allowed: allocator, description, name, sglang, source, tags\)$"),
     ("name not a string", valid(scenario='[scenario]\nname = 3\ndescription = "d"\n'), r"^\[scenario\]\.name: must be a string, not 3$"),
     ("no description", valid(scenario='[scenario]\nname = "s"\n'), r"^\[scenario\]\.description: must be a string, not None$"),
     ("source not a string", valid(scenario=SCENARIO.replace('source = "t"', "source = 1")), r"^\[scenario\]\.source: must be a string"),
@@ -88,7 +88,7 @@ CASES = [
     ("dump not found", valid(machine='[machine]\ndump = "nope.tar.bz2"\n'), r"^\[machine\]\.dump: no such file: .*/nope\.tar\.bz2$"),
     ("dump not a string", valid(machine="[machine]\ndump = 3\n"), r"^\[machine\]\.dump: must be a string, not 3$"),
     # [env]
-    ("env not sglang's", valid(extra='[env]\nPATH = "/bin"\n'), r"^\[env\]\.PATH: only SGLANG_HICACHE_HOST_\* variables are read$"),
+    ("env not sglang's", valid(extra='[env]\nPATH = "/bin"\n'), r"^\[env\]\.PATH: only SGLANG_HICACHE_HOST_\* and MORI_GLOBAL_LOG_LEVEL, MORI_UMBP_LOG_LEVEL, UMBP_STANDALONE_ADDRESS are read$"),
     ("env value not a string", valid(extra="[env]\nSGLANG_HICACHE_HOST_NUMA_NODE = 1\n"), r"^\[env\]\.SGLANG_HICACHE_HOST_NUMA_NODE: must be a string, not 1$"),
     # [request] kind = alloc
     ("unknown kind", valid(request='[request]\nkind = "malloc"\nsize = 1\n'), r"^\[request\]\.kind: 'malloc' is not one of alloc, steps, sglang$"),

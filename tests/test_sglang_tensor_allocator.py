@@ -23,7 +23,6 @@ from umbp_sim.sglang.env import EnvVarError
 from umbp_sim.sglang.sizing import HicacheRequest, MLAModel, hicache_request
 from umbp_sim.sglang.startup import start_host_pool
 from umbp_sim.sglang.tensor_allocator import (
-    DEMOTION_WARNING,
     LOGGER_NAME,
     TorchMissingError,
     UMBPHostTensorAllocator,
@@ -41,6 +40,13 @@ libc.mmap.argtypes = [
 ]
 libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 MAP_FAILED = ctypes.c_void_p(-1).value
+
+# sglang 0.5.23's warning, the backings printed with str() of mori's enum.
+DEMOTED = (
+    "UMBPHostTensorAllocator: requested UMBPHostBufferBacking.AnonymousHugetlb backing but kernel "
+    "demoted to UMBPHostBufferBacking.Anonymous (4 KiB pages). Check vm.nr_hugepages and "
+    "HugePages_Free in /proc/meminfo. Performance and AINIC MR-size benefits will not apply."
+)
 
 
 class UMBPHostBufferBacking(enum.Enum):
@@ -214,9 +220,9 @@ def test_demotion_warning_and_info_log(caplog: pytest.LogCaptureFixture) -> None
             "actual_backing=UMBPHostBufferBacking.Anonymous actual_alignment=4096 "
             "mapped_size=4096 numa_node=-1",
         ),
-        (LOGGER_NAME, "WARNING", DEMOTION_WARNING),
+        (LOGGER_NAME, "WARNING", DEMOTED),
     ]
-    assert "vm.nr_hugepages" in DEMOTION_WARNING and "HugePages_Free" in DEMOTION_WARNING
+    assert "vm.nr_hugepages" in DEMOTED and "HugePages_Free" in DEMOTED
     # Asked for 4 KiB pages and got them: no warning.
     caplog.clear()
     b, _ = make({"SGLANG_HICACHE_HOST_HUGEPAGE": "0"})
@@ -355,7 +361,7 @@ def test_startup_demoted_and_freed() -> None:
     mod, made = fake_module()
     r = start_host_pool(small_request(), BIG_HOST, env={}, module=mod)
     assert (r.outcome, r.stage, r.error) == ("demoted", "done", None)
-    assert r.warnings == [DEMOTION_WARNING] * 3
+    assert r.warnings == [DEMOTED] * 3
     assert len(r.handles) == 3
     assert made[0].live == {} and len(made[0].freed) == 3  # keep=False frees
     r2 = start_host_pool(small_request("layer_first"), BIG_HOST, env={}, module=mod, keep=True)
