@@ -86,7 +86,8 @@ def test_100gb_example_page_count_and_pool_fix(capsys) -> None:  # type: ignore[
     assert "HugePages_Free 0 of 0 for 2048 kB" in doc["causes"]
     assert any(RDMA in c for c in doc["causes"])
     assert doc["warnings"][-1].startswith(
-        "UMBPHostTensorAllocator: requested UMBPHostBufferBacking.AnonymousHugetlb backing but kernel demoted"
+        "UMBPHostTensorAllocator: requested UMBPHostBufferBacking.AnonymousHugetlb backing "
+        "but kernel demoted"
     )
     assert fix_commands(doc) == {"sysctl -w vm.nr_hugepages=47684": "ok: AnonymousHugetlb"}
     # The raw form of the same request.

@@ -121,7 +121,8 @@ def test_sglang_outcomes(tmp_path: Path) -> None:
     demoted = run(tmp_path, NO_POOL + model, 'outcome = "demoted"\nno_leaks = true\n')
     assert demoted.passed, demoted.report()
     assert demoted.observed.warnings[-1].startswith(
-        "UMBPHostTensorAllocator: requested UMBPHostBufferBacking.AnonymousHugetlb backing but kernel demoted"
+        "UMBPHostTensorAllocator: requested UMBPHostBufferBacking.AnonymousHugetlb backing "
+        "but kernel demoted"
     )
     env = '[env]\nSGLANG_HICACHE_HOST_NUMA_NODE = "one"\n'
     failed = run(tmp_path, NO_POOL + env + model, 'outcome = "failed"\n')

@@ -143,9 +143,7 @@ def test_start_host_pool_on_the_real_allocator() -> None:
     )
     r = start_host_pool(req, BIG_HOST, env=DEMOTE)
     assert (r.outcome, r.stage, r.error) == ("demoted", "done", None)
-    assert [w for w in r.warnings if w.startswith("UMBPHostTensorAllocator")] == (
-        [DEMOTED] * 3
-    )
+    assert [w for w in r.warnings if w.startswith("UMBPHostTensorAllocator")] == ([DEMOTED] * 3)
     assert r.allocator is not None and r.allocator.handles == ()
     ok = start_host_pool(req, BIG_HOST, env=NO_HUGE)
     assert (ok.outcome, ok.warnings) == ("ok", [])

@@ -46,6 +46,7 @@ def _surface(source: Any) -> types.ModuleType:
         if hasattr(source, name):
             setattr(umbp, name, getattr(source, name))
     umbp.__umbp_sim_source__ = source  # type: ignore[attr-defined]
+    umbp.__umbp_sim_profile__ = getattr(source, "__umbp_sim_profile__", None)  # type: ignore[attr-defined]
     return umbp
 
 

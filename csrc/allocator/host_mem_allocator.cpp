@@ -265,6 +265,8 @@ struct HostMemAllocator::State {
   mutable std::mutex mu;
   std::map<void*, LiveBuffer> live;
   std::map<void*, ShmRegistryEntry> shm;
+  // memfds whose close() threw during a Free: closed again at the next Alloc or Free.
+  std::vector<int> orphan_fds;
 };
 
 std::string BackingName(HostBufferBacking b) {
@@ -823,6 +825,10 @@ HostBufferHandle HostMemAllocator::Alloc(size_t size, HostBufferBacking backing,
     Warn("Alloc: no kernel; returning an invalid handle");
     return {};
   }
+  try {
+    CloseOrphans();
+  } catch (...) {
+  }
   if (policy_.exceptions_escape) {
     AllocRun run(*this, outcome);
     return run.Go(size, backing, hugepage_size, numa_node, prefault);
@@ -837,6 +843,67 @@ HostBufferHandle HostMemAllocator::Alloc(size_t size, HostBufferBacking backing,
     Warn("Alloc: internal error (unknown exception); returning an invalid handle");
   }
   return {};
+}
+
+// Put back what Free took out of the tables (its munmap threw).
+void HostMemAllocator::Restore(const HostBufferHandle& h, size_t len, HostBufferBacking backing,
+                               int fd) {
+  try {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    LiveBuffer b;
+    b.ptr = h.ptr;
+    b.requested_size = h.requested_size;
+    b.mapped_size = len;
+    b.backing = backing;
+    b.alignment = h.actual_alignment;
+    b.fd = h.fd;
+    b.numa_node = h.numa_node;
+    b.serial = h.serial;
+    state_->live[h.ptr] = b;
+    if (IsShm(backing) && fd >= 0) {
+      ShmRegistryEntry e;
+      e.base = h.ptr;
+      e.mapped_size = len;
+      e.fd = fd;
+      state_->shm[h.ptr] = e;
+    }
+  } catch (...) {
+  }
+}
+
+// close() of a memfd this kernel owns; one that throws is kept for CloseOrphans.
+void HostMemAllocator::CloseOwned(int fd, void* ptr, CallOutcome* outcome) {
+  SysResult c;
+  try {
+    c = kernel_->close(fd);
+  } catch (...) {
+    try {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->orphan_fds.push_back(fd);
+    } catch (...) {
+    }
+    return;
+  }
+  if (c.signal) {
+    if (outcome) {
+      outcome->signal = c.signal;
+      outcome->where = "close";
+    }
+    return;
+  }
+  if (!c.ok() && !policy_.mori_texts) {
+    Warn("close(" + std::to_string(fd) + ") of the memfd of " + Hex(ptr) +
+         " failed: " + ErrName(c.error));
+  }
+}
+
+void HostMemAllocator::CloseOrphans() {
+  std::vector<int> fds;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    fds.swap(state_->orphan_fds);
+  }
+  for (int fd : fds) CloseOwned(fd, nullptr, nullptr);
 }
 
 namespace {
@@ -864,6 +931,7 @@ void HostMemAllocator::Free(HostBufferHandle& handle, CallOutcome* outcome) {
     return true;
   };
   try {
+    CloseOrphans();
     void* ptr = handle.ptr;
     size_t len = handle.mapped_size;
     HostBufferBacking backing = handle.actual_backing;
@@ -908,6 +976,7 @@ void HostMemAllocator::Free(HostBufferHandle& handle, CallOutcome* outcome) {
            "allocated on another kernel); nothing unmapped, handle unchanged");
       return;
     }
+    const HostBufferHandle before = handle;
     Invalidate(handle);
     if (defer) {
       Warn(policy_.mori_texts
@@ -921,7 +990,17 @@ void HostMemAllocator::Free(HostBufferHandle& handle, CallOutcome* outcome) {
                      "ReleaseShmAllocation");
       return;
     }
-    SysResult r = kernel_->munmap(ptr, len);
+    SysResult r;
+    try {
+      r = kernel_->munmap(ptr, len);
+    } catch (const std::exception& e) {
+      // Nothing was released: the buffer stays owned and the handle valid, so Free can retry.
+      handle = before;
+      Restore(before, len, backing, fd_to_close);
+      Warn("Free of " + Hex(ptr) + ": internal error in munmap (" + e.what() +
+           "); nothing released, the handle stays valid");
+      return;
+    }
     if (crashed(r, "munmap")) return;
     if (!r.ok()) {
       Warn(policy_.mori_texts
@@ -932,14 +1011,7 @@ void HostMemAllocator::Free(HostBufferHandle& handle, CallOutcome* outcome) {
                      ") failed: " + ErrName(r.error) +
                      "; handle invalidated anyway so a later Free cannot unmap a reused address");
     }
-    if (fd_to_close >= 0) {
-      SysResult c = kernel_->close(fd_to_close);
-      if (crashed(c, "close")) return;
-      if (!c.ok() && !policy_.mori_texts) {
-        Warn("close(" + std::to_string(fd_to_close) + ") of the memfd of " + Hex(ptr) +
-             " failed: " + ErrName(c.error));
-      }
-    }
+    if (fd_to_close >= 0) CloseOwned(fd_to_close, ptr, outcome);
   } catch (...) {
     // Only a warning's string building can throw here; the handle state is already settled.
   }

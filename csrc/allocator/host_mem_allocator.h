@@ -132,6 +132,9 @@ class HostMemAllocator {
  private:
   void Warn(const std::string& text);
   void WarnOnce(const std::string& reason, const std::function<std::string()>& text);
+  void Restore(const HostBufferHandle& h, size_t len, HostBufferBacking backing, int fd);
+  void CloseOwned(int fd, void* ptr, CallOutcome* outcome);
+  void CloseOrphans();
 
   KernelPtr kernel_;
   LogSink sink_;

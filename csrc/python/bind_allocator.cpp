@@ -106,6 +106,12 @@ void bind_allocator(py::module_& m) {
       .def_readonly("actual_alignment", &HostBufferHandle::actual_alignment)
       .def_readonly("fd", &HostBufferHandle::fd, "memfd of Shm backings (owned), else -1")
       .def_readonly("numa_node", &HostBufferHandle::numa_node, "node bound by mbind, else -1")
+      .def_readonly("serial", &HostBufferHandle::serial,
+                    "which allocation (unique in this process; 0 once freed)")
+      .def_readonly("kernel_id", &HostBufferHandle::kernel_id, "Kernel.id of its kernel")
+      .def(
+          "__copy__", [](const HostBufferHandle& h) { return h; },
+          "a copy, as a C++ caller holds one (free invalidates only the handle passed)")
       .def("__bool__", &HostBufferHandle::valid)
       .def("__repr__", [](const HostBufferHandle& h) {
         return "<UMBPHostBufferHandle ptr=" + hex(h.ptr) +

@@ -44,6 +44,8 @@ void bind_kernel(py::module_& m) {
   m.def("errno_name", &errno_symbol, py::arg("errno"), "Symbolic name of an errno value");
 
   py::class_<Kernel, KernelPtr>(m, "Kernel", "An implementation of the kernel seam")
+      .def_property_readonly("id", &Kernel::id,
+                             "which simulated process this is (unique, never reused)")
       .def("page_size", &Kernel::page_size)
       .def(
           "mmap",

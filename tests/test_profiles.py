@@ -1,0 +1,383 @@
+"""The allocator's two profiles: mori-624002c does what mori's allocator does in the field
+(shared/deployed-behaviour.md, each row), umbp-sim keeps its fixes. Both on SimKernel."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+
+import pytest
+
+import umbp_sim
+from umbp_sim.allocator import (
+    Anonymous,
+    AnonymousHugetlb,
+    AnonymousShm,
+    AnonymousShmHugetlb,
+    MoriUMBPHostMemAllocator,
+    UMBPHostMemAllocator,
+)
+from umbp_sim.cli import main
+from umbp_sim.errors import SimulatedCrash
+from umbp_sim.faults import FaultPlan, FaultRule
+from umbp_sim.leaks import collect_leaks
+from umbp_sim.machine import Machine
+from umbp_sim.profiles import (
+    FIELDS,
+    ProfileError,
+    canonical_profile,
+    difference_table,
+    mori_log_lines,
+    policies,
+)
+from umbp_sim.scenario.bundled import bundled_scenarios_dir
+from umbp_sim.scenario.runner import run_scenario
+from umbp_sim.scenario.schema import find_scenarios, load_scenario
+from umbp_sim.sim import SimHost, build_kernel
+from umbp_sim.trace import instrument, trace_text
+
+MiB = 1 << 20
+MORI = "mori-624002c"
+PER_NODE = Machine.x86_64(
+    nodes=2, mem_per_node="64GiB", hugepages_per_node=[{"2MiB": 1024}, {}], kernel_version="6.8.0"
+)
+
+
+def _trace(st) -> list[str]:
+    return trace_text(st.kernel).splitlines()
+
+
+@pytest.fixture
+def sim(caplog):
+    caplog.set_level(logging.INFO, logger="umbp_sim.allocator")
+
+    def make(profile, *rules, machine=None, cls=UMBPHostMemAllocator):
+        m = machine or Machine.x86_64(hugepages={"2MiB": 16})
+        host = SimHost(m, build_kernel(m))
+        st = instrument(host.kernel, FaultPlan(tuple(rules)))
+        alloc = cls(st.kernel, profile)
+        caplog.clear()
+
+        def warnings():
+            return [r.getMessage() for r in caplog.records if r.name == "umbp_sim.allocator"]
+
+        return host, st, alloc, warnings
+
+    return make
+
+
+def test_profile_names():
+    assert canonical_profile("mori") == MORI
+    assert canonical_profile("umbp-sim") == "umbp-sim"
+    with pytest.raises(ProfileError, match="unknown allocator profile 'x'"):
+        canonical_profile("x")
+    with pytest.raises(ValueError, match="profile must be one of"):
+        umbp_sim._native.HostMemAllocator(umbp_sim.allocator.real_kernel(), "x")
+
+
+def test_difference_table_names_every_differing_field_with_moris_lines():
+    pols = policies()
+    assert set(pols) == {"umbp-sim", MORI}
+    assert set(pols["umbp-sim"]) == set(FIELDS)  # every native decision point is documented
+    table = difference_table()
+    differing = [k for k in FIELDS if pols["umbp-sim"][k] != pols[MORI][k]]
+    assert len(differing) >= 10
+    for key in differing:
+        row = next(line for line in table.splitlines() if line.startswith(key + ":"))
+        assert FIELDS[key][1] in row
+
+
+def test_profiles_command(capsys):
+    assert main(["profiles"]) == 0
+    assert "populate_failure" in capsys.readouterr().out
+    assert main(["run", "--allocator", "nope"]) == 64
+
+
+# ---- row 1: POPULATE EFAULT on hugetlb ----------------------------------------------------------
+def test_headline_per_node_case_sigbus_in_mori_demoted_in_umbp_sim(sim):
+    host, st, alloc, warnings = sim(MORI, machine=PER_NODE)
+    with pytest.raises(SimulatedCrash) as e:
+        alloc.alloc(1 << 30, AnonymousHugetlb, numa_node=1)
+    assert e.value.signal == "SIGBUS" and e.value.node == 1
+    assert warnings() == [
+        "HostMemAllocator: madvise(MADV_POPULATE_WRITE) failed (14: Bad address); falling back "
+        "to manual page touching"
+    ]
+    trace = _trace(st)
+    assert "MADV_POPULATE_WRITE) = -1 EFAULT" in trace[-2] and trace[-1].startswith("touch(")
+
+    host, st, alloc, warnings = sim("umbp-sim", machine=PER_NODE)
+    h = alloc.alloc(1 << 30, AnonymousHugetlb, numa_node=1)
+    assert h.actual_backing == Anonymous
+    alloc.free(h)
+    assert collect_leaks(host, alloc, st.kernel) == []
+
+
+# ---- row 2: other POPULATE errors ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    "errno, number, text",
+    [("ENOMEM", 12, "Cannot allocate memory"), ("EINTR", 4, "Interrupted system call")],
+)
+def test_other_populate_errors_touch_by_hand_and_keep_the_buffer(sim, errno, number, text):
+    host, st, alloc, warnings = sim(MORI, FaultRule(op="madvise", errno=errno, nth=1))
+    h = alloc.alloc(8 * MiB, Anonymous)
+    assert h and h.actual_backing == Anonymous
+    assert warnings() == [
+        f"HostMemAllocator: madvise(MADV_POPULATE_WRITE) failed ({number}: {text}); falling "
+        "back to manual page touching"
+    ]
+    alloc.free(h)
+    host, st, alloc, warnings = sim("umbp-sim", FaultRule(op="madvise", errno=errno, nth=1))
+    assert not alloc.alloc(8 * MiB, Anonymous)
+
+
+# ---- row 3: no node list ------------------------------------------------------------------------
+def test_mori_binds_without_the_possible_node_list(sim):
+    rule = FaultRule(op="read_file", path="/sys/devices/system/node/possible", errno="ENOENT")
+    two = Machine.x86_64(nodes=2, hugepages={"2MiB": 16})
+    host, st, alloc, warnings = sim(MORI, rule, machine=two)
+    h = alloc.alloc(4 * MiB, Anonymous, numa_node=1)
+    assert h.numa_node == 1 and warnings() == []
+    alloc.free(h)
+    host, st, alloc, warnings = sim("umbp-sim", rule, machine=two)
+    h = alloc.alloc(4 * MiB, Anonymous, numa_node=1)
+    assert h.numa_node == -1 and "cannot be read (ENOENT)" in warnings()[0]
+    alloc.free(h)
+
+
+# ---- rows 4 and 5: maxnode and the nodemask -----------------------------------------------------
+def test_node_63_is_never_bound_by_mori(sim):
+    wide = Machine.x86_64(nodes=64, mem_per_node="1GiB")
+    host, st, alloc, warnings = sim(MORI, machine=wide)
+    h = alloc.alloc(MiB, Anonymous, numa_node=63)
+    assert h and h.numa_node == -1
+    assert warnings() == ["HostMemAllocator: mbind(node=63) failed (22: Invalid argument)"]
+    # the kernel reads maxnode-1 = 63 bits: the mask it sees is empty
+    assert "MPOL_BIND, [], 64, 0) = -1 EINVAL" in "\n".join(_trace(st))
+    alloc.free(h)
+    host, st, alloc, warnings = sim("umbp-sim", machine=wide)
+    h = alloc.alloc(MiB, Anonymous, numa_node=63)
+    assert h.numa_node == 63
+    alloc.free(h)
+
+
+def test_huge_node_builds_the_mask_and_fails_in_mbind(sim):
+    host, st, alloc, warnings = sim(MORI)
+    h = alloc.alloc(MiB, Anonymous, numa_node=2**31 - 1)
+    assert h and warnings() == [
+        "HostMemAllocator: mbind(node=2147483647) failed (22: Invalid argument)"
+    ]
+    # the 256 MiB mask was taken from mmap (as malloc would) and given back
+    assert any("mmap(NULL, 268435456" in line for line in _trace(st))
+    alloc.free(h)
+    assert collect_leaks(host, alloc, st.kernel) == []
+
+
+def test_huge_node_under_a_memory_limit_escapes_as_memory_error_and_leaks(sim):
+    # The mask's mmap is refused (RLIMIT_AS / a memory cap): std::bad_alloc escapes alloc.
+    rule = FaultRule(op="mmap", errno="ENOMEM", min_length=256 * MiB)
+    host, st, alloc, warnings = sim(MORI, rule)
+    with pytest.raises(MemoryError):
+        alloc.alloc(MiB, Anonymous, numa_node=2**31 - 1)
+    assert any("still mapped" in leak for leak in collect_leaks(host))  # the buffer leaked
+    host, st, alloc, warnings = sim("umbp-sim", rule)
+    h = alloc.alloc(MiB, Anonymous, numa_node=2**31 - 1)
+    assert h and h.numa_node == -1
+    alloc.free(h)
+    assert collect_leaks(host, alloc, st.kernel) == []
+
+
+# ---- row 6 and hugepage sizes up to the base page -----------------------------------------------
+def test_hugepage_size_4096_asks_the_kernel_under_mori(sim):
+    host, st, alloc, warnings = sim(MORI)
+    h = alloc.alloc(MiB, AnonymousHugetlb, hugepage_size=4096)
+    assert h.actual_backing == Anonymous
+    assert warnings() == [
+        "HostMemAllocator: MAP_HUGETLB allocation failed for size=1048576 hugepage_size=4096 "
+        "(22: Invalid argument); falling back to anonymous pages. HugePages_Total:      16 "
+        "HugePages_Free:       16 Hugepagesize:       2048 kB"
+    ]
+    assert any("MAP_HUGETLB" in line for line in _trace(st))
+    alloc.free(h)
+    host, st, alloc, warnings = sim("umbp-sim")
+    h = alloc.alloc(MiB, AnonymousHugetlb, hugepage_size=4096)
+    assert h.actual_backing == Anonymous
+    assert not any("MAP_HUGETLB" in line for line in _trace(st))  # never asked
+    alloc.free(h)
+
+
+def test_hugepage_size_one_maps_default_hugepages_and_leaks_at_free(sim):
+    host, st, alloc, warnings = sim(MORI)
+    h = alloc.alloc(1000000, AnonymousHugetlb, hugepage_size=1)
+    assert h.actual_backing == AnonymousHugetlb
+    assert (h.mapped_size, h.actual_alignment) == (1000000, 1)
+    assert host.hugepages(2 * MiB).free == 15
+    alloc.free(h)
+    assert not h
+    assert warnings()[-1].startswith("HostMemAllocator: munmap failed (22: Invalid argument)")
+    assert host.hugepages(2 * MiB).free == 15  # the hugepage stays mapped
+
+
+# ---- the once flag, texts, silence --------------------------------------------------------------
+def test_one_hugetlb_warning_per_process_for_every_backing_size_and_errno(sim):
+    host, st, alloc, warnings = sim(MORI, machine=Machine.x86_64())
+    handles = [
+        alloc.alloc(MiB, AnonymousHugetlb),
+        alloc.alloc(MiB, AnonymousShmHugetlb),
+        alloc.alloc(4 * MiB, AnonymousHugetlb, hugepage_size=1 << 30),
+    ]
+    assert [h.actual_backing for h in handles] == [Anonymous, AnonymousShm, Anonymous]
+    assert len(warnings()) == 1 and "MAP_HUGETLB allocation failed" in warnings()[0]
+    # a second allocator on the same kernel (process) is silent too: the flag is process-wide
+    other = UMBPHostMemAllocator(st.kernel, MORI)
+    handles.append(other.alloc(MiB, AnonymousHugetlb))
+    assert len(warnings()) == 1
+    for h in handles:
+        alloc.free(h)
+
+
+def test_mori_is_silent_where_umbp_sim_explains(sim):
+    rule = FaultRule(op="mmap", errno="ENOMEM", nth=1)
+    host, st, alloc, warnings = sim(MORI, rule)
+    assert not alloc.alloc(0, Anonymous)
+    assert not alloc.alloc(2**64 - 1, AnonymousHugetlb)
+    assert not alloc.alloc(MiB, Anonymous)  # the injected mmap failure
+    assert warnings() == []
+    host, st, alloc, warnings = sim("umbp-sim", rule)
+    assert not alloc.alloc(0, Anonymous)
+    assert not alloc.alloc(MiB, Anonymous)
+    assert len(warnings()) == 2
+
+
+def test_mori_log_level():
+    lines = ["HostMemAllocator: x"]
+    assert mori_log_lines(lines, {}) == []
+    assert mori_log_lines(lines, {"MORI_UMBP_LOG_LEVEL": "error"}) == []
+    shown = ["[<time>] [<pid>] [umbp] [warning] HostMemAllocator: x"]
+    assert mori_log_lines(lines, {"MORI_UMBP_LOG_LEVEL": "warn"}) == shown
+    assert mori_log_lines(lines, {"MORI_GLOBAL_LOG_LEVEL": "INFO"}) == shown
+    # the module's own variable wins over the global one; unknown names read as error
+    assert (
+        mori_log_lines(lines, {"MORI_UMBP_LOG_LEVEL": "bogus", "MORI_GLOBAL_LOG_LEVEL": "debug"})
+        == []
+    )  # noqa: E501
+
+
+# ---- row 7 and 8: free trusts the handle --------------------------------------------------------
+def test_stale_copy_of_a_shm_handle_takes_the_new_buffers_registry_record(sim):
+    host, st, alloc, warnings = sim(MORI)
+    first = alloc.alloc(MiB, AnonymousShm)
+    stale = copy.copy(first)
+    alloc.free(first)
+    second = alloc.alloc(MiB, AnonymousShm)
+    if second.ptr != stale.ptr:
+        pytest.fail("the simulated kernel did not reuse the address (test precondition)")
+    assert alloc.snapshot()["shm"] and alloc.snapshot()["live"]
+    alloc.free(stale)  # mori: unmaps the new buffer and closes its fd
+    assert alloc.snapshot() == {"live": [], "shm": []}
+    assert any(line.startswith("close(") for line in _trace(st)[-2:])
+    # umbp-sim refuses the stale copy and keeps the live buffer
+    host, st, alloc, warnings = sim("umbp-sim")
+    first = alloc.alloc(MiB, AnonymousShm)
+    stale = copy.copy(first)
+    alloc.free(first)
+    second = alloc.alloc(MiB, AnonymousShm)
+    alloc.free(stale)
+    assert "which no allocator on this kernel owns" in warnings()[-1]
+    assert len(alloc.snapshot()["live"]) == 1
+    alloc.free(second)
+
+
+# ---- row 9 and 10: mori's Python binding --------------------------------------------------------
+def test_moris_python_binding_conversions(sim):
+    host, st, alloc, warnings = sim(MORI, cls=MoriUMBPHostMemAllocator)
+    h = alloc.alloc(True)  # pybind takes True as 1
+    assert h and h.requested_size == 1
+    alloc.free(h)
+    h = alloc.alloc(4096, Anonymous, prefault=None)  # None is False: no madvise
+    assert h and not any("madvise" in line for line in _trace(st)[-2:])
+    alloc.free(h)
+    for bad in ({"size": -1}, {"size": 2**64}, {"size": 1.0}, {"size": 1, "numa_node": 2**31}):
+        with pytest.raises(TypeError):
+            alloc.alloc(**bad)
+    for name in ("lookup_shm_allocation", "acquire_shm_allocation", "release_shm_allocation"):
+        assert not hasattr(alloc, name)
+    strict = UMBPHostMemAllocator(st.kernel)
+    with pytest.raises(TypeError):
+        strict.alloc(True)
+
+
+# ---- mori's own Python tests (tests/python/umbp/test_umbp_host_mem_allocator.py), on the real
+# kernel through mori_compat: the same assertions, written here.
+def _touch(handle, value):
+    import ctypes
+
+    data = (ctypes.c_ubyte * handle.requested_size).from_address(handle.ptr)
+    data[0] = data[handle.requested_size - 1] = value
+    assert data[0] == value and data[handle.requested_size - 1] == value
+
+
+def test_moris_own_tests_pass_on_the_mori_profile():
+    import os
+
+    with umbp_sim.mori_compat.mori_umbp() as umbp:
+        assert umbp.__umbp_sim_profile__ == MORI
+        B = umbp.UMBPHostBufferBacking
+        a = umbp.UMBPHostMemAllocator()
+        page = os.sysconf("SC_PAGE_SIZE")
+        h = a.alloc(12345, B.Anonymous, hugepage_size=2 * MiB, numa_node=-1, prefault=True)
+        assert h and h.ptr and h.requested_size == 12345
+        assert h.actual_backing == B.Anonymous and h.actual_alignment == page
+        assert h.mapped_size >= 12345 and h.mapped_size % page == 0 and h.ptr % page == 0
+        _touch(h, 0x5A)
+        a.free(h)
+        assert not h and h.ptr == 0 and h.requested_size == 0 and h.mapped_size == 0
+        h = a.alloc(64 * 1024, B.AnonymousHugetlb, hugepage_size=2 * MiB, numa_node=-1)
+        assert h and h.actual_backing in (B.Anonymous, B.AnonymousHugetlb)
+        align = 2 * MiB if h.actual_backing == B.AnonymousHugetlb else page
+        assert h.actual_alignment == align and h.ptr % align == 0
+        _touch(h, 0xA5)
+        a.free(h)
+        assert not h
+        h = a.alloc(4096)
+        a.free(h)
+        a.free(h)  # idempotent
+        assert not h and h.requested_size == 0 and h.mapped_size == 0
+
+
+# ---- scenarios: each states its profile where the profiles differ -------------------------------
+def _library():
+    return [load_scenario(p) for p in find_scenarios([bundled_scenarios_dir()])]
+
+
+def test_every_scenario_naming_no_profile_passes_under_both():
+    unnamed = [s for s in _library() if s.allocator is None and s.request_kind != "sglang"]
+    assert len(unnamed) >= 10
+    for scn in unnamed:
+        for profile in ("umbp-sim", MORI):
+            r = run_scenario(scn, profile)
+            assert r.passed, f"{profile}: {r.report()}"
+
+
+@pytest.mark.torch
+def test_every_sglang_scenario_naming_no_profile_passes_under_both():
+    unnamed = [s for s in _library() if s.allocator is None and s.request_kind == "sglang"]
+    assert unnamed
+    for scn in unnamed:
+        for profile in ("umbp-sim", MORI):
+            r = run_scenario(scn, profile)
+            assert r.passed, f"{profile}: {r.report()}"
+
+
+def test_the_library_has_mori_twins_of_the_field_cases():
+    named = {s.name: s for s in _library()}
+    mori = named["per-node-exhaustion-sigbus"]
+    fixed = named["per-node-exhaustion-populate-efault"]
+    assert (mori.allocator, fixed.allocator) == (MORI, "umbp-sim")
+    assert mori.request == fixed.request
+    assert mori.expect["outcome"] == "crashed" and fixed.expect["outcome"] == "demoted"
+    # and a scenario's own profile wins over the runner's
+    flipped = dataclasses.replace(fixed, allocator=None)
+    assert not run_scenario(flipped, MORI).passed
+    assert run_scenario(fixed, MORI).passed
