@@ -35,8 +35,13 @@ class Run:
 
     @property
     def unbound(self) -> str | None:
-        """The allocator's warning when it dropped the requested NUMA binding."""
-        return next((w for w in self.observed.warnings if UNBOUND_MARK in w), None)
+        """Why the requested NUMA binding was dropped (the allocator's warning), else None."""
+        node = self.request.settings()[2]
+        o = self.observed
+        if node < 0 or o.outcome not in ("ok", "demoted") or o.bound_node in (None, node):
+            return None
+        said = (w for w in o.allocator_warnings if UNBOUND_MARK in w or "mbind(" in w)
+        return next(said, f"the buffer is not bound to node {node}")
 
     @property
     def got_what_was_asked(self) -> bool:

@@ -45,6 +45,7 @@ class Observed:
     outcome: str
     actual_backing: str | None = None
     mapped_size: int | None = None
+    bound_node: int | None = None  # the node mbind bound the (last) buffer to, -1 if none
     error: str | None = None
     signal: str | None = None
     crash_node: int | None = None
@@ -190,6 +191,7 @@ def _run_alloc(scn: Scenario, allocator: UMBPHostMemAllocator, host: SimHost, ob
         return None
     obs.actual_backing = _backing_name(handle)
     obs.mapped_size = handle.mapped_size
+    obs.bound_node = handle.numa_node
     demoted = backing in HUGETLB_BACKINGS and obs.actual_backing not in HUGETLB_BACKINGS
     obs.outcome = "demoted" if demoted else "ok"
     return handle
@@ -220,6 +222,7 @@ def _run_steps(
             if demoted and obs.outcome == "ok":
                 obs.outcome = "demoted"
             obs.actual_backing, obs.mapped_size = got, h.mapped_size
+            obs.bound_node = h.numa_node
             obs.steps.append(f"alloc {'demoted' if demoted else 'ok'} {got} {h.mapped_size}")
             continue
         if op == "set_nr_hugepages":
@@ -293,6 +296,7 @@ def _run_sglang(scn: Scenario, host: SimHost, obs: Observed, profile: str) -> An
         last = result.handles[-1]
         obs.actual_backing = _backing_name(last)
         obs.mapped_size = last.mapped_size
+        obs.bound_node = getattr(last, "numa_node", None)
     return result
 
 
