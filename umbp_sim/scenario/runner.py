@@ -52,6 +52,8 @@ class Observed:
     warnings: list[str] = field(default_factory=list)
     # The allocator's own lines among the warnings (what mori's log would carry).
     allocator_warnings: list[str] = field(default_factory=list)
+    # Every warning with the logger that said it (sglang's own lines are under "sglang.").
+    log: list[tuple[str, str]] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     steps: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
@@ -140,9 +142,11 @@ class _Collect(logging.Handler):
         super().__init__(logging.WARNING)
         self.messages: list[str] = []
         self.allocator: list[str] = []
+        self.log: list[tuple[str, str]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.messages.append(record.getMessage())
+        self.log.append((record.name, record.getMessage()))
         if record.name == ALLOCATOR_LOGGER:
             self.allocator.append(record.getMessage())
 
@@ -394,6 +398,7 @@ def observe(
         obs.trace = trace_text(stack.kernel, last=40)
     obs.warnings = list(warnings.messages)
     obs.allocator_warnings = list(warnings.allocator)
+    obs.log = list(warnings.log)
     return obs
 
 

@@ -34,7 +34,7 @@ from umbp_sim.sglang.tensor_allocator import (
 )
 
 # The allocator's own warnings (umbp-sim's, as mori logs them) and sglang's wrapper's.
-WARNING_LOGGERS = ("umbp_sim.allocator", LOGGER_NAME)
+WARNING_LOGGERS = ("umbp_sim.allocator", "umbp_sim.sglang", LOGGER_NAME)
 
 FALLBACK_WARNING = (
     "UMBPHostTensorAllocator unavailable ({exc}). Falling back to torch.empty-based allocator."

@@ -35,6 +35,7 @@ from umbp_sim.sglang.env import STANDALONE, HostAllocEnv, parse_env
 # see umbp-sim's messages.
 LOGGER_NAME = "sglang.srt.mem_cache.storage.umbp.umbp_host_allocator"
 logger = logging.getLogger(LOGGER_NAME)
+notes = logging.getLogger("umbp_sim.sglang")
 
 RELEASE = "0.5.23"
 # 0.5.23's demotion warning; the backings are str() of mori's enum members.
@@ -133,8 +134,8 @@ class UMBPHostTensorAllocator:
         self._hugepage_size = settings.hugepage_size
         self._numa_node = settings.numa_node
         self._prefault = settings.prefault
-        for w in settings.warnings:
-            logger.warning("%s", w)
+        for w in settings.warnings:  # umbp-sim's note, not a line sglang logs
+            notes.warning("%s", w)
         self.dims: tuple[int, ...] | None = None
         self.dtype: Any = None
         self.free_errors: list[str] = []
