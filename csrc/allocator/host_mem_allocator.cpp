@@ -92,8 +92,8 @@
 #include <linux/mempolicy.h>
 #include <sys/mman.h>
 
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -474,9 +474,9 @@ class AllocRun {
         if (Crashed(r, "mmap")) return Status::Crash;
         if (!r.ok()) {
           if (huge) {
-            return HugeFail(
-                "mmap", h, hp, r.error,
-                [&] { return "hugetlb mmap of " + ns + " bytes (" + HugeKb(hp) + " pages) failed: "; });
+            return HugeFail("mmap", h, hp, r.error, [&] {
+              return "hugetlb mmap of " + ns + " bytes (" + HugeKb(hp) + " pages) failed: ";
+            });
           }
           Say("mmap of " + ns + " bytes (Anonymous, " + BasePages(page_) +
               " pages) failed: " + ErrName(r.error) + "; returning an invalid handle");
@@ -531,15 +531,14 @@ class AllocRun {
         if (!m.ok()) {
           if (CloseQuiet(h) == Status::Crash) return Status::Crash;
           if (huge) {
-            return HugeFail(
-                "mmap", h, hp, m.error,
-                [&] { return "hugetlb mmap of " + ns + " bytes (" + HugeKb(hp) + " pages) failed: "; });
+            return HugeFail("mmap", h, hp, m.error, [&] {
+              return "hugetlb mmap of " + ns + " bytes (" + HugeKb(hp) + " pages) failed: ";
+            });
           }
-          Warn(p_.mori_texts ? "HostMemAllocator: mmap(memfd, " + ns + ") failed (" +
-                                   MoriErr(m.error) + ")"
-                             : "mmap of " + ns + " bytes (AnonymousShm, " + BasePages(page_) +
-                                   " pages) failed: " + ErrName(m.error) +
-                                   "; returning an invalid handle");
+          Warn(p_.mori_texts
+                   ? "HostMemAllocator: mmap(memfd, " + ns + ") failed (" + MoriErr(m.error) + ")"
+                   : "mmap of " + ns + " bytes (AnonymousShm, " + BasePages(page_) +
+                         " pages) failed: " + ErrName(m.error) + "; returning an invalid handle");
           return Status::Fail;
         }
         h.ptr = m.ptr();
@@ -619,8 +618,8 @@ class AllocRun {
         data_ = small_.data();
         return;
       }
-      SysResult r = k_.mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                            -1, 0);
+      SysResult r =
+          k_.mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (!r.ok()) throw std::bad_alloc();
       data_ = static_cast<unsigned long*>(r.ptr());
       mapped_ = true;
@@ -942,8 +941,8 @@ void HostMemAllocator::Free(HostBufferHandle& handle, CallOutcome* outcome) {
     if (known) {
       std::lock_guard<std::mutex> lock(state_->mu);
       auto it = state_->live.find(handle.ptr);
-      const bool live = it != state_->live.end() &&
-                        (handle.serial == 0 || it->second.serial == handle.serial);
+      const bool live =
+          it != state_->live.end() && (handle.serial == 0 || it->second.serial == handle.serial);
       if (policy_.free_trusts_handle) {
         // mori 451-494: the handle's address and size; the registry record at that address.
         if (it != state_->live.end()) state_->live.erase(it);

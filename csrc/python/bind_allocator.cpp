@@ -64,9 +64,9 @@ py::object shm_to_py(const std::optional<HostMemAllocator::ShmAllocation>& a) {
 
 py::dict policy_dict(const AllocatorPolicy& p) {
   py::dict d;
-  d["populate_failure"] =
-      p.populate_failure == AllocatorPolicy::PopulateFailure::TouchByHand ? "touch-by-hand"
-                                                                          : "unmap-then-demote-or-fail";
+  d["populate_failure"] = p.populate_failure == AllocatorPolicy::PopulateFailure::TouchByHand
+                              ? "touch-by-hand"
+                              : "unmap-then-demote-or-fail";
   d["check_possible_nodes"] = p.check_possible_nodes;
   d["maxnode"] = p.maxnode == AllocatorPolicy::Maxnode::WordBits ? "word-bits" : "node-plus-two";
   d["cap_nodemask"] = p.cap_nodemask;
@@ -85,7 +85,8 @@ void bind_allocator(py::module_& m) {
       "allocator_profiles",
       [] {
         py::dict out;
-        for (const auto& name : PolicyNames()) out[py::str(name)] = policy_dict(*PolicyByName(name));
+        for (const auto& name : PolicyNames())
+          out[py::str(name)] = policy_dict(*PolicyByName(name));
         return out;
       },
       "Every allocator profile and its decision points: {name: {field: value}}");
@@ -139,9 +140,10 @@ void bind_allocator(py::module_& m) {
       .def(py::init([](KernelPtr kernel, const std::string& profile) {
              const AllocatorPolicy* policy = PolicyByName(profile);
              if (!policy) {
-               throw py::value_error("profile must be one of umbp-sim, mori-624002c (alias "
-                                     "mori), got '" +
-                                     profile + "'");
+               throw py::value_error(
+                   "profile must be one of umbp-sim, mori-624002c (alias "
+                   "mori), got '" +
+                   profile + "'");
              }
              return std::make_unique<HostMemAllocator>(std::move(kernel), collect_sink, *policy);
            }),
