@@ -37,11 +37,22 @@ class Run:
     def unbound(self) -> str | None:
         """Why the requested NUMA binding was dropped (the allocator's warning), else None."""
         node = self.request.settings()[2]
-        o = self.observed
-        if node < 0 or o.outcome not in ("ok", "demoted") or o.bound_node in (None, node):
+        if node < 0:
             return None
-        said = (w for w in o.allocator_warnings if UNBOUND_MARK in w or "mbind(" in w)
-        return next(said, f"the buffer is not bound to node {node}")
+        o = self.observed
+        said = next(
+            (
+                w
+                for w in o.allocator_warnings
+                if UNBOUND_MARK in w or ("mbind(" in w and "fail" in w)
+            ),
+            None,
+        )
+        if o.bound_node is None:  # no buffer to look at (failed, crashed): what the log said
+            return said
+        if o.bound_node == node:
+            return None
+        return said or f"the buffer is not bound to node {node}"
 
     @property
     def got_what_was_asked(self) -> bool:
