@@ -10,7 +10,7 @@
 #
 # Usage: tools/allocator_coverage.sh [pytest args...]
 # Env:   COV_VENV (default: build/coverage-venv), COV_BUILD (default: build/coverage),
-#        FAIL_UNDER_LINE (95), FAIL_UNDER_BRANCH (90), COV_TESTS (default: the allocator tests)
+#        FAIL_UNDER_LINE (95), FAIL_UNDER_BRANCH (90), COV_TESTS (default: the allocator, profile and handle-lifetime tests)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,7 +31,7 @@ UMBP_COVERAGE=ON "$venv/bin/pip" install --no-build-isolation -q \
 find "$build" -name '*.gcda' -delete
 
 # shellcheck disable=SC2086
-tests=${COV_TESTS:-$(ls tests/test_allocator*.py)}
+tests=${COV_TESTS:-$(ls tests/test_allocator*.py tests/test_profiles.py tests/test_handle_lifetimes.py)}
 # shellcheck disable=SC2086
 "$venv/bin/python" -m pytest -q -p no:cacheprovider $tests "$@"
 
