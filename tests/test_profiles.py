@@ -381,3 +381,79 @@ def test_the_library_has_mori_twins_of_the_field_cases():
     flipped = dataclasses.replace(fixed, allocator=None)
     assert not run_scenario(flipped, MORI).passed
     assert run_scenario(fixed, MORI).passed
+
+
+# ---- mori's texts on the remaining paths ----------------------------------------------------
+@pytest.mark.parametrize(
+    "backing, to, tail",
+    [
+        (AnonymousHugetlb, Anonymous, "falling back to anonymous pages"),
+        (AnonymousShmHugetlb, AnonymousShm, "falling back to AnonymousShm (4 KiB pages)"),
+    ],
+)
+def test_mori_invalid_hugepage_size_is_said_every_time(sim, backing, to, tail):
+    host, st, alloc, warnings = sim(MORI)
+    handles = [alloc.alloc(MiB, backing, hugepage_size=3 * MiB) for _ in range(2)]
+    assert [h.actual_backing for h in handles] == [to, to]
+    assert warnings() == [f"HostMemAllocator: invalid hugepage_size=3145728; {tail}"] * 2
+    for h in handles:
+        alloc.free(h)
+
+
+def test_mori_shm_step_failures(sim):
+    rules = [
+        FaultRule(op="ftruncate", errno="EFBIG", nth=1),
+        FaultRule(op="memfd_create", errno="EMFILE", nth=2),
+        FaultRule(op="mmap", errno="ENOMEM", nth=1),
+    ]
+    host, st, alloc, warnings = sim(MORI, *rules)
+    # ShmHugetlb: ftruncate fails (said every time), then AnonymousShm's memfd_create fails
+    assert not alloc.alloc(4 * MiB, AnonymousShmHugetlb)
+    assert warnings() == [
+        "HostMemAllocator: ftruncate(hugetlb memfd, 4194304) failed (27: File too large)",
+        "HostMemAllocator: memfd_create failed (24: Too many open files)",
+    ]
+    assert not alloc.alloc(MiB, AnonymousShm)  # the mmap of the memfd fails
+    assert (
+        warnings()[-1]
+        == "HostMemAllocator: mmap(memfd, 1048576) failed (12: Cannot allocate memory)"
+    )  # noqa: E501
+    assert collect_leaks(host, alloc, st.kernel) == []
+
+
+def test_mori_shm_ftruncate_failure_without_hugepages(sim):
+    host, st, alloc, warnings = sim(MORI, FaultRule(op="ftruncate", errno="ENOSPC", nth=1))
+    assert not alloc.alloc(MiB, AnonymousShm)
+    assert warnings() == [
+        "HostMemAllocator: ftruncate(memfd, 1048576) failed (28: No space left on device)"
+    ]
+    assert collect_leaks(host, alloc, st.kernel) == []
+
+
+def test_mori_numa_unavailable_once(sim):
+    host, st, alloc, warnings = sim(MORI, FaultRule(op="mbind", errno="ENOSYS"))
+    handles = [alloc.alloc(MiB, Anonymous, numa_node=0) for _ in range(2)]
+    assert all(h and h.numa_node == -1 for h in handles)
+    assert warnings() == [
+        "HostMemAllocator: NUMA binding unavailable on this build; ignoring numa_node"
+    ]
+    for h in handles:
+        alloc.free(h)
+
+
+def test_mori_deferred_free_and_release(sim):
+    host, st, alloc, warnings = sim(MORI, FaultRule(op="munmap", errno="EINVAL", nth=1))
+    h = alloc.alloc(MiB, AnonymousShm)
+    base = h.ptr
+    assert alloc.acquire_shm_allocation(base, 1) is not None
+    alloc.free(h)
+    assert warnings()[-1] == (
+        f"HostMemAllocator: freeing AnonymousShm buffer ptr={base:#x} while 1 active "
+        "registration(s) still reference it; deferring munmap/close until deregistration"
+    )
+    alloc.release_shm_allocation(base)  # the deferred munmap fails (injected)
+    assert warnings()[-1] == "HostMemAllocator: deferred munmap failed (22: Invalid argument)"
+    n = len(warnings())
+    alloc.release_shm_allocation(base)  # unknown now: mori says nothing
+    alloc.release_shm_allocation(12345)
+    assert len(warnings()) == n
