@@ -17,8 +17,10 @@ Which machine (first match wins):
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +31,7 @@ else:
     import tomli as _tomllib
 
 from umbp_sim.machine import Machine
+from umbp_sim.scenario.schema import MARKER_KEY
 from umbp_sim.sim import SimHost, simulate
 
 
@@ -134,8 +137,59 @@ def umbp_allocator(sim_host: SimHost) -> Iterator[Any]:
 
 
 # ---- scenario files: `pytest scenarios/` collects each .toml as a test ----------------------
-def pytest_collect_file(parent: pytest.Collector, file_path: Any) -> pytest.Collector | None:
-    if file_path.suffix == ".toml" and "scenarios" in file_path.parts:
+# Only files that are umbp-sim scenarios: the plugin is active in every pytest session of an
+# environment where umbp-sim is installed, and other projects have .toml files of their own
+# (even a scenarios/load.toml). A file is collected when it declares itself
+# (`umbp_sim_scenario = 1` as a top-level key, first line by convention) or lies under a folder
+# named by the `umbp_sim_scenarios` ini option.
+INI_FOLDERS = "umbp_sim_scenarios"
+_MARKER_LINE = re.compile(rb"^[ \t]*umbp_sim_scenario[ \t]*=", re.MULTILINE)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini(
+        INI_FOLDERS,
+        type="paths",
+        default=[],
+        help="folders whose *.toml files are umbp-sim scenarios (relative to the ini file); "
+        f"elsewhere only .toml files with a top-level `{MARKER_KEY} = 1` are collected",
+    )
+
+
+def declares_scenario(path: Path) -> bool:
+    """True if the TOML file at ``path`` has the top-level marker key ``umbp_sim_scenario``.
+
+    A file that has the marker line but is not valid TOML also counts (the run then reports
+    the TOML error on it); a file without the line is never parsed.
+
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "s.toml"
+    >>> _ = f.write_text('umbp_sim_scenario = 1\\n[scenario]\\nname = "s"\\n')
+    >>> declares_scenario(f)
+    True
+    """
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    if not _MARKER_LINE.search(data):
+        return False
+    try:
+        doc = _tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, _tomllib.TOMLDecodeError):
+        return True
+    return MARKER_KEY in doc
+
+
+def _in_scenario_folder(config: pytest.Config, file_path: Path) -> bool:
+    folders = config.getini(INI_FOLDERS)
+    return any(file_path.is_relative_to(Path(folder)) for folder in folders)
+
+
+def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
+    if file_path.suffix != ".toml":
+        return None
+    if _in_scenario_folder(parent.config, file_path) or declares_scenario(file_path):
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
 
