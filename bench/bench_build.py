@@ -55,8 +55,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         first, first_compiled = _build(build_dir, wheels)
         second, second_compiled = _build(build_dir, wheels)
     note = (
-        f"{second:.1f} s vs {first:.1f} s; compiled {second_compiled} vs {first_compiled} "
-        "objects"
+        f"{second:.1f} s vs {first:.1f} s; compiled {second_compiled} vs {first_compiled} objects"
     )
     return {
         "bench": "build",

@@ -30,8 +30,7 @@ EXIT_CODES: dict[int, str] = {
     1: "a negative answer: run: a scenario failed or none matched; probe: a backing did not "
     "get what it asked for; preflight: the request is demoted (or not bound to its node)",
     2: "preflight: the request fails or kills the process",
-    EX_USAGE: "bad usage: an unknown flag, a bad argument or environment value (one line "
-    "names it)",
+    EX_USAGE: "bad usage: an unknown flag, a bad argument or environment value (one line names it)",
     EX_DATAERR: "bad input data: a scenario file, dump, meminfo file or fault rule (one line "
     "names the file and key)",
     EX_CANTCREAT: "collect cannot write its output file",
@@ -53,6 +52,7 @@ def _version() -> str:
         return metadata.version("umbp-sim")
     except metadata.PackageNotFoundError:  # a source tree that was never installed
         return "unknown (not installed)"
+
 
 # name -> module under umbp_sim.commands
 COMMANDS: dict[str, str] = {
