@@ -22,7 +22,7 @@ EX_USAGE = 64
 EX_DATAERR = 65
 EX_CANTCREAT = 73
 
-# Every exit status of every command (tests/test_cli_version_exit.py checks that the code uses
+# Every exit status of every command (tests/test_package_fit.py checks that the code uses
 # no other and that the README's table says the same).
 EXIT_CODES: dict[int, str] = {
     0: "success: run: every scenario passed; probe: every backing behaved; preflight: the "
