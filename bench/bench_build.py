@@ -45,7 +45,8 @@ def _build(build_dir: Path, wheel_dir: Path) -> tuple[float, int]:
     elapsed = time.perf_counter() - t
     if proc.returncode != 0:
         raise RuntimeError(f"pip wheel exited {proc.returncode}:\n{proc.stdout[-3000:]}")
-    compiled = sum(1 for line in proc.stdout.splitlines() if "Building CXX object" in line)
+    log = proc.stdout + proc.stderr
+    compiled = sum(1 for line in log.splitlines() if "Building CXX object" in line)
     return elapsed, compiled
 
 
