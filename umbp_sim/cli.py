@@ -33,7 +33,7 @@ EXIT_CODES: dict[int, str] = {
     EX_USAGE: "bad usage: an unknown flag, a bad argument or environment value (one line names it)",
     EX_DATAERR: "bad input data: a scenario file, dump, meminfo file or fault rule (one line "
     "names the file and key)",
-    EX_CANTCREAT: "collect cannot write its output file",
+    EX_CANTCREAT: "an output file cannot be written (collect's tarball, replay's --html page)",
 }
 
 
