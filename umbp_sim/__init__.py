@@ -10,9 +10,10 @@ from importlib import metadata as _metadata
 from pathlib import Path as _Path
 
 
-def _missing_native() -> str:
-    """The one line that says what to do when the compiled extension cannot be imported."""
-    here = _Path(__file__).resolve().parent
+def _missing_native(here: _Path | None = None) -> str:
+    """The one line that says what to do when the compiled extension cannot be imported
+    (``here``: the package directory, by default this one)."""
+    here = here or _Path(__file__).resolve().parent
     if (here.parent / "pyproject.toml").is_file() and (here.parent / "csrc").is_dir():
         return (
             f"umbp_sim was imported from the source tree {here} (no compiled _native there): "
