@@ -90,7 +90,7 @@ def test_replay_prints_the_bars(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["replay", str(D / "pool-on-node0-6.8.0"), "--size", "1GiB", "--numa-node", "1"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    section = out.split("4. memory per node\n")[1].splitlines()
+    section = out.split("memory per node:\n")[1].splitlines()
     assert section[0] == (
         "request: 1.0 GiB of 2 MiB hugepages (AnonymousHugetlb) on node 1 -> demoted"
     )
@@ -119,3 +119,17 @@ def test_replay_html_unwritable_is_one_line_exit_73(
     assert captured.err == (
         f"umbp-sim replay: --html {bad}: cannot write: No such file or directory\n"
     )
+
+
+def test_nothing_is_drawn_for_a_request_without_sizes() -> None:
+    from types import SimpleNamespace
+
+    from umbp_sim.diagnose.picture import bars_for, picture_of
+
+    def refuse() -> list[int]:
+        raise ValueError("SGLANG_HICACHE_HOST_NUMA_NODE: not an integer")
+
+    request = SimpleNamespace(buffer_sizes=refuse, settings=lambda: ("Anonymous", 0, -1, True))
+    d = SimpleNamespace(machine=two_nodes(), request=request, run=SimpleNamespace(outcome="failed"))
+    assert picture_of(d) is None  # type: ignore[arg-type]
+    assert bars_for(d) == ""  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ def print_diagnosis(d, as_json: bool) -> None:  # type: ignore[no-untyped-def]
     if not as_json:
         from umbp_sim.diagnose.picture import bars_for
 
-        print(bars_for(d))
+        print(bars_for(d), end="")
 
 
 def run(args: argparse.Namespace) -> int:

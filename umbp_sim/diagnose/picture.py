@@ -225,6 +225,7 @@ def picture_of(d: Diagnosis) -> Picture | None:
 
 
 def bars_for(d: Diagnosis) -> str:
-    """``render_bars`` of a diagnosis, under a heading; empty if there is nothing to draw."""
+    """``render_bars`` of a diagnosis under a heading, ending in a newline; "" if there is
+    nothing to draw."""
     pic = picture_of(d)
-    return "" if pic is None else "4. memory per node\n" + render_bars(pic)
+    return "" if pic is None else "memory per node:\n" + render_bars(pic) + "\n"
