@@ -10,7 +10,9 @@ empty entries. `tox -e docs` runs this; CI runs that env.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -57,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", type=Path, default=ROOT / "build" / "docs" / "api")
     args = parser.parse_args(argv)
+    output = args.output.resolve()
+    # Outside the repository: there `umbp_sim` would also name the source tree's directory
+    # (pdoc warns which one it takes; the installed package, with its compiled _native, is it).
+    os.chdir(tempfile.gettempdir())
     warnings.simplefilter("error")  # pdoc reports problems as warnings: make them fatal
 
     import pdoc
@@ -67,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     pdoc.render.configure(docformat="restructuredtext", footer_text="umbp-sim")
     # the package alone (not its internal submodules), then each public module
-    pdoc.pdoc(PUBLIC[0], "!umbp_sim\\..*", *PUBLIC[1:], output_directory=args.output)
-    print(f"API reference: {args.output / 'index.html'}")
+    pdoc.pdoc(PUBLIC[0], "!umbp_sim\\..*", *PUBLIC[1:], output_directory=output)
+    print(f"API reference: {output / 'index.html'}")
     return 0
 
 
