@@ -96,6 +96,8 @@ def test_bundled_library_runs_by_default(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_pytest_collects_scenario_files(library: Path) -> None:
+    # The files do not declare themselves (umbp_sim_scenario = 1): the ini option names the folder
+    (library.parent / "pytest.ini").write_text(f"[pytest]\numbp_sim_scenarios = {library.name}\n")
     proc = subprocess.run(
         [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", str(library)],
         capture_output=True,

@@ -61,7 +61,7 @@ def test_the_valid_base_loads(tmp_path: Path) -> None:
 CASES = [
     # the document
     ("invalid toml", "[scenario\nname = 1\n", r"^invalid TOML: "),
-    ("unknown top-level key", valid(extra='colour = "red"\n'), r"^colour: unknown key \(allowed: env, expect, fault_seed, faults, machine, request, scenario\)$"),
+    ("unknown top-level key", valid(extra='colour = "red"\n'), r"^colour: unknown key \(allowed: env, expect, fault_seed, faults, machine, request, scenario, umbp_sim_scenario\)$"),
     ("unknown table", valid(extra="[machines]\nnodes = 2\n"), r"^machines: unknown key"),
     ("no [scenario]", valid(scenario=""), r"^\[scenario\]: missing table$"),
     ("no [machine]", valid(machine=""), r"^\[machine\]: missing table$"),

@@ -4,8 +4,8 @@ Each command lives in ``umbp_sim/commands/<name>.py`` and exposes ``HELP`` (one 
 ``add_arguments(parser)`` and ``run(args) -> int``. Commands are imported only when used, so
 ``umbp-sim --help`` stays fast and a command's heavy imports (torch) cost nothing elsewhere.
 
-Exit codes follow sysexits: 0 success, 1 a negative answer (a scenario failed, a request will be
-demoted), 64 bad usage, 65 bad input data.
+Exit codes follow sysexits; ``EXIT_CODES`` lists every one (``umbp-sim --help`` prints it,
+the README has the same table).
 """
 
 from __future__ import annotations
@@ -14,11 +14,45 @@ import argparse
 import importlib
 import os
 import sys
+import textwrap
 
 from umbp_sim.errors import UmbpSimError
 
 EX_USAGE = 64
 EX_DATAERR = 65
+EX_CANTCREAT = 73
+
+# Every exit status of every command (tests/test_package_fit.py checks that the code uses
+# no other and that the README's table says the same).
+EXIT_CODES: dict[int, str] = {
+    0: "success: run: every scenario passed; probe: every backing behaved; preflight: the "
+    "request gets what it asks for; replay, inspect, collect: done",
+    1: "a negative answer: run: a scenario failed or none matched; probe: a backing did not "
+    "get what it asked for; preflight: the request is demoted (or not bound to its node)",
+    2: "preflight: the request fails or kills the process",
+    EX_USAGE: "bad usage: an unknown flag, a bad argument or environment value (one line names it)",
+    EX_DATAERR: "bad input data: a scenario file, dump, meminfo file or fault rule (one line "
+    "names the file and key)",
+    EX_CANTCREAT: "an output file cannot be written (collect's tarball, replay's --html page)",
+}
+
+
+def _epilog() -> str:
+    rows = [
+        textwrap.fill(text, 88, initial_indent=f"  {code:>3}  ", subsequent_indent=" " * 7)
+        for code, text in EXIT_CODES.items()
+    ]
+    return "exit status:\n" + "\n".join(rows)
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("umbp-sim")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "unknown (not installed)"
+
 
 # name -> module under umbp_sim.commands
 COMMANDS: dict[str, str] = {
@@ -39,7 +73,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="umbp-sim", description="UMBP host-memory allocator simulator")
+    parser = _Parser(
+        prog="umbp-sim",
+        description="UMBP host-memory allocator simulator",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"umbp-sim {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name, module_name in COMMANDS.items():

@@ -14,7 +14,7 @@ TOML schema (every key but ``op`` and one of ``errno``/``signal`` is optional)::
                                    # read_file touch
     errno = "ENOMEM"               # the answer: an errno by name, or
     signal = "SIGBUS"              # a simulated fatal signal (any op but read_file), or
-    content = "0-3\n"              # read_file only: these bytes instead of the file's, or
+    content = "0-3\\n"              # read_file only: these bytes instead of the file's, or
     throw = "bad_alloc"            # the call throws std::bad_alloc (MemoryError in Python):
                                    # the kernel layer ran out of memory
     # which matching calls fire: at most one of nth / calls / every / first (none: all of them)
@@ -179,6 +179,7 @@ class FaultRule:
 
     # ---- checking ------------------------------------------------------------------------
     def validate(self, where: str) -> None:
+        """Raise FaultPlanError (naming ``where`` and the key) unless the rule is consistent."""
         if self.op not in OPS:
             raise _fail(where, "op", f"unknown operation {self.op!r} (one of {', '.join(OPS)})")
         answers = [
@@ -275,6 +276,11 @@ class FaultRule:
     # ---- the [[faults]] table ------------------------------------------------------------
     @classmethod
     def from_dict(cls, table: Mapping[str, Any], where: str = "fault rule") -> FaultRule:
+        """From one ``[[faults]]`` table; an unknown key or bad value names ``where`` and the key.
+
+        >>> FaultRule.from_dict({"op": "close", "errno": "EINTR"}).to_dict()
+        {'op': 'close', 'errno': 'EINTR'}
+        """
         if not isinstance(table, Mapping):
             raise FaultPlanError(f"{where}: expected a table, got {table!r}")
         known = {f.name for f in fields(cls)}
@@ -338,6 +344,7 @@ class FaultRule:
 
     # ---- native --------------------------------------------------------------------------
     def to_native(self, plan_seed: int = 0) -> Any:
+        """The ``_native.FaultRule`` the C++ FaultyKernel applies (``plan_seed``: its draws)."""
         r = _native.FaultRule()
         r.name = self.name or ""
         r.op = self.op
@@ -413,7 +420,23 @@ class FaultRule:
 
 @dataclass(frozen=True)
 class FaultPlan:
-    """An ordered list of rules and the seed of their probability draws."""
+    """An ordered list of rules and the seed of their probability draws.
+
+    The first rule that matches a call answers it (an errno, a signal, file content or a
+    thrown ``bad_alloc``) instead of the kernel below. Rules come from scenario files'
+    ``[[faults]]`` tables, from TOML, or from ``FaultRule`` objects; ``wrap`` puts the plan over
+    any kernel:
+
+    >>> from umbp_sim import Machine, UMBPHostMemAllocator, simulate
+    >>> from umbp_sim import UMBPHostBufferBacking as B
+    >>> plan = FaultPlan.from_rules([{"op": "mmap", "errno": "ENOMEM", "nth": 1}])
+    >>> with simulate(Machine.x86_64(hugepages={"2MiB": 8})) as host:
+    ...     alloc = UMBPHostMemAllocator(kernel=plan.wrap(host.kernel))
+    ...     h = alloc.alloc(4 << 20, B.AnonymousHugetlb)  # the 1st mmap (hugetlb) fails
+    ...     print(h.actual_backing)
+    ...     alloc.free(h)
+    UMBPHostBufferBacking.Anonymous
+    """
 
     rules: tuple[FaultRule, ...] = field(default_factory=tuple)
     seed: int = 0
@@ -430,7 +453,11 @@ class FaultPlan:
     # ---- dict / TOML ---------------------------------------------------------------------
     @classmethod
     def from_rules(cls, tables: Sequence[Mapping[str, Any]], seed: int = 0) -> FaultPlan:
-        """From the ``[[faults]]`` list (as parsed from a scenario file) and the plan seed."""
+        """From the ``[[faults]]`` list (as parsed from a scenario file) and the plan seed.
+
+        >>> FaultPlan.from_rules([{"op": "mmap", "errno": "ENOMEM", "every": 2}], seed=1).seed
+        1
+        """
         if not isinstance(tables, (list, tuple)):
             raise FaultPlanError(f"faults: expected an array of tables, got {tables!r}")
         rules = tuple(FaultRule.from_dict(t, f"faults[{i}]") for i, t in enumerate(tables))
@@ -438,7 +465,12 @@ class FaultPlan:
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> FaultPlan:
-        """From ``{"faults": [...], "fault_seed": N}``; any other key is an error."""
+        """From ``{"faults": [...], "fault_seed": N}``; any other key is an error.
+
+        >>> doc = {"faults": [{"op": "madvise", "errno": "EFAULT"}], "fault_seed": 3}
+        >>> FaultPlan.from_dict(doc).rules[0].op
+        'madvise'
+        """
         if not isinstance(doc, Mapping):
             raise FaultPlanError(f"fault plan: expected a table, got {doc!r}")
         for key in doc:
@@ -448,6 +480,11 @@ class FaultPlan:
         return cls.from_rules(doc.get("faults", []), seed)
 
     def to_dict(self) -> dict[str, Any]:
+        """The plan as ``from_dict`` reads it (defaults left out).
+
+        >>> FaultPlan.from_rules([{"op": "mmap", "errno": "ENOMEM", "nth": 1}]).to_dict()
+        {'faults': [{'op': 'mmap', 'errno': 'ENOMEM', 'nth': 1}]}
+        """
         out: dict[str, Any] = {}
         if self.seed:
             out["fault_seed"] = self.seed
@@ -456,7 +493,11 @@ class FaultPlan:
 
     @classmethod
     def from_toml(cls, source: str | os.PathLike[str]) -> FaultPlan:
-        """From TOML text, or from a file: a ``Path``, or a str with no newline, '=' or '['."""
+        """From TOML text, or from a file: a ``Path``, or a str with no newline, '=' or '['.
+
+        >>> FaultPlan.from_toml('faults = [{ op = "close", errno = "EIO" }]').rules[0].errno
+        'EIO'
+        """
         if isinstance(source, os.PathLike) or (
             isinstance(source, str) and not any(c in source for c in "\n=[")
         ):
@@ -478,14 +519,34 @@ class FaultPlan:
             raise FaultPlanError(f"{where}{e}") from None
 
     def to_toml(self) -> str:
+        """The plan as TOML text (``from_toml`` reads it back to an equal plan).
+
+        >>> print(FaultPlan.from_rules([{"op": "mmap", "errno": "ENOMEM", "nth": 1}]).to_toml())
+        faults = [
+            { op = "mmap", errno = "ENOMEM", nth = 1 },
+        ]
+        <BLANKLINE>
+        """
         import tomli_w
 
         return tomli_w.dumps(self.to_dict())
 
     # ---- native --------------------------------------------------------------------------
     def native_rules(self) -> list[Any]:
+        """The rules as ``_native.FaultRule`` objects (what ``wrap`` hands to the C++ side).
+
+        >>> len(FaultPlan.from_rules([{"op": "close", "errno": "EIO"}]).native_rules())
+        1
+        """
         return [r.to_native(self.seed) for r in self.rules]
 
     def wrap(self, kernel: Any) -> Any:
-        """A ``_native.FaultyKernel`` applying this plan over ``kernel``."""
+        """A ``_native.FaultyKernel`` applying this plan over ``kernel`` (see the class example).
+
+        >>> from umbp_sim import Machine, simulate
+        >>> with simulate(Machine.x86_64()) as host:
+        ...     faulty = FaultPlan.from_rules([{"op": "close", "errno": "EIO"}]).wrap(host.kernel)
+        >>> type(faulty).__name__
+        'FaultyKernel'
+        """
         return _native.FaultyKernel(kernel, self.native_rules())

@@ -38,11 +38,18 @@ class HugePool:
     surplus: int = 0
 
     def free_pages(self) -> int:
+        """Free pages: ``free``, or ``total`` when ``free`` is None."""
         return self.total if self.free is None else self.free
 
 
 @dataclass
 class Node:
+    """One NUMA node: its memory (bytes), CPUs, hugepage pools and distances.
+
+    >>> Node(1, 64 << 30, hugepages={2 << 20: HugePool(total=512, free=100)}).id
+    1
+    """
+
     id: int
     mem_total: int  # bytes
     mem_free: int | None = None  # bytes; None: mem_total less this node's hugepage pool
@@ -53,6 +60,15 @@ class Node:
 
 @dataclass
 class Machine:
+    """A host as the allocator sees it: arch, page and hugepage sizes, NUMA nodes and their
+    pools, overcommit settings, limits and kernel version. Build one with ``Machine.build``,
+    ``Machine.x86_64`` or ``Machine.arm64``, or load a dumped host (``umbp_sim.dump``).
+
+    >>> m = Machine.x86_64(nodes=2, mem_per_node="64GiB", hugepages={"2MiB": 1024})
+    >>> m.pool_total(2 << 20), m.node_ids()
+    (1024, [0, 1])
+    """
+
     arch: str = "x86_64"
     page_size: int = 4096
     # Hugepage sizes registered at boot (directories under /sys/kernel/mm/hugepages).
@@ -84,29 +100,37 @@ class Machine:
 
     # ---- derived facts -------------------------------------------------------------------
     def node_ids(self) -> list[int]:
+        """The ids of the nodes, in order."""
         return [n.id for n in self.nodes]
 
     def possible(self) -> list[int]:
+        """The possible nodes (/sys/devices/system/node/possible)."""
         return list(self.possible_nodes) if self.possible_nodes is not None else self.node_ids()
 
     def online(self) -> list[int]:
+        """The online nodes (/sys/devices/system/node/online)."""
         return list(self.online_nodes) if self.online_nodes is not None else self.node_ids()
 
     def kernel_tuple(self) -> tuple[int, int, int]:
+        """``kernel_version`` as numbers: "5.14.0-70" -> (5, 14, 0)."""
         return parse_kernel_version(self.kernel_version)
 
     def pool_total(self, size: int) -> int:
+        """Pages of hugepage ``size`` (bytes) on all nodes together."""
         return sum(n.hugepages.get(size, HugePool()).total for n in self.nodes)
 
     def pool_free(self, size: int) -> int:
+        """Free pages of hugepage ``size`` (bytes) on all nodes together."""
         return sum(n.hugepages.get(size, HugePool()).free_pages() for n in self.nodes)
 
     def total_memory(self) -> int:
+        """MemTotal in bytes: ``mem_total``, or the sum of the nodes'."""
         if self.mem_total is not None:
             return self.mem_total
         return sum(n.mem_total for n in self.nodes)
 
     def copy(self) -> Machine:
+        """A deep copy (nodes and pools included), to change without touching this one."""
         return copy.deepcopy(self)
 
     # ---- validation ----------------------------------------------------------------------
@@ -286,6 +310,7 @@ _ARM64_SIZES = {
 
 
 def default_hugepage_sizes(arch: str, page_size: int) -> list[int]:
+    """The hugepage sizes a kernel registers at boot for ``arch`` and base ``page_size``."""
     if arch == "arm64":
         return list(_ARM64_SIZES.get(page_size, [2 * MiB]))
     if arch == "x86_64":

@@ -17,8 +17,10 @@ Which machine (first match wins):
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,14 +31,18 @@ else:
     import tomli as _tomllib
 
 from umbp_sim.machine import Machine
+from umbp_sim.scenario.schema import MARKER_KEY
 from umbp_sim.sim import SimHost, simulate
 
 
 def DEFAULT_MACHINE() -> Machine:  # noqa: N802 - a constant-like factory
+    """The host ``sim_host`` simulates without a ``machine`` marker: x86_64, one 16 GiB node,
+    512 x 2 MiB pages."""
     return Machine.x86_64(hugepages={"2MiB": 512})
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Registers the ``machine`` marker (``@pytest.mark.machine(nodes=2, ...)``)."""
     config.addinivalue_line(
         "markers", "machine(machine=None, **build_kw): the Machine the sim_host fixture simulates"
     )
@@ -100,7 +106,22 @@ def install_files(fs: Any, host: SimHost) -> None:
 
 @pytest.fixture
 def sim_host(request: pytest.FixtureRequest, fs: Any) -> Iterator[SimHost]:
-    """A simulated host (see the module docstring) with live fake /proc and /sys files."""
+    """A simulated host (see the module docstring) with live fake /proc and /sys files.
+
+    ```python
+    import pytest
+    from umbp_sim import UMBPHostMemAllocator, UMBPHostBufferBacking as B
+
+    @pytest.mark.machine(nodes=2, hugepages_per_node=[{"2MiB": 64}, {}])
+    def test_pool_on_node0(sim_host):
+        alloc = UMBPHostMemAllocator()  # runs on sim_host
+        h = alloc.alloc(64 << 20, B.AnonymousHugetlb, numa_node=0)
+        assert h.actual_backing == B.AnonymousHugetlb
+        assert sim_host.node_hugepages(0, 2 << 20).free == 32
+        assert "HugePages_Free:       32" in open("/proc/meminfo").read()
+        alloc.free(h)
+    ```
+    """
     with simulate(_machine_for(request)) as host:
         install_files(fs, host)
         yield host
@@ -109,7 +130,19 @@ def sim_host(request: pytest.FixtureRequest, fs: Any) -> Iterator[SimHost]:
 @pytest.fixture
 def fault_plan() -> Callable[..., Any]:
     """A factory: ``fault_plan({"op": "mmap", "errno": "ENOMEM", "nth": 1}, ..., seed=0)``
-    returns a ``FaultPlan``; ``plan.wrap(kernel)`` puts it over any kernel."""
+    returns a ``FaultPlan``; ``plan.wrap(kernel)`` puts it over any kernel.
+
+    ```python
+    from umbp_sim import UMBPHostMemAllocator, UMBPHostBufferBacking as B
+
+    def test_populate_efault_demotes(sim_host, fault_plan):
+        plan = fault_plan({"op": "madvise", "advice": "MADV_POPULATE_WRITE", "errno": "EFAULT"})
+        alloc = UMBPHostMemAllocator(kernel=plan.wrap(sim_host.kernel))
+        h = alloc.alloc(4 << 20, B.AnonymousHugetlb)
+        assert h.actual_backing == B.Anonymous
+        alloc.free(h)
+    ```
+    """
     from umbp_sim.faults import FaultPlan
 
     def make(*rules: dict[str, Any], seed: int = 0) -> FaultPlan:
@@ -121,7 +154,17 @@ def fault_plan() -> Callable[..., Any]:
 @pytest.fixture
 def umbp_allocator(sim_host: SimHost) -> Iterator[Any]:
     """A ``UMBPHostMemAllocator`` on ``sim_host`` behind a TracingKernel; at teardown it must
-    have freed everything (no mapping, fd, shm entry or hugepage reservation left)."""
+    have freed everything (no mapping, fd, shm entry or hugepage reservation left).
+
+    ```python
+    from umbp_sim import UMBPHostBufferBacking as B
+
+    def test_shm_buffer_is_freed(umbp_allocator):
+        h = umbp_allocator.alloc(2 << 20, B.AnonymousShm)
+        assert h and h.actual_backing == B.AnonymousShm
+        umbp_allocator.free(h)  # without this line the test fails at teardown: a leak
+    ```
+    """
     from umbp_sim.allocator import UMBPHostMemAllocator
     from umbp_sim.leaks import assert_no_leaks
     from umbp_sim.trace import instrument
@@ -134,8 +177,69 @@ def umbp_allocator(sim_host: SimHost) -> Iterator[Any]:
 
 
 # ---- scenario files: `pytest scenarios/` collects each .toml as a test ----------------------
-def pytest_collect_file(parent: pytest.Collector, file_path: Any) -> pytest.Collector | None:
-    if file_path.suffix == ".toml" and "scenarios" in file_path.parts:
+# Only files that are umbp-sim scenarios: the plugin is active in every pytest session of an
+# environment where umbp-sim is installed, and other projects have .toml files of their own
+# (even a scenarios/load.toml). A file is collected when it declares itself
+# (`umbp_sim_scenario = 1` as a top-level key, first line by convention) or lies under a folder
+# named by the `umbp_sim_scenarios` ini option.
+INI_FOLDERS = "umbp_sim_scenarios"
+_MARKER_LINE = re.compile(rb"^[ \t]*umbp_sim_scenario[ \t]*=", re.MULTILINE)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Adds the ``umbp_sim_scenarios`` ini option: folders whose .toml files are scenarios.
+
+    ```toml
+    [tool.pytest.ini_options]
+    umbp_sim_scenarios = ["tests/scenarios"]
+    ```
+    """
+    parser.addini(
+        INI_FOLDERS,
+        type="paths",
+        default=[],
+        help="folders whose *.toml files are umbp-sim scenarios (relative to the ini file); "
+        f"elsewhere only .toml files with a top-level `{MARKER_KEY} = 1` are collected",
+    )
+
+
+def declares_scenario(path: Path) -> bool:
+    """True if the TOML file at ``path`` has the top-level marker key ``umbp_sim_scenario``.
+
+    A file that has the marker line but is not valid TOML also counts (the run then reports
+    the TOML error on it); a file without the line is never parsed.
+
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "s.toml"
+    >>> _ = f.write_text('umbp_sim_scenario = 1\\n[scenario]\\nname = "s"\\n')
+    >>> declares_scenario(f)
+    True
+    """
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    if not _MARKER_LINE.search(data):
+        return False
+    try:
+        doc = _tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, _tomllib.TOMLDecodeError):
+        return True
+    return MARKER_KEY in doc
+
+
+def _in_scenario_folder(config: pytest.Config, file_path: Path) -> bool:
+    folders = config.getini(INI_FOLDERS)
+    return any(file_path.is_relative_to(Path(folder)) for folder in folders)
+
+
+def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
+    """Collects a .toml file as one scenario test if it declares itself
+    (``umbp_sim_scenario = 1``) or lies under an ``umbp_sim_scenarios`` folder; other files
+    are left to other plugins."""
+    if file_path.suffix != ".toml":
+        return None
+    if _in_scenario_folder(parent.config, file_path) or declares_scenario(file_path):
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
 

@@ -129,6 +129,7 @@ class SimHost:
         return HugePages(*self.kernel.hugepage_counters(self._size(size), -1))
 
     def node_hugepages(self, node: int, size: int | None = None) -> HugePages:
+        """Node ``node``'s counters of ``size`` (its HugePages_Rsvd is always 0: Rsvd is global)."""
         c = self.kernel.hugepage_counters(self._size(size), node)
         if not c:
             raise UmbpSimError(f"node {node}: not a node of this host")
@@ -143,12 +144,14 @@ class SimHost:
         return out
 
     def mappings(self) -> list[Mapping]:
+        """The simulated process's live mappings (address, length, page size, NUMA policy)."""
         return [
             Mapping(**{**m, "policy_nodes": tuple(m["policy_nodes"])})
             for m in self.kernel.mappings()
         ]
 
     def open_fds(self) -> list[int]:
+        """The simulated process's open file descriptors (memfds the allocator holds)."""
         return list(self.kernel.open_fds())
 
     # ---- files ---------------------------------------------------------------------------
@@ -157,6 +160,7 @@ class SimHost:
         return dict(self.kernel.render_all())
 
     def read(self, path: str) -> str:
+        """One rendered file, as the kernel would show it now: ``host.read("/proc/meminfo")``."""
         return self.kernel.read_file(path)
 
     def render(self, directory: str | os.PathLike[str]) -> list[Path]:
@@ -182,6 +186,7 @@ class SimHost:
         self.kernel.set_nr_hugepages(self._size(size), count, -1 if node is None else node)
 
     def set_nr_overcommit_hugepages(self, size: int | None, count: int) -> None:
+        """``echo count > nr_overcommit_hugepages`` of ``size`` (surplus pages allowed at mmap)."""
         self.kernel.set_nr_overcommit_hugepages(self._size(size), count)
 
     def __repr__(self) -> str:

@@ -150,7 +150,15 @@ def _machine(draw: st.DrawFn, pins: dict[str, Any]) -> Machine:
 
 
 def machines(**pins: Any) -> st.SearchStrategy[Machine]:
-    """Valid simulated hosts; keywords pin fields (a value or a strategy). See the module doc."""
+    """Valid simulated hosts; keywords pin fields (a value or a strategy). See the module doc.
+
+    >>> from hypothesis import given, settings
+    >>> @settings(max_examples=10, database=None, derandomize=True)
+    ... @given(machines(nodes=2, kernel_version="5.10.0"))
+    ... def check(machine):
+    ...     assert machine.node_ids() == [0, 1] and machine.kernel_version == "5.10.0"
+    >>> check()
+    """
     unknown = set(pins) - _MACHINE_PINS
     if unknown:
         raise TypeError(
@@ -245,7 +253,17 @@ def fault_plans(
     seed: int | None = None,
     fatal: bool = False,
 ) -> st.SearchStrategy[FaultPlan]:
-    """Fault plans over ``ops`` with 0..max_rules rules; shrinks toward the empty plan."""
+    """Fault plans over ``ops`` with 0..max_rules rules; shrinks toward the empty plan.
+
+    >>> from hypothesis import given, settings
+    >>> @settings(max_examples=10, database=None, derandomize=True)
+    ... @given(fault_plans(ops=["mmap", "madvise"], max_rules=2, seed=7))
+    ... def check(plan):
+    ...     assert plan.seed == 7 and len(plan.rules) <= 2
+    ...     assert all(rule.op in ("mmap", "madvise") for rule in plan.rules)
+    ...     assert FaultPlan.from_toml(plan.to_toml()) == plan
+    >>> check()
+    """
     ops = tuple(ops)
     bad = [o for o in ops if o not in OPS]
     if bad or not ops:
@@ -261,7 +279,12 @@ def fault_plans(
 # ---- allocation requests -------------------------------------------------------------------
 @dataclass(frozen=True)
 class AllocRequest:
-    """One ``UMBPHostMemAllocator.alloc`` call."""
+    """One ``UMBPHostMemAllocator.alloc`` call.
+
+    >>> req = AllocRequest(4096, "AnonymousHugetlb", numa_node=0)
+    >>> req.table()["backing"], req.args()[1]
+    ('AnonymousHugetlb', <UMBPHostBufferBacking.AnonymousHugetlb: 1>)
+    """
 
     size: int
     backing: str = "Anonymous"
@@ -270,12 +293,14 @@ class AllocRequest:
     prefault: bool = True
 
     def args(self) -> tuple[int, Any, int, int, bool]:
+        """Positional arguments of ``UMBPHostMemAllocator.alloc`` (the backing as its enum)."""
         from umbp_sim.allocator import UMBPHostBufferBacking
 
         backing = getattr(UMBPHostBufferBacking, self.backing)
         return self.size, backing, self.hugepage_size, self.numa_node, self.prefault
 
     def table(self) -> dict[str, Any]:
+        """The request as a scenario ``[request]`` table (or an ``alloc`` step's keys)."""
         return {
             "size": self.size,
             "backing": self.backing,
@@ -295,7 +320,20 @@ def alloc_requests(
 ) -> st.SearchStrategy[AllocRequest]:
     """Allocation requests. ``hugepage_sizes``: the sizes to favour (a host's); odd sizes (not a
     power of two, not above the base page, not configured) are drawn too. ``nodes``: the host's
-    node count; numa_node is then -1, one of its nodes, or one outside it."""
+    node count; numa_node is then -1, one of its nodes, or one outside it.
+
+    >>> from hypothesis import given, settings
+    >>> from umbp_sim import Machine, UMBPHostMemAllocator, simulate
+    >>> @settings(max_examples=10, database=None, derandomize=True)
+    ... @given(alloc_requests(nodes=1, max_size=1 << 20))
+    ... def check(req):
+    ...     with simulate(Machine.x86_64(hugepages={"2MiB": 4})):
+    ...         alloc = UMBPHostMemAllocator()
+    ...         handle = alloc.alloc(*req.args())
+    ...         if handle:
+    ...             alloc.free(handle)
+    >>> check()
+    """
     sizes = list(hugepage_sizes) if hugepage_sizes else [2 * MiB, GiB]
     hp = st.one_of(st.sampled_from(sizes), st.sampled_from(_ODD_HUGEPAGE_SIZES + (64 * KiB,)))
     n = nodes if nodes is not None else 2

@@ -105,6 +105,7 @@ def scenario_document(
 ) -> dict[str, Any]:
     """The scenario as a TOML-ready dict (``[request] kind = "steps"``)."""
     doc: dict[str, Any] = {
+        "umbp_sim_scenario": 1,  # declares the file (the pytest plugin collects it)
         "scenario": {
             "name": name,
             "description": description,

@@ -14,6 +14,7 @@ UMBP_SIM_SAVE_FAILURES is set (see ``schedule_to_scenario``). Subclasses can set
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from umbp_sim.explore.schedule_to_scenario import (
 from umbp_sim.faults import FaultPlan
 from umbp_sim.leaks import collect_leaks
 from umbp_sim.machine import GiB, Machine
+from umbp_sim.progress import Progress
 from umbp_sim.sim import SimHost
 from umbp_sim.strategies import AllocRequest, alloc_requests, machines
 from umbp_sim.trace import instrument
@@ -70,6 +72,17 @@ def _saving(fn: F) -> F:
             raise
 
     return wrapper  # type: ignore[return-value]
+
+
+_PROGRESS: list[Progress] = []
+
+
+def _explored() -> Progress:
+    """The exploration's progress line (on a terminal only: see umbp_sim.progress)."""
+    if not _PROGRESS:
+        _PROGRESS.append(Progress("explore:"))
+        atexit.register(_PROGRESS[0].close)
+    return _PROGRESS[0]
 
 
 class AllocatorStateMachine(RuleBasedStateMachine):
@@ -296,6 +309,7 @@ class AllocatorStateMachine(RuleBasedStateMachine):
 
     # ---- teardown ------------------------------------------------------------------------
     def teardown(self) -> None:
+        _explored().advance(f"schedules ({type(self).steps_run} steps)")
         if self.machine is None or self.model.dead:
             return
         try:

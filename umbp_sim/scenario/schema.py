@@ -209,6 +209,12 @@ def _load_expect(path: Path, exp: dict[str, Any]) -> dict[str, Any]:
     return exp
 
 
+# `umbp_sim_scenario = 1`, the file's first line: declares the file an umbp-sim scenario (the
+# pytest plugin collects only such files, or files under its `umbp_sim_scenarios` folders).
+MARKER_KEY = "umbp_sim_scenario"
+TOP_KEYS = {MARKER_KEY, "scenario", "machine", "faults", "fault_seed", "env", "request", "expect"}
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read and check one scenario file."""
     p = Path(path)
@@ -222,9 +228,10 @@ def load_scenario(path: str | Path) -> Scenario:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ScenarioError(f"{p}: invalid TOML: {e}") from None
-    _check_keys(
-        p, "", doc, {"scenario", "machine", "faults", "fault_seed", "env", "request", "expect"}
-    )
+    _check_keys(p, "", doc, TOP_KEYS)
+    marker = doc.get(MARKER_KEY, 1)
+    if marker != 1 or isinstance(marker, bool):
+        raise _err(p, MARKER_KEY, f"must be 1 (the scenario format version), not {marker!r}")
     fault_seed = doc.get("fault_seed", 0)
     if not isinstance(fault_seed, int) or isinstance(fault_seed, bool) or fault_seed < 0:
         raise _err(p, "fault_seed", f"must be a non-negative integer, not {fault_seed!r}")
