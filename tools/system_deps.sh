@@ -1,0 +1,22 @@
+#!/bin/sh
+# System packages the test suite needs beyond PyPI: Debian's headless Chromium, which
+# tests/test_picture_html.py uses to open and screenshot the HTML report. Installs it with
+# apt-get when missing (as root, or through passwordless sudo); otherwise says what to run.
+set -eu
+if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+  exit 0
+fi
+if [ "$(id -u)" = 0 ]; then
+  run=""
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+  run="sudo -n"
+else
+  echo "tools/system_deps.sh: headless Chromium is missing; run as root: apt-get install chromium" >&2
+  exit 1
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "tools/system_deps.sh: no apt-get here; install Chromium (chromium) with your package manager" >&2
+  exit 1
+fi
+DEBIAN_FRONTEND=noninteractive $run apt-get update -q
+DEBIAN_FRONTEND=noninteractive $run apt-get install -y -q --no-install-recommends chromium
