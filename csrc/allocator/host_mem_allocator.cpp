@@ -498,9 +498,12 @@ class AllocRun {
               return "hugetlb memfd_create (" + HugeKb(hp) + " pages) failed: ";
             });
           }
-          Warn(p_.mori_texts ? "HostMemAllocator: memfd_create failed (" + MoriErr(fd.error) + ")"
-                             : "memfd_create(umbp_host_buffer) failed: " + ErrName(fd.error) +
-                                   "; returning an invalid handle");
+          if (p_.mori_texts) {
+            Warn("HostMemAllocator: memfd_create failed (" + MoriErr(fd.error) + ")");
+          } else {
+            Warn("memfd_create(umbp_host_buffer) failed: " + ErrName(fd.error) +
+                 "; returning an invalid handle");
+          }
           return Status::Fail;
         }
         h.fd = static_cast<int>(fd.value);
@@ -510,8 +513,9 @@ class AllocRun {
           if (CloseQuiet(h) == Status::Crash) return Status::Crash;
           if (p_.mori_texts) {
             // mori 264-270, 345-353: said every time, also before the hugetlb fallback.
-            Warn(std::string("HostMemAllocator: ftruncate(") + (huge ? "hugetlb memfd" : "memfd") +
-                 ", " + ns + ") failed (" + MoriErr(t.error) + ")");
+            const char* what = huge ? "hugetlb memfd" : "memfd";
+            Warn(std::string("HostMemAllocator: ftruncate(") + what + ", " + ns + ") failed (" +
+                 MoriErr(t.error) + ")");
             return huge ? Status::Demote : Status::Fail;
           }
           if (huge) {
@@ -535,10 +539,12 @@ class AllocRun {
               return "hugetlb mmap of " + ns + " bytes (" + HugeKb(hp) + " pages) failed: ";
             });
           }
-          Warn(p_.mori_texts
-                   ? "HostMemAllocator: mmap(memfd, " + ns + ") failed (" + MoriErr(m.error) + ")"
-                   : "mmap of " + ns + " bytes (AnonymousShm, " + BasePages(page_) +
-                         " pages) failed: " + ErrName(m.error) + "; returning an invalid handle");
+          if (p_.mori_texts) {
+            Warn("HostMemAllocator: mmap(memfd, " + ns + ") failed (" + MoriErr(m.error) + ")");
+          } else {
+            Warn("mmap of " + ns + " bytes (AnonymousShm, " + BasePages(page_) +
+                 " pages) failed: " + ErrName(m.error) + "; returning an invalid handle");
+          }
           return Status::Fail;
         }
         h.ptr = m.ptr();
@@ -978,15 +984,17 @@ void HostMemAllocator::Free(HostBufferHandle& handle, CallOutcome* outcome) {
     const HostBufferHandle before = handle;
     Invalidate(handle);
     if (defer) {
-      Warn(policy_.mori_texts
-               ? "HostMemAllocator: freeing AnonymousShm buffer ptr=" + Hex(ptr) + " while " +
-                     std::to_string(holders) +
-                     " active registration(s) still reference it; deferring munmap/close until "
-                     "deregistration"
-               : "Free of " + BackingName(backing) + " buffer " + Hex(ptr) + " (" +
-                     std::to_string(len) + " bytes) while " + std::to_string(holders) +
-                     " registration(s) hold it; munmap and close deferred to the last "
-                     "ReleaseShmAllocation");
+      if (policy_.mori_texts) {
+        Warn("HostMemAllocator: freeing AnonymousShm buffer ptr=" + Hex(ptr) + " while " +
+             std::to_string(holders) +
+             " active registration(s) still reference it; deferring munmap/close until "
+             "deregistration");
+      } else {
+        Warn("Free of " + BackingName(backing) + " buffer " + Hex(ptr) + " (" +
+             std::to_string(len) + " bytes) while " + std::to_string(holders) +
+             " registration(s) hold it; munmap and close deferred to the last "
+             "ReleaseShmAllocation");
+      }
       return;
     }
     SysResult r;
@@ -1002,13 +1010,14 @@ void HostMemAllocator::Free(HostBufferHandle& handle, CallOutcome* outcome) {
     }
     if (crashed(r, "munmap")) return;
     if (!r.ok()) {
-      Warn(policy_.mori_texts
-               ? "HostMemAllocator: munmap failed (" + MoriErr(r.error) +
-                     "); invalidating handle anyway to prevent a possible double-free of a "
-                     "reused VA range"
-               : "munmap(" + Hex(ptr) + ", " + std::to_string(len) +
-                     ") failed: " + ErrName(r.error) +
-                     "; handle invalidated anyway so a later Free cannot unmap a reused address");
+      if (policy_.mori_texts) {
+        Warn("HostMemAllocator: munmap failed (" + MoriErr(r.error) +
+             "); invalidating handle anyway to prevent a possible double-free of a reused VA "
+             "range");
+      } else {
+        Warn("munmap(" + Hex(ptr) + ", " + std::to_string(len) + ") failed: " + ErrName(r.error) +
+             "; handle invalidated anyway so a later Free cannot unmap a reused address");
+      }
     }
     if (fd_to_close >= 0) CloseOwned(fd_to_close, ptr, outcome);
   } catch (...) {
@@ -1097,10 +1106,12 @@ void HostMemAllocator::ReleaseShmAllocation(uintptr_t base, CallOutcome* outcome
       return;
     }
     if (!r.ok()) {
-      Warn(policy_.mori_texts
-               ? "HostMemAllocator: deferred munmap failed (" + MoriErr(r.error) + ")"
-               : "deferred munmap(" + Hex(ptr) + ", " + std::to_string(len) +
-                     ") at the last ReleaseShmAllocation failed: " + ErrName(r.error));
+      if (policy_.mori_texts) {
+        Warn("HostMemAllocator: deferred munmap failed (" + MoriErr(r.error) + ")");
+      } else {
+        Warn("deferred munmap(" + Hex(ptr) + ", " + std::to_string(len) +
+             ") at the last ReleaseShmAllocation failed: " + ErrName(r.error));
+      }
     }
     if (fd >= 0) {
       SysResult c = kernel_->close(fd);
