@@ -224,6 +224,10 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
         src = dump
     else:
         src = open_dump(dump)
+        try:
+            return parse_dump(src)
+        finally:
+            src.close()  # a directory dump holds a directory fd
     text = src.read("proc/meminfo")
     if text is None:
         raise DumpError(src.where("proc/meminfo"), "missing (required)", kind="missing")
