@@ -5,7 +5,7 @@ Each command lives in ``umbp_sim/commands/<name>.py`` and exposes ``HELP`` (one 
 ``umbp-sim --help`` stays fast and a command's heavy imports (torch) cost nothing elsewhere.
 
 Exit codes follow sysexits: 0 success, 1 a negative answer (a scenario failed, a request will be
-demoted), 64 bad usage, 65 bad input data.
+demoted), 64 bad usage, 65 bad input data, 70 an internal error (a bug: one line, never 1).
 """
 
 from __future__ import annotations
@@ -67,6 +67,28 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a bug, not an answer: never exit 1 (preflight's "demoted")
+        return internal_error(args.command, e)
+
+
+EX_SOFTWARE = 70
+
+
+def internal_error(command: str, e: BaseException) -> int:
+    """One line (the traceback too with UMBP_SIM_TRACEBACK=1), exit 70 (EX_SOFTWARE)."""
+    import traceback
+
+    if os.environ.get("UMBP_SIM_TRACEBACK"):
+        traceback.print_exception(e)
+    text = " ".join(str(e).split())[:300]
+    print(
+        f"umbp-sim {command}: internal error: {type(e).__name__}: {text} "
+        "(a bug in umbp-sim; UMBP_SIM_TRACEBACK=1 shows where)",
+        file=sys.stderr,
+    )
+    return EX_SOFTWARE
 
 
 if __name__ == "__main__":

@@ -25,16 +25,24 @@ class ArchiveLimits:
 
     max_archive: int = 256 << 20  # bytes of the file as given (compressed)
     max_file: int = 4 << 20  # one file the parsers read (cpuinfo of a big host is ~1 MiB)
-    max_unpacked: int = 512 << 20  # bytes after decompression, headers and skipped data included
-    max_members: int = 200_000  # tar headers of any type
+    max_unpacked: int = 256 << 20  # bytes after decompression, headers and skipped data included
+    max_members: int = 100_000  # tar headers of any type
     max_header: int = 64 << 10  # one pax or GNU long-name/long-link header
     max_name: int = 4096  # a member or link name (PATH_MAX)
     max_streams: int = 100_000  # concatenated gzip/bzip2/xz streams
     max_kept: int = 64 << 20  # bytes of the members kept in memory (the ones parsers read)
-    max_seconds: float = 60.0  # wall clock for reading the archive (a backstop)
+    max_seconds: float = 20.0  # wall clock for reading the archive (a backstop)
 
 
 DEFAULT_LIMITS = ArchiveLimits()
+
+# What the simulator holds. Byte counts are uint64 in the SimKernel and are added together
+# (node sums, commit limits, a size rounded up to a hugepage): each is kept below 2**62 so a
+# few of them still add up in 64 bits. Real hosts are below 2**52 (4 PiB). Page counts are
+# C++ longs; kernel release numbers and node ids are ints.
+MAX_BYTES = 1 << 62
+MAX_INT = (1 << 31) - 1
+MAX_RELEASE_PART = 65535  # a kernel release X.Y.Z: each part (patch levels pass 255)
 
 
 class DumpLimitError(DumpError):
@@ -51,6 +59,7 @@ class Budget:
     def __init__(self, label: str, limits: ArchiveLimits = DEFAULT_LIMITS) -> None:
         self.label = label
         self.limits = limits
+        self.input = 0
         self.unpacked = 0
         self.members = 0
         self.streams = 0
@@ -59,6 +68,13 @@ class Budget:
 
     def _over(self, limit: str, what: str, detail: str) -> DumpLimitError:
         return DumpLimitError(self.label, limit, what, detail)
+
+    def add_input(self, n: int) -> None:
+        self.input += n
+        if self.input > self.limits.max_archive:
+            raise self._over(
+                "max_archive", "archive-size", f"larger than {self.limits.max_archive} bytes"
+            )
 
     def add_unpacked(self, n: int) -> None:
         self.unpacked += n

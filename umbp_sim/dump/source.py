@@ -30,10 +30,11 @@ import posixpath
 import re
 import stat
 import weakref
+from collections.abc import Callable
 
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.limits import DEFAULT_LIMITS, ArchiveLimits, Budget
-from umbp_sim.dump.tarscan import BZ2_MAGIC, GZIP_MAGIC, XZ_MAGIC, TarFormatError, scan
+from umbp_sim.dump.tarscan import BZ2_MAGIC, GZIP_MAGIC, XZ_MAGIC, Input, TarFormatError, scan
 
 MAX_FILE = DEFAULT_LIMITS.max_file  # largest single dump file read
 MAX_ARCHIVE = DEFAULT_LIMITS.max_archive  # largest archive/bare file read into memory
@@ -317,8 +318,9 @@ def _close_none(fd: int, keep: int) -> None:
     return None
 
 
-def _read_capped(fd: int, where: str, cap: int = MAX_FILE) -> bytes:
-    """At most ``cap`` bytes of an open regular file; more is an error naming the cap."""
+def _read_capped(fd: int, where: str, cap: int = MAX_FILE, limit: int | None = None) -> bytes:
+    """At most ``cap`` bytes of an open regular file; more is an error naming ``limit``
+    (default ``cap``): the whole file's limit when part of it was read already."""
     chunks: list[bytes] = []
     size = 0
     while size <= cap:
@@ -331,7 +333,7 @@ def _read_capped(fd: int, where: str, cap: int = MAX_FILE) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
     if size > cap:
-        raise DumpError(where, f"larger than {cap} bytes", kind="unreadable")
+        raise DumpError(where, f"larger than {limit or cap} bytes", kind="unreadable")
     return b"".join(chunks)
 
 
@@ -367,14 +369,22 @@ def _wanted(name: str) -> bool:
     return bool(sep) and relevant(rest)
 
 
-def tar_source(data: bytes, label: str, limits: ArchiveLimits = DEFAULT_LIMITS) -> MemorySource:
+def tar_source(
+    data: bytes,
+    label: str,
+    limits: ArchiveLimits = DEFAULT_LIMITS,
+    more: Callable[[int], bytes] | None = None,
+) -> MemorySource:
     """Read a (compressed) tarball from bytes; only the RELEVANT members are kept.
 
-    Bounded by ``limits`` (see ``umbp_sim.dump.limits``); crossing one is a ``DumpLimitError``.
+    ``more(n)``, if given, reads the rest of the archive after ``data`` (a file read in steps,
+    never whole). Bounded by ``limits`` (``umbp_sim.dump.limits``): crossing one is a
+    ``DumpLimitError``.
     """
     budget = Budget(label, limits)
     try:
-        found = scan(data, _wanted, _safe_member_name, budget)
+        src = Input(data, more or (lambda n: b""), budget)
+        found = scan(src, _wanted, _safe_member_name, budget)
     except TarFormatError as e:
         raise DumpError(label, f"corrupt or unreadable tarball: {e}", kind="unreadable") from None
     prefix = _find_prefix(found.names, label)
@@ -483,15 +493,33 @@ def open_dump(
         if not stat.S_ISREG(mode):
             raise DumpError(label, f"is {_kind_name(mode)}, expected a dump directory, "
                             "tarball or meminfo file", kind="unreadable")  # fmt: skip
-        data = _read_capped(fd, label, limits.max_archive)
+        head = _read_head(fd, label)
+        tar_hint = True if label.endswith(TAR_SUFFIXES) else None
+        if tar_hint or _looks_like_tar(head):
+            return tar_source(head, label, limits, more=lambda n: _read_some(fd, n, label))
+        if not bare:
+            raise DumpError(label, "not a dump directory or tarball (a bare meminfo file is not "
+                            "accepted here)", kind="unreadable")  # fmt: skip
+        data = head + _read_capped(fd, label, limits.max_file - len(head), limits.max_file)
     finally:
         if fd >= 0:
             os.close(fd)
-    tar_hint = True if label.endswith(TAR_SUFFIXES) else None
-    if not bare and not (tar_hint or _looks_like_tar(data)):
-        raise DumpError(label, "not a dump directory or tarball (a bare meminfo file is not "
-                        "accepted here)", kind="unreadable")  # fmt: skip
-    return bytes_source(data, label, tar_hint, limits)
+    return bytes_source(data, label, False, limits)
+
+
+def _read_some(fd: int, n: int, where: str) -> bytes:
+    try:
+        return os.read(fd, n)
+    except OSError as e:
+        raise DumpError(where, f"cannot read: {e.strerror}", kind="unreadable") from None
+
+
+def _read_head(fd: int, where: str, n: int = 512) -> bytes:
+    """The first ``n`` bytes (fewer for a shorter file), enough to tell a tarball."""
+    head = b""
+    while len(head) < n and (chunk := _read_some(fd, n - len(head), where)):
+        head += chunk
+    return head
 
 
 def _dir_dump(label: str, fd: int) -> DirSource:

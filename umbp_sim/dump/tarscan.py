@@ -76,24 +76,47 @@ def _compressor(data: bytes) -> tuple[Callable[[], Any], bytes] | None:
     return None
 
 
-def _decompressed(data: bytes, budget: Budget) -> Iterator[bytes]:
+class Input:
+    """The archive as given, read in steps: ``head`` (bytes already read, for sniffing) then
+    ``more(n)`` until it returns b"". Every byte is charged to ``budget`` (``max_archive``)."""
+
+    def __init__(self, head: bytes, more: Callable[[int], bytes], budget: Budget) -> None:
+        self.head = head
+        self.more = more
+        self.budget = budget
+        budget.add_input(len(head))
+
+    @classmethod
+    def of(cls, data: bytes, budget: Budget) -> Input:
+        return cls(data, lambda n: b"", budget)
+
+    def read(self, n: int) -> bytes:
+        if self.head:
+            out, self.head = self.head[:n], self.head[n:]
+            return out
+        out = self.more(n)
+        self.budget.add_input(len(out))
+        return out
+
+    def peek_magic(self) -> bytes:
+        return self.head[:6]
+
+
+def _decompressed(src: Input, budget: Budget) -> Iterator[bytes]:
     """The archive's bytes after decompression, in bounded steps, each charged to ``budget``."""
-    kind = _compressor(data)
-    view = memoryview(data)
+    kind = _compressor(src.peek_magic())
     if kind is None:
-        for pos in range(0, len(data), _OUT_STEP):
-            chunk = bytes(view[pos : pos + _OUT_STEP])
+        while chunk := src.read(_OUT_STEP):
             budget.add_unpacked(len(chunk))
             yield chunk
         return
     make, magic = kind
-    pos = 0
+    pending = b""
     while True:
         budget.add_stream()
         d = make()
         is_zlib = hasattr(d, "unconsumed_tail")
-        pending = bytes(view[pos : pos + _IN_CHUNK])
-        pos += len(pending)
+        pending = pending or src.read(_IN_CHUNK)
         while True:
             try:
                 out = d.decompress(pending, _OUT_STEP)
@@ -105,15 +128,14 @@ def _decompressed(data: bytes, budget: Budget) -> Iterator[bytes]:
                 yield out
             if d.eof:
                 break
-            needs_input = not pending if is_zlib else d.needs_input
-            if needs_input:
-                pending = bytes(view[pos : pos + _IN_CHUNK])
-                pos += len(pending)
+            if (not pending) if is_zlib else d.needs_input:
+                pending = src.read(_IN_CHUNK)
                 if not pending:
                     raise TarFormatError("compressed data ends before its stream does")
-        pos -= len(d.unused_data)
-        rest = view[pos : pos + len(magic)]
-        if bytes(rest) != magic:
+        pending = d.unused_data
+        while len(pending) < len(magic) and (more := src.read(_IN_CHUNK)):
+            pending += more
+        if not pending.startswith(magic):
             return  # trailing zeros or garbage after the last stream: ignored, as gzip/bz2 do
 
 
@@ -123,23 +145,29 @@ class _Stream:
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self.chunks = chunks
         self.buf = b""
+        self.pos = 0  # next unread byte of buf
         self.offset = 0  # bytes consumed so far
+
+    def _fill(self) -> bool:
+        chunk = next(self.chunks, None)
+        if chunk is None:
+            return False
+        self.buf, self.pos = chunk, 0
+        return True
 
     def read(self, n: int) -> bytes:
         """Up to ``n`` bytes (fewer only at the end of the data)."""
-        parts = [self.buf[:n]]
-        got = len(parts[0])
-        self.buf = self.buf[n:]
-        while got < n:
-            chunk = next(self.chunks, None)
-            if chunk is None:
+        parts = []
+        need = n
+        while need:
+            if self.pos >= len(self.buf) and not self._fill():
                 break
-            take = n - got
-            parts.append(chunk[:take])
-            got += min(take, len(chunk))
-            self.buf = chunk[take:]
-        self.offset += got
-        return b"".join(parts)
+            part = self.buf[self.pos : self.pos + need]
+            self.pos += len(part)
+            need -= len(part)
+            parts.append(part)
+        self.offset += n - need
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def exact(self, n: int, what: str) -> bytes:
         data = self.read(n)
@@ -148,9 +176,12 @@ class _Stream:
         return data
 
     def skip(self, n: int, what: str) -> None:
-        while n > 0:
-            step = min(n, _OUT_STEP)
-            self.exact(step, what)
+        while n:
+            if self.pos >= len(self.buf) and not self._fill():
+                raise TarFormatError(f"data ends inside {what} (offset {self.offset})")
+            step = min(n, len(self.buf) - self.pos)
+            self.pos += step
+            self.offset += step
             n -= step
 
 
@@ -173,14 +204,20 @@ def _number(field_: bytes, what: str, offset: int) -> int:
         raise TarFormatError(f"header at offset {offset}: bad {what} field") from None
 
 
+_HIGH = bytes(range(128, 256))
+
+
 def _checksum_ok(block: bytes) -> bool:
     try:
         stored = int(block[148:156].split(b"\0", 1)[0].strip(b" ") or b"-1", 8)
     except ValueError:
         return False
-    unsigned = sum(block[:148]) + 256 + sum(block[156:])  # the field counts as 8 spaces
-    signed = unsigned - sum(b for b in block[:148] + block[156:] if b > 127) * 2
-    return stored in (unsigned, signed)
+    rest = block[:148] + block[156:]
+    unsigned = sum(rest) + 256  # the checksum field counts as 8 spaces
+    if stored == unsigned:
+        return True
+    high = len(rest) - len(rest.translate(None, _HIGH))  # bytes summed as negative by some tars
+    return stored == unsigned - 256 * high
 
 
 def _pax(data: bytes, offset: int) -> dict[str, str]:
@@ -211,7 +248,7 @@ def _padded(size: int) -> int:
 
 
 def scan(
-    data: bytes,
+    data: bytes | Input,
     wanted: Callable[[str], bool],
     safe_name: Callable[[str], str | None],
     budget: Budget,
@@ -220,7 +257,8 @@ def scan(
     (None for an absolute name or one with ``..``); ``wanted`` is asked about safe names only."""
     limits = budget.limits
     out = Scan()
-    stream = _Stream(_decompressed(data, budget))
+    src = data if isinstance(data, Input) else Input.of(data, budget)
+    stream = _Stream(_decompressed(src, budget))
     long_name: str | None = None
     long_link: str | None = None
     pax: dict[str, str] = {}
