@@ -237,8 +237,6 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
     mi = parse_meminfo(text, where_mi, lines)
     f = DumpFacts(name=src.name, source=src.label, bare_meminfo=src.bare_meminfo)
     r = _Reader(src, f)
-    for rel in src.rejected:
-        f.notes.append(f"ignored {rel}: absolute path, '..' or a link leaving the dump")
     f.mem_total = mi["MemTotal"]
     f.mem_free = mi.get("MemFree")
     f.mem_available = mi.get("MemAvailable")
@@ -253,6 +251,8 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
     _read_sysctls(r, mi)
     _read_kernel_version(r, mi)
     _read_limits(r)
+    for rel in src.rejected:  # after the reads: a directory dump finds its links as it reads
+        f.notes.append(f"ignored {rel}: absolute path, '..' or a link leaving the dump")
     return f
 
 
