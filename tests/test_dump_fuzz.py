@@ -119,6 +119,7 @@ def dump_trees(draw: st.DrawFn) -> dict[str, bytes]:
 PER_INPUT_SECONDS = 5.0
 PEAK_GROWTH_KIB = 256 * 1024
 INPUTS = [0]  # inputs answered in this process
+SLOWEST = [0.0]  # seconds, the slowest of them
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -130,7 +131,9 @@ def peak_memory() -> Iterator[None]:
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert grown < PEAK_GROWTH_KIB, f"peak RSS grew by {grown} KiB while fuzzing the reader"
     want = int(os.environ.get("UMBP_DUMP_FUZZ_MIN_INPUTS", "0"))
-    print(f"\ndump fuzz: {INPUTS[0]} inputs, peak RSS growth {grown} KiB")
+    print(
+        f"\ndump fuzz: {INPUTS[0]} inputs, slowest {SLOWEST[0]:.3f} s, peak RSS growth {grown} KiB"
+    )
     assert INPUTS[0] >= want, f"{INPUTS[0]} inputs answered, the figure is {want}"
 
 
@@ -144,6 +147,7 @@ def only_dump_errors(src: object) -> None:
         return
     finally:
         elapsed = time.perf_counter() - start
+        SLOWEST[0] = max(SLOWEST[0], elapsed)
         assert elapsed < PER_INPUT_SECONDS, f"{elapsed:.1f} s for one input"
     machine.validate()
     facts.to_json()

@@ -243,7 +243,7 @@ class Machine:
         node's count explicitly. Remaining keywords set Machine fields (sizes parsed).
         """
         ps = parse_size(page_size, "page_size")
-        sizes = (
+        sizes: list[int] = (
             [parse_size(s, "hugepage_sizes") for s in hugepage_sizes]
             if hugepage_sizes is not None
             else default_hugepage_sizes(arch, ps)

@@ -213,7 +213,9 @@ class DirSource(DumpSource):
                             link_at = i
                             break
                         if e.errno in (errno.ENOENT, errno.ENOTDIR):
-                            return _close_none(fd, self.fd)
+                            if fd != self.fd:
+                                os.close(fd)
+                            return None
                         raise
                     if fd != self.fd:
                         os.close(fd)
@@ -310,12 +312,6 @@ def _is_link(name: str, dir_fd: int) -> bool:
         return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
     except OSError:
         return False
-
-
-def _close_none(fd: int, keep: int) -> None:
-    if fd != keep:
-        os.close(fd)
-    return None
 
 
 def _read_capped(fd: int, where: str, cap: int = MAX_FILE, limit: int | None = None) -> bytes:
