@@ -358,11 +358,17 @@ def _find_prefix(names: set[str], label: str) -> str:
 
 
 def _wanted(name: str) -> bool:
-    """A member a parser may read, at the dump's root or under one top directory."""
+    """A member a parser may read, at the dump's root or under one top directory (a name of
+    at most NAME_MAX characters)."""
     if relevant(name):
         return True
-    _, sep, rest = name.partition("/")
-    return bool(sep) and relevant(rest)
+    top, sep, rest = name.partition("/")
+    return bool(sep) and len(top) <= 255 and relevant(rest)
+
+
+def _kept_dir(name: str) -> bool:
+    """A directory member worth listing: as deep and long as a wanted file's directory."""
+    return len(name) <= 255 + 1 + MAX_REL_LEN and name.count("/") <= MAX_REL_DEPTH + 1
 
 
 def tar_source(
@@ -380,7 +386,7 @@ def tar_source(
     budget = Budget(label, limits)
     try:
         src = Input(data, more or (lambda n: b""), budget)
-        found = scan(src, _wanted, _safe_member_name, budget)
+        found = scan(src, _wanted, _safe_member_name, budget, _kept_dir)
     except TarFormatError as e:
         raise DumpError(label, f"corrupt or unreadable tarball: {e}", kind="unreadable") from None
     prefix = _find_prefix(found.names, label)

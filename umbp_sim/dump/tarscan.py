@@ -252,9 +252,11 @@ def scan(
     wanted: Callable[[str], bool],
     safe_name: Callable[[str], str | None],
     budget: Budget,
+    keep_dir: Callable[[str], bool] = lambda name: True,
 ) -> Scan:
     """Walk the archive once; see the module docstring. ``safe_name`` normalises a member name
-    (None for an absolute name or one with ``..``); ``wanted`` is asked about safe names only."""
+    (None for an absolute name or one with ``..``); ``wanted`` is asked about safe names only,
+    ``keep_dir`` which directory members to list."""
     limits = budget.limits
     out = Scan()
     src = data if isinstance(data, Input) else Input.of(data, budget)
@@ -324,7 +326,8 @@ def scan(
             if len(out.refused) < 50:
                 out.refused.append(name[:200])
         elif is_dir:
-            out.dirs.add(safe)
+            if keep_dir(safe):  # not every one: 100,000 names of 4 KiB would be 400 MB
+                out.dirs.add(safe)
         elif kind in (HARDLINK, SYMLINK):
             if wanted(safe) and len(link) <= limits.max_name:
                 out.links.append(Link(safe, link, kind == SYMLINK))
