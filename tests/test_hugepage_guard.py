@@ -45,9 +45,10 @@ def test_sigkilled_run_is_restored_by_the_next_start() -> None:
         assert child.stdout is not None and child.stdout.readline() == "changed\n"
         os.kill(child.pid, signal.SIGKILL)  # no finalizer runs
         child.wait(timeout=30)
-        assert NR.read_text().strip() == str(int(original) + 2)
-        record = json.loads(Path(state.RECORD).read_text())
-        assert record["/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"] == original
+        with state.locked():  # no other test run restores it before we look
+            assert NR.read_text().strip() == str(int(original) + 2)
+            record = json.loads(Path(state.RECORD).read_text())
+            assert record["/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"] == original
         # what .ci/run (before and after), sysctl_guard and each pytest session start run
         out = subprocess.run(
             [sys.executable, str(TOOL), "restore"], capture_output=True, text=True, timeout=60
@@ -66,9 +67,10 @@ def test_sigkilled_run_is_restored_by_the_next_start() -> None:
         if child.poll() is None:
             child.kill()
             child.wait()
-        NR.write_text(original + "\n")
-        if os.path.lexists(state.RECORD):
-            os.unlink(state.RECORD)
+        with state.locked():
+            NR.write_text(original + "\n")
+            if os.path.lexists(state.RECORD):
+                os.unlink(state.RECORD)
 
 
 def test_nothing_to_restore_is_quiet() -> None:
