@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import fcntl
+import importlib.util
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,9 +21,36 @@ os.environ["PYTHONSAFEPATH"] = "1"
 pytest_plugins = ["pytester"]  # tests of the umbp_sim pytest plugin run pytest in a subprocess
 
 HUGEPAGES_SYSFS = Path("/sys/kernel/mm/hugepages")
+
+
+def _load_hugepage_state():  # type: ignore[no-untyped-def]
+    # tools/ is not a package (and .ci/run runs the file before anything is installed).
+    path = Path(__file__).resolve().parent.parent / "tools" / "hugepage_state.py"
+    spec = importlib.util.spec_from_file_location("umbp_sim_hugepage_state", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 # Hugepage pools are host-wide: tests that set them (in xdist workers, or other checkouts on the
-# same host) take this lock for their whole duration.
-POOL_LOCK = "/tmp/umbp-sim-hugepage-pool.lock"
+# same host) take this lock for their whole duration, and record the originals beside it first,
+# so a killed run is undone by the next one (tools/hugepage_state.py).
+hugepage_state = _load_hugepage_state()
+POOL_LOCK = hugepage_state.LOCK
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A previous run killed mid-test left a pool changed: put it back before anything runs."""
+    if os.geteuid() != 0 or not os.path.lexists(hugepage_state.RECORD):
+        return
+    try:
+        lines = hugepage_state.restore_stale()
+    except hugepage_state.StateError as e:
+        raise pytest.UsageError(f"hugepage pools: {e}") from None
+    for line in lines:
+        print(f"umbp-sim tests: {line}", file=sys.stderr)
 
 
 def hugepage_counters(size_kb: int = 2048) -> dict[str, int]:
@@ -51,34 +79,38 @@ def meminfo_hugepages() -> dict[str, int]:
 @pytest.fixture
 def nr_hugepages() -> Iterator[Callable[..., int]]:
     """Set the hugepage pool of one size (default 2048 kB = vm.nr_hugepages); returns what the
-    kernel actually gave. Every size touched is restored in a finalizer that runs even when the
-    test fails, and the finalizer fails the test if pages stay allocated (a leaked mapping)."""
+    kernel actually gave. Holds the pool lock for the whole test; before the first change every
+    pool knob is recorded beside the lock, and a finalizer that runs even when the test fails
+    restores them (failing the test if pages stay allocated: a leaked mapping). If the run is
+    killed instead, the next session start or fixture restores the record."""
     if os.geteuid() != 0:
         pytest.fail("tests that set nr_hugepages must run as root (CI does)")
-    saved: dict[Path, int] = {}
-    lock = open(POOL_LOCK, "a")  # noqa: SIM115 - held until the finalizer
-    fcntl.flock(lock, fcntl.LOCK_EX)
+    with hugepage_state.locked():
+        stale = hugepage_state.restore_stale_locked()  # a run killed while holding the lock
+        if len(stale) > 1:
+            pytest.fail("; ".join(stale))
+        recorded = False
 
-    def set_pool(count: int, size_kb: int = 2048) -> int:
-        path = HUGEPAGES_SYSFS / f"hugepages-{size_kb}kB" / "nr_hugepages"
-        if path not in saved:
-            saved[path] = int(path.read_text())
-        path.write_text(f"{count}\n")
-        return int(path.read_text())
+        def set_pool(count: int, size_kb: int = 2048) -> int:
+            nonlocal recorded
+            path = HUGEPAGES_SYSFS / f"hugepages-{size_kb}kB" / "nr_hugepages"
+            if not recorded:  # every pool knob, before the first change
+                hugepage_state.write_record(hugepage_state.snapshot())
+                recorded = True
+            path.write_text(f"{count}\n")
+            return int(path.read_text())
 
-    try:
-        yield set_pool
-    finally:
-        problems = []
-        for path, old in saved.items():
-            path.write_text(f"{old}\n")
-            now = int(path.read_text())
-            if now != old:
-                problems.append(f"{path} is {now} after restoring {old} (pages still in use?)")
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        lock.close()
-        if problems:
-            pytest.fail("; ".join(problems))
+        try:
+            yield set_pool
+        finally:
+            problems = []
+            if recorded:
+                values = hugepage_state.read_record() or {}
+                problems = hugepage_state.restore(values)
+                if not problems:
+                    hugepage_state.remove_record()
+            if problems:
+                pytest.fail("; ".join(problems))
 
 
 @pytest.fixture

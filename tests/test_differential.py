@@ -11,7 +11,6 @@ runs even when the test fails.
 from __future__ import annotations
 
 import errno
-import fcntl
 import glob
 import json
 import os
@@ -223,9 +222,12 @@ POOL_LOCK = "/tmp/umbp-sim-hugepage-pool.lock"
 
 @pytest.fixture
 def real_pool(request: pytest.FixtureRequest) -> Callable[..., None]:
-    lock = open(POOL_LOCK, "a")  # noqa: SIM115 - held until the finalizer
-    fcntl.flock(lock, fcntl.LOCK_EX)
+    state = sys.modules["umbp_sim_hugepage_state"]  # tools/hugepage_state.py, via conftest
+    lock = state.locked()
+    lock.__enter__()  # held until the finalizer, which records nothing left behind
+    state.restore_stale_locked()  # a run killed while holding it
     saved = {p: int(_read(p)) for p in POOL_FILES}
+    state.write_record(state.snapshot())  # a killed run is restored by the next one
 
     def restore() -> None:
         try:
@@ -236,9 +238,9 @@ def real_pool(request: pytest.FixtureRequest) -> Callable[..., None]:
                     pass
             left = {p: int(_read(p)) for p in saved if int(_read(p)) != saved[p]}
             assert not left, f"pool not restored (pages still in use?): {left}"
+            state.remove_record()
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            lock.close()
+            lock.__exit__(None, None, None)
 
     request.addfinalizer(restore)
 

@@ -1,16 +1,28 @@
 """Fuzz the dump reader: whatever the bytes, only DumpError may escape.
 
 All runs parse in memory (bytes, in-memory tarballs, MemorySource trees). The "dump-fuzz"
-settings profile gives each of the four tests 2500 examples: 10^4 in total per CI run.
-Set UMBP_DUMP_FUZZ_EXAMPLES to change the per-test count.
+settings profile gives each of the first four tests 2500 examples (UMBP_DUMP_FUZZ_EXAMPLES);
+``test_hostile_archive_structure`` draws 200 archives (UMBP_DUMP_FUZZ_ARCHIVES) of hostile
+members (pax and GNU long-name headers, huge declared sizes, links, sparse and unknown types,
+bad checksums) and reads each in five packings, whole and cut four ways: 25 inputs each.
+``tox -e dumpfuzz`` (run by CI) draws 4,000 archives and requires >= 10^5 inputs in all
+(UMBP_DUMP_FUZZ_MIN_INPUTS). Every input must be answered within 5 s of CPU, and the peak
+RSS may not grow by 256 MiB over the module (checked when it ends).
 """
 
 from __future__ import annotations
 
+import bz2
 import io
+import lzma
 import os
+import resource
 import tarfile
+import time
+import zlib
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -104,12 +116,39 @@ def dump_trees(draw: st.DrawFn) -> dict[str, bytes]:
     return files
 
 
+PER_INPUT_SECONDS = 5.0
+PEAK_GROWTH_KIB = 256 * 1024
+INPUTS = [0]  # inputs answered in this process
+SLOWEST = [0.0]  # seconds, the slowest of them
+
+
+@pytest.fixture(scope="module", autouse=True)
+def peak_memory() -> Iterator[None]:
+    """ru_maxrss is a high-water mark: its growth over the module bounds every input's peak
+    (meaningful in its own process, as ``tox -e dumpfuzz`` runs it)."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    yield
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown < PEAK_GROWTH_KIB, f"peak RSS grew by {grown} KiB while fuzzing the reader"
+    want = int(os.environ.get("UMBP_DUMP_FUZZ_MIN_INPUTS", "0"))
+    print(
+        f"\ndump fuzz: {INPUTS[0]} inputs, slowest {SLOWEST[0]:.3f} s, peak RSS growth {grown} KiB"
+    )
+    assert INPUTS[0] >= want, f"{INPUTS[0]} inputs answered, the figure is {want}"
+
+
 def only_dump_errors(src: object) -> None:
+    INPUTS[0] += 1
+    start = time.process_time()  # CPU seconds: the work, whatever else the machine runs
     try:
         machine, facts = load_dump(src)  # type: ignore[arg-type]
     except DumpError as e:
         assert "\n" not in str(e)
         return
+    finally:
+        elapsed = time.process_time() - start
+        SLOWEST[0] = max(SLOWEST[0], elapsed)
+        assert elapsed < PER_INPUT_SECONDS, f"{elapsed:.1f} s for one input"
     machine.validate()
     facts.to_json()
 
@@ -159,3 +198,101 @@ def test_single_file_parsers(which: int, data: st.DataObject) -> None:
         parser(text)
     except DumpError as e:
         assert "\n" not in str(e)
+
+
+# ---- archive structure ---------------------------------------------------------------------
+
+KINDS = [b"0", b"\0", b"1", b"2", b"3", b"5", b"6", b"7", b"L", b"K", b"x", b"g", b"S", b"V"]
+NAMES = [f"H/{rel}" for rel in GOOD] + ["H/proc/meminfo", "proc/meminfo", "../H/proc/meminfo",
+                                        "/etc/shadow", "H/../../x", "H/" + "d/" * 60]  # fmt: skip
+
+
+def _octal(n: int, width: int) -> bytes:
+    if 0 <= n < 8 ** (width - 1):
+        return b"%0*o\0" % (width - 1, n)
+    return b"\x80" + (n % 256 ** (width - 1)).to_bytes(width - 1, "big")  # GNU base-256
+
+
+@st.composite
+def raw_member(draw: st.DrawFn) -> bytes:
+    kind = draw(st.sampled_from(KINDS))
+    name = draw(st.one_of(st.sampled_from(NAMES), st.text(max_size=120))).encode(
+        "utf-8", "surrogateescape"
+    )
+    link = draw(st.one_of(st.sampled_from(NAMES + [""]), st.text(max_size=20))).encode(
+        "utf-8", "surrogateescape"
+    )
+    if kind in (b"x", b"g"):
+        records = draw(st.lists(st.sampled_from([b"path", b"linkpath", b"size", b"GNU.sparse"])
+                                .flatmap(lambda k: st.tuples(st.just(k), st.one_of(
+                                    st.sampled_from([n.encode() for n in NAMES]),
+                                    st.binary(max_size=20)))), max_size=3))  # fmt: skip
+        body = b"".join(b"%d %s=%s\n" % (len(k) + len(v) + 4 + 2, k, v) for k, v in records)
+        if draw(st.booleans()):
+            body = draw(st.binary(max_size=60))
+    elif kind in (b"L", b"K"):
+        body = draw(st.sampled_from([n.encode() for n in NAMES])) + b"\0"
+    else:
+        body = draw(st.one_of(st.just(GOOD["proc/meminfo"].encode()), st.binary(max_size=200)))
+    huge = st.sampled_from([2**31, 2**33, 2**40, 2**62, 8**11 - 1])
+    declared = draw(st.one_of(st.just(len(body)), st.integers(0, 3000), huge))
+    block = bytearray(512)
+    block[0:100] = name[:100].ljust(100, b"\0")
+    block[100:108] = b"0000644\0"
+    block[124:136] = _octal(declared, 12)
+    block[156:157] = kind
+    block[157:257] = link[:100].ljust(100, b"\0")
+    block[257:265] = draw(st.sampled_from([b"ustar  \0", b"ustar\x0000", bytes(8)]))
+    if kind == b"S" and draw(st.booleans()):
+        block[482] = 1  # "extended sparse headers follow"
+    block[148:156] = b" " * 8
+    checksum = sum(block) if draw(st.integers(0, 9)) else draw(st.integers(0, 99999))
+    block[148:156] = b"%06o\0 " % (checksum % 8**6)
+    data = body[: min(len(body), declared)] if declared < 2**31 else body
+    return bytes(block) + data + bytes(-len(data) % 512)
+
+
+@st.composite
+def hostile_tars(draw: st.DrawFn) -> tuple[bytes, list[int]]:
+    """Raw tar bytes of hostile members, and where to cut each packed form."""
+    raw = b"".join(draw(st.lists(raw_member(), min_size=1, max_size=6)))
+    if draw(st.booleans()):
+        raw += bytes(1024)  # end-of-archive blocks
+    cuts = draw(st.lists(st.floats(0, 1), min_size=CUTS, max_size=CUTS))
+    return raw, [int(c * 1e6) for c in cuts]
+
+
+CUTS = 4  # truncated copies of each packed form
+PACKINGS = 5  # tar, gzip, bzip2, xz, two gzip members + junk
+INPUTS_PER_ARCHIVE = PACKINGS * (1 + CUTS)
+
+
+def packed(raw: bytes) -> list[bytes]:
+    half = len(raw) // 2
+    gz = [zlib.compressobj(1, zlib.DEFLATED, 31) for _ in range(3)]
+    return [
+        raw,
+        gz[0].compress(raw) + gz[0].flush(),
+        bz2.compress(raw, 1),
+        lzma.compress(raw, format=lzma.FORMAT_XZ, preset=0),
+        gz[1].compress(raw[:half])
+        + gz[1].flush()
+        + gz[2].compress(raw[half:])
+        + gz[2].flush()
+        + b"\x1f\x8bjunk",
+    ]
+
+
+# Drawn archives: 200 (5,000 inputs) in the plain run; tox -e dumpfuzz draws 4,000 (10^5).
+ARCHIVES = settings(FUZZ, max_examples=int(os.environ.get("UMBP_DUMP_FUZZ_ARCHIVES", "200")))
+
+
+@ARCHIVES
+@given(hostile_tars())
+def test_hostile_archive_structure(tar_and_cuts: tuple[bytes, list[int]]) -> None:
+    """Each drawn archive is read whole and cut, in each packing: INPUTS_PER_ARCHIVE inputs."""
+    raw, cuts = tar_and_cuts
+    for data in packed(raw):
+        only_dump_errors(data)
+        for cut in cuts:
+            only_dump_errors(data[: cut % (len(data) + 1)])

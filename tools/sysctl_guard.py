@@ -6,15 +6,20 @@
 Reads every vm.* hugepage/overcommit knob and every per-size (and per-node) hugepage pool
 before the command; after it, anything changed is reported, written back, and the run fails
 (exit 1) even if the command passed. Tests must restore what they change in their own
-finalizers; this is the safety net that proves they did.
+finalizers; this is the safety net that proves they did. Before the snapshot, pools a killed
+test run left changed are restored from its record (tools/hugepage_state.py).
 """
 
 from __future__ import annotations
 
 import glob
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # even with PYTHONSAFEPATH
+import hugepage_state  # noqa: E402
 
 KNOBS = [
     "/proc/sys/vm/nr_hugepages",
@@ -44,6 +49,14 @@ def main(argv: list[str]) -> int:
     if not cmd:
         print("usage: sysctl_guard.py -- COMMAND [ARGS...]", file=sys.stderr)
         return 64
+    # A test run killed earlier (its finalizers never ran) left a pool changed: undo that
+    # first, so it is neither blamed on this command nor taken as the state to keep.
+    try:
+        for line in hugepage_state.restore_stale():
+            print(f"sysctl_guard: {line}", file=sys.stderr)
+    except hugepage_state.StateError as e:
+        print(f"sysctl_guard: {e}", file=sys.stderr)
+        return 1
     before = snapshot()
     rc = subprocess.run(cmd).returncode
     after = snapshot()

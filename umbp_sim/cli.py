@@ -20,6 +20,7 @@ from umbp_sim.errors import UmbpSimError
 
 EX_USAGE = 64
 EX_DATAERR = 65
+EX_SOFTWARE = 70
 EX_CANTCREAT = 73
 
 # Every exit status of every command (tests/test_package_fit.py checks that the code uses
@@ -33,6 +34,8 @@ EXIT_CODES: dict[int, str] = {
     EX_USAGE: "bad usage: an unknown flag, a bad argument or environment value (one line names it)",
     EX_DATAERR: "bad input data: a scenario file, dump, meminfo file or fault rule (one line "
     "names the file and key)",
+    EX_SOFTWARE: "an internal error: a bug in umbp-sim (one line; UMBP_SIM_TRACEBACK=1 prints "
+    "the traceback)",
     EX_CANTCREAT: "an output file cannot be written (collect's tarball, replay's --html page)",
 }
 
@@ -108,6 +111,25 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a bug, not an answer: never exit 1 (preflight's "demoted")
+        return internal_error(args.command, e)
+
+
+def internal_error(command: str, e: BaseException) -> int:
+    """One line (the traceback too with UMBP_SIM_TRACEBACK=1), exit 70 (EX_SOFTWARE)."""
+    import traceback
+
+    if os.environ.get("UMBP_SIM_TRACEBACK"):
+        traceback.print_exception(e)
+    text = " ".join(str(e).split())[:300]
+    print(
+        f"umbp-sim {command}: internal error: {type(e).__name__}: {text} "
+        "(a bug in umbp-sim; UMBP_SIM_TRACEBACK=1 shows where)",
+        file=sys.stderr,
+    )
+    return EX_SOFTWARE
 
 
 if __name__ == "__main__":

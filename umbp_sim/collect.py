@@ -24,6 +24,7 @@ import json
 import os
 import re
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -292,10 +293,28 @@ def _write_tar(out: str, name: str, files: dict[str, bytes]) -> None:
             info = tarfile.TarInfo(f"{name}/{rel}")
             info.size, info.mode, info.mtime = len(files[rel]), 0o444, now
             tar.addfile(info, io.BytesIO(files[rel]))
-    tmp = f"{out}.tmp{os.getpid()}"
+    _write_new(out, buf.getvalue())
+
+
+def _write_new(out: str, data: bytes) -> None:
+    """Write ``out`` through a fresh temporary file beside it, then rename it into place.
+
+    The temporary file is created with O_EXCL (``tempfile.mkstemp``: a random name, 0600), so
+    a file or symbolic link planted under a predictable name is never written through; the
+    rename replaces ``out`` itself, never what a symbolic link there points to. The final mode
+    is 0644 minus the umask, as ``open()`` would have made it.
+    """
+    directory = os.path.dirname(out) or "."
     try:
-        with open(tmp, "wb") as f:
-            f.write(buf.getvalue())
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", dir=directory)
+    except OSError as e:
+        raise CollectError(f"-o {out}: cannot write: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(f.fileno(), 0o644 & ~umask)
+            f.write(data)
         os.replace(tmp, out)
     except OSError as e:
         try:

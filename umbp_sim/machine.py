@@ -191,7 +191,49 @@ class Machine:
         if self.overcommit_memory not in (0, 1, 2):
             raise MachineError(f"overcommit_memory: {self.overcommit_memory} is not 0, 1 or 2")
         parse_kernel_version(self.kernel_version)
+        self._check_ranges()
         return self
+
+    def _check_ranges(self) -> None:
+        """Every number fits the simulator (umbp_sim.dump.limits: bytes below 2**62, ints)."""
+        from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
+
+        def fits(what: str, value: int | None, unit: int = 1, top: int = MAX_BYTES) -> None:
+            if value is not None and value * unit >= top:
+                shown = "2^62 bytes" if top == MAX_BYTES else str(top)
+                raise MachineError(
+                    f"{what}: {value} is beyond what the simulator holds (below {shown})"
+                )
+
+        fits("page_size", self.page_size)
+        for s in self.hugepage_sizes:
+            fits("hugepage_sizes", s)
+        pool_bytes: dict[int, int] = {}
+        for n in self.nodes:
+            fits(f"nodes[{n.id}].mem_total", n.mem_total)
+            fits(f"nodes[{n.id}].mem_free", n.mem_free)
+            for size, pool in n.hugepages.items():
+                fits(f"nodes[{n.id}].hugepages[{size}].total", pool.total, size)
+                pool_bytes[size] = pool_bytes.get(size, 0) + pool.total * size
+        fits("nodes: memory of all nodes", sum(n.mem_total for n in self.nodes))
+        fits("nodes: hugepage pools of all nodes", sum(pool_bytes.values()))
+        for size, v in self.hugepages_reserved.items():
+            fits(f"hugepages_reserved[{size}]", v, size)
+        for size, v in self.nr_overcommit_hugepages.items():
+            fits(f"nr_overcommit_hugepages[{size}]", v, size)
+        for size, v in self.hugetlb_cgroup_max.items():
+            fits(f"hugetlb_cgroup_max[{size}]", v)
+        fits("overcommit_ratio", self.overcommit_ratio, top=MAX_INT + 1)
+        if self.overcommit_ratio < 0:
+            raise MachineError(f"overcommit_ratio: negative ({self.overcommit_ratio})")
+        # the commit limit: pages * overcommit_ratio / 100 * page_size + swap, as the sim does
+        fits("overcommit_ratio * memory", self.total_memory() * self.overcommit_ratio // 100)
+        fits("overcommit_kbytes", self.overcommit_kbytes, KiB)
+        for what in ("swap_total", "mem_total", "mem_free", "mem_available", "committed_as",
+                     "rlimit_as", "memcg_max"):  # fmt: skip
+            fits(what, getattr(self, what))
+        fits("admin_reserve_kbytes", self.admin_reserve_kbytes, KiB)
+        fits("user_reserve_kbytes", self.user_reserve_kbytes, KiB)
 
     # ---- construction --------------------------------------------------------------------
     @classmethod
@@ -225,7 +267,7 @@ class Machine:
         node's count explicitly. Remaining keywords set Machine fields (sizes parsed).
         """
         ps = parse_size(page_size, "page_size")
-        sizes = (
+        sizes: list[int] = (
             [parse_size(s, "hugepage_sizes") for s in hugepage_sizes]
             if hugepage_sizes is not None
             else default_hugepage_sizes(arch, ps)
@@ -337,4 +379,6 @@ def parse_kernel_version(release: str) -> tuple[int, int, int]:
     m = _VERSION_RE.match(release.strip())
     if not m:
         raise MachineError(f"kernel_version: cannot read {release!r} (expected e.g. '5.15.0')")
+    if any(len(p) > 5 or int(p) > 65535 for p in m.groups(default="0")):
+        raise MachineError(f"kernel_version: {release[:40]!r} has a part beyond 65535")
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)

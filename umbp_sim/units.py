@@ -1,64 +1,122 @@
-"""Byte sizes as people write them: ``4096``, ``64MiB``, ``2GiB``, ``4TiB``, ``2048kB``."""
+"""Byte sizes as people write them, read as written and printed back the same way.
+
+=================  =============================  =======================================
+written            means                          as in
+=================  =============================  =======================================
+``4096``, ``4096B``  bytes
+``KB MB GB TB PB``  10**3 .. 10**15 (decimal, SI)  sglang (``--hicache-size`` is GB = 10**9),
+                                                  disk vendors, ``dd``/``truncate`` ``GB``
+``KiB .. PiB``      2**10 .. 2**50 (binary, IEC)   the kernel's sysfs, ``numfmt --to=iec-i``
+``K M G T P``       2**10 .. 2**50 (binary)        ``dd``, ``truncate``, ``docker --memory``,
+                                                  ``java -Xmx``, sglang's ``2M`` env mistake
+``kB``              2**10                          the kernel's own spelling in /proc/meminfo
+                                                  and ``hugepages-2048kB``
+=================  =============================  =======================================
+
+Units are case-insensitive except ``kB`` (exactly so, as the kernel writes it) against ``KB``
+(1000). Fractions are accepted when the result is a whole number of bytes: ``1.5GiB``,
+``0.5GB``, ``2.5K``; ``1.3B`` is refused. ``parse_size`` returns a ``Size``: an ``int`` that
+remembers the unit it was written in, so messages can print it back (``format_size``).
+"""
 
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kb": 1 << 10,
-    "kib": 1 << 10,
-    "m": 1 << 20,
-    "mb": 1 << 20,
-    "mib": 1 << 20,
-    "g": 1 << 30,
-    "gb": 1 << 30,
-    "gib": 1 << 30,
-    "t": 1 << 40,
-    "tb": 1 << 40,
-    "tib": 1 << 40,
-    "p": 1 << 50,
-    "pib": 1 << 50,
+# lower-cased unit -> bytes
+_UNITS: dict[str, int] = {"": 1, "b": 1}
+for _i, _p in enumerate("kmgtp", 1):
+    _UNITS[_p] = 1 << (10 * _i)  # K M G T P: binary
+    _UNITS[f"{_p}ib"] = 1 << (10 * _i)  # KiB .. PiB
+    _UNITS[f"{_p}b"] = 10 ** (3 * _i)  # KB .. PB: decimal
+KERNEL_KB = "kB"  # exactly: the kernel's KiB
+_SPELLING = {  # canonical spelling of each lower-cased unit
+    **{f"{p}ib": f"{p.upper()}iB" for p in "kmgtp"},
+    **{f"{p}b": f"{p.upper()}B" for p in "kmgtp"},
+    **{p: p.upper() for p in "kmgtp"},
+    "b": "B",
+    "": "",
 }
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*$", re.ASCII)
+_BINARY = (("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 
 class SizeError(ValueError):
     """A size that cannot be read; the message names the value."""
 
 
-def parse_size(value: int | str, what: str = "size") -> int:
-    """Bytes from an int or a string with a binary unit (kB in /proc means KiB, as the kernel does).
+class Size(int):
+    """Bytes, remembering the unit they were written in (``unit``: ``"GB"``, ``"GiB"``, ``""``).
 
-    Raises SizeError naming ``what`` and the value for anything else, including negatives.
+    Behaves as the int it is everywhere (``str()``, JSON, TOML print the number);
+    ``format_size(size)`` prints it back in its own unit (``100GB``).
+    """
+
+    unit: str
+
+    def __new__(cls, value: int, unit: str = "") -> Size:
+        obj = super().__new__(cls, value)
+        obj.unit = unit
+        return obj
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (Size, (int(self), self.unit))
+
+
+def unit_bytes(unit: str) -> int | None:
+    """Bytes per ``unit`` as written (``"GB"`` -> 10**9, ``"kB"`` -> 1024), None if unknown."""
+    if unit == KERNEL_KB:
+        return 1 << 10
+    return _UNITS.get(unit.lower())
+
+
+def parse_size(value: int | str, what: str = "size") -> Size:
+    """Bytes from an int or a string with a unit (table above), as a ``Size``.
+
+    Raises SizeError naming ``what`` and the value for anything else, including negatives,
+    fractions that are not whole bytes, and unknown units.
     """
     if isinstance(value, bool):
         raise SizeError(f"{what}: expected a size, got {value!r}")
     if isinstance(value, int):
         if value < 0:
             raise SizeError(f"{what}: size must not be negative, got {value}")
-        return value
+        return value if isinstance(value, Size) else Size(value)
     if not isinstance(value, str):
         raise SizeError(f"{what}: expected a size such as 4096 or '2MiB', got {value!r}")
     m = _SIZE_RE.match(value)
-    if not m or m.group(2).lower() not in _UNITS:
+    per = unit_bytes(m.group(2)) if m else None
+    if not m or per is None or len(m.group(1)) > 40:
         raise SizeError(
-            f"{what}: cannot read size {value!r} (use bytes or a unit: kB, KiB, MiB, GiB, TiB)"
+            f"{what}: cannot read size {value!r} (use bytes or a unit: KiB, MiB, GiB, TiB "
+            "(binary); KB, MB, GB, TB (decimal); kB as the kernel writes it)"
         )
-    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+    number, unit = m.group(1), m.group(2)
+    exact = Fraction(number) * per
+    if exact.denominator != 1:
+        raise SizeError(f"{what}: {value.strip()!r} is not a whole number of bytes")
+    spelled = unit if unit == KERNEL_KB else _SPELLING[unit.lower()]
+    return Size(int(exact), spelled)
 
 
-def format_size(n: int) -> str:
-    """Shortest exact binary-unit spelling: 2097152 -> '2MiB', 4096 -> '4KiB', 1000 -> '1000B'."""
-    for unit, mult in (
-        ("PiB", 1 << 50),
-        ("TiB", 1 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-    ):
+def format_size(n: int, unit: str | None = None) -> str:
+    """``n`` bytes in ``unit`` (``format_size(1500000000, "GB")`` -> ``1.5GB``), up to 3
+    decimals and exact when it can be; without a unit (or ``n`` a ``Size``: its own unit),
+    the shortest exact binary spelling: 2097152 -> '2MiB', 4096 -> '4KiB', 1000 -> '1000B'."""
+    if unit is None and isinstance(n, Size) and n.unit:
+        unit = n.unit
+    if unit:
+        per = unit_bytes(unit)
+        if per is not None:
+            if n % per == 0:
+                return f"{n // per}{unit}"
+            text = f"{n / per:.3f}".rstrip("0").rstrip(".")
+            approx = "" if Fraction(text) * per == n else "~"
+            return f"{approx}{text}{unit}"
+    if unit == "":  # written as plain bytes
+        return str(int(n))
+    for name, mult in _BINARY:
         if n >= mult and n % mult == 0:
-            return f"{n // mult}{unit}"
-    return f"{n}B"
+            return f"{n // mult}{name}"
+    return f"{int(n)}B"

@@ -12,6 +12,7 @@ import logging
 import umbp_sim._native as _native
 from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.flag_types import node_flag
 from umbp_sim.units import SizeError, format_size, parse_size
 
 HELP = "allocate and free one buffer of each backing on this host and print what the kernel gave"
@@ -30,7 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--hugepage-size", default="2MiB", help="hugepage size for the hugetlb backings"
     )
     parser.add_argument(
-        "--numa-node", type=int, default=-1, help="bind each buffer to this node (-1: no binding)"
+        "--numa-node",
+        type=node_flag,
+        default=-1,
+        help="bind each buffer to this node (-1: no binding)",
     )
 
 
@@ -101,7 +105,7 @@ def _table(rows: list[dict[str, object]]) -> str:
         lines.append(
             (
                 str(row["requested"]),
-                format_size(int(row["size"])),  # type: ignore[call-overload]
+                format_size(row["size"]),  # type: ignore[arg-type]  # in the user's unit
                 str(row["actual_backing"]) if ok else "FAILED",
                 format_size(int(row["alignment"])) if ok else "-",  # type: ignore[call-overload]
                 format_size(int(row["mapped_size"])) if ok else "-",  # type: ignore[call-overload]

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from umbp_sim.diagnose.error_line import ErrorLine, ErrorLineError, parse_error_line
+from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.flag_types import count_flag, gb_flag, node_flag, ratio_flag, size_flag
 from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, ProfileError, canonical_profile
 from umbp_sim.scenario.schema import Scenario
 from umbp_sim.sglang import env as sgenv
@@ -30,7 +32,7 @@ from umbp_sim.sglang.sizing import (
     hicache_request,
     kv_heads_per_rank,
 )
-from umbp_sim.units import SizeError, format_size, parse_size
+from umbp_sim.units import format_size, unit_bytes
 
 EX_USAGE = 64
 MiB = 1 << 20
@@ -64,13 +66,6 @@ class RequestError(UmbpSimError):
 
 def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
-
-
-def _size_arg(value: str) -> int:
-    try:
-        return parse_size(value, "size")
-    except SizeError as e:
-        raise argparse.ArgumentTypeError(str(e).removeprefix("size: ")) from None
 
 
 def _backing_arg(value: str) -> str:
@@ -125,26 +120,31 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         "pasted traceback from stdin: fills --size, --backing and --numa-node",
     )
     raw = parser.add_argument_group("raw request (UMBPHostMemAllocator.alloc)")
-    raw.add_argument("--size", type=_size_arg, help="bytes, or with a unit: 100000595968, 2GiB")
+    raw.add_argument("--size", type=size_flag, help="bytes, or with a unit: 100000595968, 2GiB, "
+                     "100GB (GB = 10^9, GiB = 2^30)")  # fmt: skip
     raw.add_argument("--backing", type=_backing_arg, help="hugetlb (default) | anonymous | shm | "
                      "shm-hugetlb")  # fmt: skip
-    raw.add_argument("--hugepage-size", type=_size_arg, help="default 2MiB")
-    raw.add_argument("--numa-node", type=int, help="node to bind to (default -1: none)")
+    raw.add_argument("--hugepage-size", type=size_flag, help="default 2MiB")
+    raw.add_argument("--numa-node", type=node_flag, help="node to bind to (default -1: none)")
     raw.add_argument("--no-prefault", action="store_true", help="do not prefault the buffer")
     sg = parser.add_argument_group("sglang request (HiCache host pool of one rank)")
-    sg.add_argument("--model-layers", type=int, help="layers of the model")
-    sg.add_argument("--kv-heads", type=int, help="MHA: KV heads of the model (all ranks)")
-    sg.add_argument("--head-dim", type=int, help="MHA: head dimension")
-    sg.add_argument("--kv-lora-rank", type=int, help="MLA: kv_lora_rank (DeepSeek: 512)")
-    sg.add_argument("--qk-rope-head-dim", type=int, help="MLA: qk_rope_head_dim (default 64)")
-    sg.add_argument("--index-head-dim", type=int, help="MLA: DSA indexer K width")
+    sg.add_argument("--model-layers", type=count_flag, help="layers of the model")
+    sg.add_argument("--kv-heads", type=count_flag, help="MHA: KV heads of the model (all ranks)")
+    sg.add_argument("--head-dim", type=count_flag, help="MHA: head dimension")
+    sg.add_argument("--kv-lora-rank", type=count_flag, help="MLA: kv_lora_rank (DeepSeek: 512)")
+    sg.add_argument(
+        "--qk-rope-head-dim", type=count_flag, help="MLA: qk_rope_head_dim (default 64)"
+    )
+    sg.add_argument("--index-head-dim", type=count_flag, help="MLA: DSA indexer K width")
     sg.add_argument("--dtype", help="KV cache dtype (default bfloat16)")
-    sg.add_argument("--hicache-size", type=float, help="GB per rank (sglang --hicache-size)")
-    sg.add_argument("--hicache-ratio", type=float, help="host/device ratio (default 2.0)")
-    sg.add_argument("--device-pool-tokens", type=int, help="device pool tokens (with the ratio)")
-    sg.add_argument("--page-size", type=int, help="sglang --page-size (default 1)")
+    sg.add_argument("--hicache-size", type=gb_flag, help="GB per rank (sglang --hicache-size)")
+    sg.add_argument("--hicache-ratio", type=ratio_flag, help="host/device ratio (default 2.0)")
+    sg.add_argument(
+        "--device-pool-tokens", type=count_flag, help="device pool tokens (with the ratio)"
+    )
+    sg.add_argument("--page-size", type=count_flag, help="sglang --page-size (default 1)")
     sg.add_argument("--layout", help="--hicache-mem-layout (default layer_first)")
-    sg.add_argument("--tp-size", type=int, help="tensor parallel size: KV heads are split")
+    sg.add_argument("--tp-size", type=count_flag, help="tensor parallel size: KV heads are split")
     sg.add_argument(
         "--env",
         action="append",
@@ -267,7 +267,9 @@ class Request:
             f"prefault {'on' if prefault else 'off'}"
         )
         if self.kind == "raw":
-            return f"alloc({self.size} bytes, {alloc})"
+            unit = getattr(self.size, "unit", "")
+            spelled = f" = {format_size(self.size)}" if unit and unit != "B" else ""
+            return f"alloc({self.size} bytes{spelled}, {alloc})"
         h = self.hicache()
         sizes = " + ".join(str(b.nbytes) for b in h.buffers)
         return (
@@ -352,6 +354,7 @@ def _request_from_flags(args: argparse.Namespace) -> Request:
         if args.size is None:
             raise RequestError(f"{_flag(raw_given[0])}: a raw request needs --size")
         hp = args.hugepage_size if args.hugepage_size is not None else 2 * MiB
+        _check_hugepage_size(hp)
         if args.numa_node is not None and args.numa_node < -1:
             raise RequestError(f"--numa-node: {args.numa_node} is not a node (or -1)")
         return Request(
@@ -401,13 +404,34 @@ def _sglang_table(args: argparse.Namespace) -> dict[str, Any]:
         table["hicache_size"] = int(hs) if float(hs).is_integer() else hs
     req = Request(kind="sglang", sglang=table)
     try:
-        req.hicache()
+        buffers = req.hicache().buffers
     except SizingError as e:
         msg = str(e)
         key, _, rest = msg.partition(": ")
         flag = {"layers": "--model-layers"}.get(key, _flag(key)) if rest else "request"
         raise RequestError(f"{flag}: {rest or msg}") from None
+    for b in buffers:
+        if b.nbytes >= MAX_BYTES:
+            raise RequestError(
+                f"request: a host buffer of {b.nbytes} bytes is beyond what the simulator "
+                "holds (below 2^62 bytes)"
+            )
     return table
+
+
+_DECIMAL_TO_BINARY = {10**3: 1 << 10, 10**6: 1 << 20, 10**9: 1 << 30, 10**12: 1 << 40}
+
+
+def _check_hugepage_size(hp: int) -> None:
+    """A decimal unit on a hugepage size is a slip for the binary one: say which was meant."""
+    unit = getattr(hp, "unit", "")
+    per = unit_bytes(unit) if unit else None
+    if hp & (hp - 1) and per in _DECIMAL_TO_BINARY and hp % per == 0:
+        meant = format_size(hp // per * _DECIMAL_TO_BINARY[per])
+        raise RequestError(
+            f"--hugepage-size: {format_size(hp)} is {int(hp)} bytes ({unit} is decimal); "
+            f"hugepage sizes are binary: did you mean {meant}?"
+        )
 
 
 def _env(pairs: list[str]) -> dict[str, str]:
@@ -418,5 +442,21 @@ def _env(pairs: list[str]) -> dict[str, str]:
             raise RequestError(f"--env {pair!r}: expected KEY=VALUE")
         if key not in ENV_VARIABLES:
             raise RequestError(f"--env {key}: not one of {', '.join(ENV_VARIABLES)}")
+        _check_env_int(key, value)
         out[key] = value
     return out
+
+
+def _check_env_int(key: str, value: str) -> None:
+    """An integer sglang would read but the allocator (a C int, a size below 2**62) cannot
+    take. Non-integers are left to the replay: sglang dies on them, which is the answer."""
+    text = value.strip()
+    if key not in (sgenv.NUMA_NODE, sgenv.HUGEPAGE_SIZE) or len(text) > 40:
+        return
+    try:
+        n = int(text)
+    except ValueError:
+        return
+    top = MAX_INT if key == sgenv.NUMA_NODE else MAX_BYTES - 1
+    if not -(MAX_INT + 1) <= n <= top:
+        raise RequestError(f"--env {key}={text}: beyond what the allocator takes (at most {top})")

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
 from umbp_sim.dump.parse import (
     MAX_NODES,
     cgroup_hugetlb_name,
@@ -224,6 +225,10 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
         src = dump
     else:
         src = open_dump(dump)
+        try:
+            return parse_dump(src)
+        finally:
+            src.close()  # a directory dump holds a directory fd
     text = src.read("proc/meminfo")
     if text is None:
         raise DumpError(src.where("proc/meminfo"), "missing (required)", kind="missing")
@@ -232,8 +237,6 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
     mi = parse_meminfo(text, where_mi, lines)
     f = DumpFacts(name=src.name, source=src.label, bare_meminfo=src.bare_meminfo)
     r = _Reader(src, f)
-    for rel in src.rejected:
-        f.notes.append(f"ignored {rel}: absolute path, '..' or a link leaving the dump")
     f.mem_total = mi["MemTotal"]
     f.mem_free = mi.get("MemFree")
     f.mem_available = mi.get("MemAvailable")
@@ -248,6 +251,8 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
     _read_sysctls(r, mi)
     _read_kernel_version(r, mi)
     _read_limits(r)
+    for rel in src.rejected:  # after the reads: a directory dump finds its links as it reads
+        f.notes.append(f"ignored {rel}: absolute path, '..' or a link leaving the dump")
     return f
 
 
@@ -502,7 +507,13 @@ def _read_sysctls(r: _Reader, mi: dict[str, int]) -> None:
         raise DumpError(r.src.where(f"{vm}/overcommit_memory"), f"{om} is not 0, 1 or 2", 1)
     f.overcommit_memory = om
     f.overcommit_ratio = r.int(f"{vm}/overcommit_ratio")
+    if f.overcommit_ratio is not None and f.overcommit_ratio > MAX_INT:
+        raise DumpError(r.src.where(f"{vm}/overcommit_ratio"),
+                        f"{f.overcommit_ratio} does not fit the kernel's int", 1)  # fmt: skip
     f.overcommit_kbytes = r.int(f"{vm}/overcommit_kbytes")
+    if f.overcommit_kbytes is not None and f.overcommit_kbytes * 1024 >= MAX_BYTES:
+        raise DumpError(r.src.where(f"{vm}/overcommit_kbytes"), f"{f.overcommit_kbytes} kB is "
+                        "beyond what umbp-sim simulates (below 2^62 bytes)", 1)  # fmt: skip
     r.int(f"{vm}/nr_overcommit_hugepages")  # recorded as missing if absent; read in pools
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 import re
 
 from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.limits import MAX_BYTES, MAX_RELEASE_PART
 
 # The kernel prints unsigned long; anything wider is a corrupt file, not a bigger machine.
 MAX_VALUE = (1 << 64) - 1
+_MAX_DIGITS = len(str(MAX_VALUE))  # 20: longer is refused before int() (which stops at 4300)
 # Node ids: MAX_NUMNODES is at most 1 << CONFIG_NODES_SHIFT = 1024 (NODES_SHIFT <= 10).
 MAX_NODES = 1024
 
@@ -48,10 +50,11 @@ _CGROUP_HUGETLB_RE = re.compile(r"^hugetlb\.(\d+)(KB|MB|GB|TB)\.max$", re.ASCII)
 
 
 def _number(raw: str, where: str, line: int, key: str) -> int:
-    value = int(raw)
-    if value > MAX_VALUE:
-        raise DumpError(where, f"value {raw} for {key} does not fit in 64 bits", line)
-    return value
+    digits = raw.lstrip("0") or "0"
+    if len(digits) > _MAX_DIGITS or int(digits) > MAX_VALUE:
+        shown = raw if len(raw) <= 24 else f"{raw[:12]}...({len(raw)} digits)"
+        raise DumpError(where, f"value {shown} for {key} does not fit in 64 bits", line)
+    return int(digits)
 
 
 def _lines(text: str) -> list[str]:
@@ -64,11 +67,18 @@ def _kv_value(key: str, value: str, where: str, line: int, kb_keys: tuple[str, .
     if key in kb_keys:
         m = _KB_RE.match(value)
         if not m:
-            raise DumpError(where, f"cannot read value {value.strip()!r} for {key}", line)
-        return _number(m.group(1), where, line, key) * 1024
+            raise DumpError(where, f"cannot read value {value.strip()[:60]!r} for {key}", line)
+        kb = _number(m.group(1), where, line, key)
+        if kb * 1024 >= MAX_BYTES:
+            raise DumpError(
+                where,
+                f"{key} {kb} kB is beyond what umbp-sim simulates (below 2^62 bytes)",
+                line,
+            )
+        return kb * 1024
     m = _COUNT_RE.match(value)
     if not m:
-        raise DumpError(where, f"cannot read value {value.strip()!r} for {key}", line)
+        raise DumpError(where, f"cannot read value {value.strip()[:60]!r} for {key}", line)
     return _number(m.group(1), where, line, key)
 
 
@@ -117,7 +127,7 @@ def parse_node_meminfo(text: str, node: int, where: str = "meminfo") -> dict[str
             raise DumpError(
                 where, f"expected 'Node {node} Key: value', got {raw.strip()[:60]!r}", n
             )
-        if int(m.group(1)) != node:
+        if len(m.group(1)) > 7 or int(m.group(1)) != node:
             raise DumpError(where, f"line is about node {m.group(1)}, file is node{node}'s", n)
         key, value = m.group(2), m.group(3)
         if key not in known:
@@ -154,6 +164,9 @@ def parse_nodelist(text: str, where: str = "nodelist", limit: int = MAX_NODES) -
         m = _RANGE_RE.match(part.strip())
         if not m:
             raise DumpError(where, f"cannot read node list {first[:60]!r}", 1)
+        if max(len(g) for g in m.groups(default="")) > 7:
+            raise DumpError(where, f"id {part.strip()[:20]!r} is beyond the kernel's limit "
+                            f"of {limit}", 1)  # fmt: skip
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) is not None else lo
         if lo > hi:
@@ -233,9 +246,22 @@ def parse_cgroup_max(text: str, where: str = "memory.max") -> int | None:
 def parse_osrelease(text: str, where: str = "osrelease") -> str:
     """``/proc/sys/kernel/osrelease`` (``6.18.44-fc-v1045``), checked to start with X.Y."""
     first = (_lines(text) or [""])[0].strip()
-    if not re.match(r"^[0-9]+\.[0-9]+", first):
+    m = re.match(r"^([0-9]+)\.([0-9]+)(?:\.([0-9]+))?", first)
+    if not m:
         raise DumpError(where, f"cannot read kernel release {first[:60]!r}", 1)
+    _check_release(m, where)
     return first
+
+
+def _check_release(m: re.Match[str], where: str) -> None:
+    for part in m.groups():
+        if part is not None and (len(part) > 5 or int(part) > MAX_RELEASE_PART):
+            raise DumpError(
+                where,
+                f"kernel release {m.group(0)[:40]!r}: {part[:12]} is beyond any kernel "
+                f"(each part at most {MAX_RELEASE_PART})",
+                1,
+            )
 
 
 def parse_proc_version(text: str, where: str = "version") -> str:
@@ -243,6 +269,9 @@ def parse_proc_version(text: str, where: str = "version") -> str:
     m = re.match(r"^Linux version ([0-9]+\.[0-9]+\S*)", text)
     if not m:
         raise DumpError(where, "cannot find 'Linux version X.Y' in the first line", 1)
+    parts = re.match(r"^([0-9]+)\.([0-9]+)(?:\.([0-9]+))?", m.group(1))
+    assert parts is not None  # the pattern above starts the same way
+    _check_release(parts, where)
     return m.group(1)
 
 

@@ -111,7 +111,14 @@ def build_machine(scn: Scenario) -> Machine:
                         f"{scn.path}: [machine].{key}: cannot be combined with dump (the dump "
                         "gives the nodes and pools; override Machine fields instead)"
                     )
-            machine = Machine.from_dump(dump).apply(**table)
+            from umbp_sim.dump import load_dump, open_dump
+
+            # no symbolic link as the dump, no bare meminfo: see schema._dump_path
+            src = open_dump(dump, follow_symlinks=False, bare=False)
+            try:
+                machine = load_dump(src)[0].apply(**table)
+            finally:
+                src.close()
         else:
             machine = Machine.build(**table)  # type: ignore[arg-type]
         if free_per_node is not None:

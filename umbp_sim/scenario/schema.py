@@ -7,7 +7,9 @@ Nothing here runs anything: ``umbp_sim.scenario.runner`` does.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +110,40 @@ def _string(path: Path, where: str, value: Any) -> str:
     if not isinstance(value, str):
         raise _err(path, where, f"must be a string, not {value!r}")
     return value
+
+
+def _dump_path(path: Path, raw: str) -> Path:
+    """``[machine].dump``: a directory or a tarball, relative to the scenario file (or
+    absolute), never through a symbolic link: none below the scenario's directory, and the
+    dump itself not one. The runner opens it with ``open_dump(..., follow_symlinks=False,
+    bare=False)``, so a scenario from elsewhere cannot point umbp-sim at another file
+    (``dump = "/etc/shadow"``) and have a line of it quoted in an error."""
+    where = "[machine].dump"
+    if not raw or "\0" in raw:
+        raise _err(path, where, f"{raw!r} is not a path")
+    if os.path.isabs(raw):
+        current = Path(os.path.normpath(raw))
+        parents = [current]
+    else:
+        current = path.parent.resolve()  # physical: ".." below is the real parent
+        parents = []
+        for part in raw.split("/"):
+            if part not in ("", "."):
+                current = current.parent if part == ".." else current / part
+                parents.append(current)
+    for step in parents:
+        try:
+            mode = os.lstat(step).st_mode
+        except FileNotFoundError:
+            raise _err(path, where, f"no such file: {step}") from None
+        except OSError as e:
+            raise _err(path, where, f"{step}: {e.strerror}") from None
+        if stat.S_ISLNK(mode):
+            raise _err(path, where, f"{step} is a symbolic link (not followed for dumps)")
+    mode = os.lstat(current).st_mode
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        raise _err(path, where, f"{current} is not a dump directory or tarball")
+    return current
 
 
 def _size(path: Path, where: str, value: Any) -> int:
@@ -264,10 +300,7 @@ def load_scenario(path: str | Path) -> Scenario:
     machine = dict(_table(p, doc, "machine", required=True))
     _check_keys(p, "[machine]", machine, MACHINE_KEYS | {"dump"})
     if "dump" in machine:
-        dump = (p.parent / _string(p, "[machine].dump", machine["dump"])).resolve()
-        if not dump.exists():
-            raise _err(p, "[machine].dump", f"no such file: {dump}")
-        machine["dump"] = dump
+        machine["dump"] = _dump_path(p, _string(p, "[machine].dump", machine["dump"]))
 
     faults = doc.get("faults", [])
     if not isinstance(faults, list) or not all(isinstance(f, dict) for f in faults):

@@ -1,0 +1,229 @@
+"""Hostile flags, scenario dump paths, collect's output file, units as written (issue 16 items
+5-7, issue 18 item 5)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from umbp_sim import cli
+from umbp_sim.units import Size, SizeError, format_size, parse_size
+
+OK_MEMINFO = "MemTotal: 16777216 kB\nMemFree: 8388608 kB\n"
+SG = ["--model-layers", "32", "--kv-heads", "8", "--head-dim", "128"]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    try:
+        rc = cli.main(list(argv))
+    except SystemExit as e:  # argparse's exit(64, ...)
+        rc = int(e.code or 0)
+    err = capsys.readouterr().err
+    return rc, err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--size", "18446744073709551616"],
+         "argument --size: 18446744073709551616 is beyond what the simulator holds (below 2^62 "
+         "bytes)"),
+        (["--size", "1GiB", "--numa-node", "2147483648"],
+         "argument --numa-node: 2147483648 is not a node (-1, or 0..2147483647)"),
+        ([*SG, "--hicache-size", "inf"], "argument --hicache-size: inf is not a finite number"),
+        ([*SG, "--hicache-size", "nan"], "argument --hicache-size: nan is not a finite number"),
+        ([*SG, "--hicache-size", "1e308"],
+         "argument --hicache-size: 1e308 GB is beyond what the simulator holds (below 2^62 bytes)"),
+        ([*SG, "--hicache-size", "1", "--hicache-ratio", "inf"],
+         "argument --hicache-ratio: inf is not a finite number"),
+        (["--model-layers", "9" * 5000, "--kv-heads", "8", "--head-dim", "1", "--hicache-size",
+          "1"], "argument --model-layers: 999999999999999999999999... is not a usable integer"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("command", ["replay", "preflight"])
+def test_flags_beyond_the_simulator_are_usage_errors(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str, argv: list[str], message: str
+) -> None:
+    dump = tmp_path / "meminfo"
+    dump.write_text(OK_MEMINFO)
+    where = [str(dump)] if command == "replay" else ["--root", str(dump)]
+    rc, err = run_cli(capsys, command, *where, *argv)
+    assert rc == 64
+    assert err == f"umbp-sim {command}: error: {message}\n"
+
+
+def test_sglang_buffer_beyond_the_simulator(capsys: pytest.CaptureFixture[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    dump = tmp_path / "meminfo"
+    dump.write_text(OK_MEMINFO)
+    big = ["--model-layers", "2000000000", "--kv-heads", "2000000000", "--head-dim", "2000000000"]
+    rc, err = run_cli(capsys, "replay", str(dump), *big, "--hicache-size", "1")
+    assert rc == 64
+    assert err.startswith("umbp-sim replay: request: a host buffer of ")
+    assert err.endswith(" bytes is beyond what the simulator holds (below 2^62 bytes)\n")
+    rc, err = run_cli(capsys, "replay", str(dump), *SG, "--hicache-size", "1",
+                      "--env", "SGLANG_HICACHE_HOST_NUMA_NODE=2147483648")  # fmt: skip
+    assert (rc, err) == (
+        64,
+        "umbp-sim replay: --env SGLANG_HICACHE_HOST_NUMA_NODE=2147483648: beyond what the "
+        "allocator takes (at most 2147483647)\n",
+    )
+
+
+def test_dump_values_beyond_the_simulator_exit_65(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    dump = tmp_path / "meminfo"
+    dump.write_text("MemTotal: 18014398509481984 kB\n")
+    for argv in (["replay", str(dump), "--size", "1GiB"],
+                 ["preflight", "--root", str(dump), "--size", "1GiB"]):  # fmt: skip
+        rc, err = run_cli(capsys, *argv)
+        assert (rc, err) == (
+            65,
+            f"umbp-sim {argv[0]}: {dump}:1: MemTotal 18014398509481984 kB is beyond what "
+            "umbp-sim simulates (below 2^62 bytes)\n",
+        )
+
+
+def test_a_tool_failure_is_never_exit_1(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """preflight's 1 means "demoted": a bug inside the tool is 70 (EX_SOFTWARE), one line."""
+    import umbp_sim.diagnose as diagnose
+
+    def broken(*args: object) -> None:
+        raise OverflowError("Python int too large to convert to C long\n(more)")
+
+    monkeypatch.setattr(diagnose, "diagnose", broken)
+    dump = tmp_path / "meminfo"
+    dump.write_text(OK_MEMINFO)
+    rc, err = run_cli(capsys, "preflight", "--root", str(dump), "--size", "1GiB")
+    assert rc == 70
+    assert err == (
+        "umbp-sim preflight: internal error: OverflowError: Python int too large to convert to "
+        "C long (more) (a bug in umbp-sim; UMBP_SIM_TRACEBACK=1 shows where)\n"
+    )
+
+
+def test_decimal_hugepage_size_says_what_was_meant(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    dump = tmp_path / "meminfo"
+    dump.write_text(OK_MEMINFO)
+    rc, err = run_cli(capsys, "replay", str(dump), "--size", "1GiB", "--hugepage-size", "2MB")
+    assert (rc, err) == (
+        64,
+        "umbp-sim replay: --hugepage-size: 2MB is 2000000 bytes (MB is decimal); hugepage "
+        "sizes are binary: did you mean 2MiB?\n",
+    )
+
+
+# ---- units (issue 18 item 5) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, value, unit",
+    [
+        ("100GB", 100 * 10**9, "GB"),
+        ("100 gb", 100 * 10**9, "GB"),
+        ("100GiB", 100 << 30, "GiB"),
+        ("100G", 100 << 30, "G"),
+        ("1.5GiB", 3 << 29, "GiB"),
+        ("0.5GB", 5 * 10**8, "GB"),
+        ("2048kB", 2 << 20, "kB"),  # the kernel's spelling: KiB
+        ("2048KB", 2_048_000, "KB"),
+        ("4096", 4096, ""),
+        ("4096B", 4096, "B"),
+        ("1TB", 10**12, "TB"),
+        ("2.5K", 2560, "K"),
+    ],
+)
+def test_units_as_written(text: str, value: int, unit: str) -> None:
+    size = parse_size(text)
+    assert (size, size.unit) == (value, unit)
+    assert isinstance(size, Size) and isinstance(size, int)
+
+
+@pytest.mark.parametrize("text", ["1.3B", "12XB", "-1GB", "1e9", "GB", "0.0000000001KB"])
+def test_units_refused(text: str) -> None:
+    with pytest.raises(SizeError):
+        parse_size(text, "--size")
+
+
+def test_sizes_print_in_the_unit_given() -> None:
+    assert format_size(parse_size("100GB")) == "100GB"
+    assert format_size(parse_size("1.5GiB")) == "1.5GiB"
+    assert format_size(parse_size("2048kB")) == "2048kB"
+    assert format_size(1_500_000_000, "GB") == "1.5GB"
+    assert format_size(100000595968, "GB") == "~100.001GB"
+    assert format_size(2 << 20) == "2MiB"  # no unit given: the shortest binary spelling
+    assert str(parse_size("100GB")) == "100000000000"  # an int everywhere else (JSON, TOML)
+
+
+def test_replay_describes_the_size_as_given(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    dump = tmp_path / "meminfo"
+    dump.write_text(OK_MEMINFO)
+    assert cli.main(["replay", str(dump), "--size", "1.5GiB", "--backing", "anonymous"]) == 0
+    out = capsys.readouterr().out
+    assert "alloc(1610612736 bytes = 1.5GiB, backing Anonymous" in out
+
+
+# ---- scenario dump paths (item 5) ------------------------------------------------------------
+
+
+def scenario(tmp_path: Path, dump: str) -> Path:
+    p = tmp_path / "s" / "x.toml"
+    p.parent.mkdir(exist_ok=True)
+    p.write_text(
+        f'[scenario]\nname = "x"\ndescription = "x"\n[machine]\ndump = "{dump}"\n'
+        '[request]\nsize = "1GiB"\nbacking = "Anonymous"\n[expect]\noutcome = "ok"\n'
+    )
+    return p
+
+
+def test_scenario_dump_rules(tmp_path: Path) -> None:
+    from umbp_sim.errors import UmbpSimError
+    from umbp_sim.scenario.runner import run_scenario
+    from umbp_sim.scenario.schema import ScenarioError, load_scenario
+
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$secret-line:19000\n")
+    with pytest.raises(UmbpSimError) as exc:
+        run_scenario(load_scenario(scenario(tmp_path, str(secret))))
+    assert "secret-line" not in str(exc.value)
+    assert "a bare meminfo file is not accepted here" in str(exc.value)
+
+    (tmp_path / "s" / "link").symlink_to(tmp_path / "dumps")
+    with pytest.raises(ScenarioError, match=r"\[machine\]\.dump: .*link is a symbolic link"):
+        load_scenario(scenario(tmp_path, "link/x.tar"))
+
+    (tmp_path / "dumps" / "H" / "proc").mkdir(parents=True)
+    (tmp_path / "dumps" / "H" / "proc" / "meminfo").write_text(OK_MEMINFO)
+    r = run_scenario(load_scenario(scenario(tmp_path, "../dumps/H")))
+    assert r.passed, r.report()
+
+
+# ---- collect's output file (item 6) ----------------------------------------------------------
+
+
+def test_collect_never_writes_through_a_planted_link(tmp_path: Path) -> None:
+    from umbp_sim.collect import collect
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "host.tar"
+    # the old predictable temporary name, and the output itself, planted as links
+    (tmp_path / f"host.tar.tmp{os.getpid()}").symlink_to(victim)
+    out.symlink_to(victim)
+    root = tmp_path / "root"
+    (root / "proc").mkdir(parents=True)
+    (root / "proc" / "meminfo").write_text(OK_MEMINFO)
+    collect(str(out), "h", root=str(root))
+    assert victim.read_text() == "precious\n"
+    assert out.is_file() and not out.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["victim", "host.tar", f"host.tar.tmp{os.getpid()}", "root"]
+    )
