@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from umbp_sim.diagnose.explain import HostView, explain
+from umbp_sim.diagnose.explain import Cause, explain
 from umbp_sim.diagnose.fixes import Fix, propose
 from umbp_sim.diagnose.request import Request, RequestError, add_request_arguments
 from umbp_sim.diagnose.run import Run, simulate_request
@@ -26,9 +26,14 @@ class Diagnosis:
     facts: DumpFacts | None
     request: Request
     run: Run
-    causes: list[str]
+    evidence: list[Cause]
     fixes: list[Fix] = field(default_factory=list)
     not_helping: list[Fix] = field(default_factory=list)
+    limit: str | None = None  # when no change helps: the rule in the way
+
+    @property
+    def causes(self) -> list[str]:
+        return [c.text for c in self.evidence]
 
     @property
     def exit_code(self) -> int:
@@ -49,6 +54,9 @@ class Diagnosis:
             "fixes": [f.to_json() for f in self.fixes],
             # extra keys
             "fixes_not_helping": [f.to_json() for f in self.not_helping],
+            "limit": self.limit,
+            "cause_sources": [c.source for c in self.evidence],
+            "reasons": [r.to_json() for r in o.reasons],
             "got_what_was_asked": self.run.got_what_was_asked,
             "mapped_size": o.mapped_size,
             "crash_node": o.crash_node,
@@ -58,15 +66,24 @@ class Diagnosis:
         }
 
 
-def diagnose(machine: Machine, facts: DumpFacts | None, request: Request) -> Diagnosis:
-    view = HostView.of(machine, facts)
-    run = simulate_request(machine, request)
-    causes = explain(view, request, run)
-    fixes, not_helping = propose(view, request, run) if run.rank < 3 else ([], [])
-    return Diagnosis(machine, facts, request, run, causes, fixes, not_helping)
+def diagnose(
+    machine: Machine, facts: DumpFacts | None, request: Request, profile: str | None = None
+) -> Diagnosis:
+    """Replay ``request`` on ``machine``, explain it from the run's evidence, search fixes.
+
+    ``profile``: the allocator profile to model, passed to every simulated run.
+    """
+    run = simulate_request(machine, request, profile=profile)
+    causes = explain(run, request, machine, facts)
+    d = Diagnosis(machine, facts, request, run, causes)
+    if run.rank < 3:
+        found = propose(machine, request, run, profile)
+        d.fixes, d.not_helping, d.limit = found.fixes, found.not_helping, found.limit
+    return d
 
 
 __all__ = [
+    "Cause",
     "Diagnosis",
     "Fix",
     "Request",
