@@ -564,10 +564,9 @@ def propose(
         key = frozenset(s.key for s in fix.singles)
         if key in tried:
             return tried[key]
-        if len({s.category for s in fix.singles if s.category == "node"}) and sum(
-            1 for s in fix.singles if s.category == "node"
-        ) > 1:
-            return None  # two bindings at once
+        kinds = [s.category for s in fix.singles if s.category in COMPROMISES]
+        if len(kinds) != len(set(kinds)):
+            return None  # two bindings, two sizes ... at once
         if runs >= MAX_RUNS:
             return None
         runs += 1
@@ -621,12 +620,9 @@ def propose(
     minimal.sort(key=_value, reverse=True)
     # The smallest sets that get everything, then the best partial successes.
     full = [f for f in minimal if f.run and f.run.rank == 3]
-    if full:
-        least = min(len(f.singles) for f in full)
-        full = [f for f in full if len(f.singles) == least]
     partial = [f for f in minimal if f.run and f.run.rank < 3]
     # Partial successes (ok but unbound, demoted) only when nothing gets everything.
-    minimal = full[:4] if full else partial[:3]
+    minimal = full[:3] if full else partial[:3]
     mild_ok = any(
         f.run and f.run.rank == 3 and not any(s.category in HEAVY for s in f.singles)
         for f in minimal
