@@ -653,7 +653,11 @@ def _limit(baseline: Run, tried: list[Fix]) -> str:
                 return causes[0].text
     o = baseline.observed
     if o.budget is not None:
-        return "sglang's host check: the pool does not fit in available - 10 GiB"
+        avail = o.budget["available"]
+        return (
+            f"sglang's host check: it keeps 10 GiB of the {gib(avail)} available for the rest of "
+            "the server, and no --hicache-size from 1 GB up fits in what is left"
+        )
     return "none that SimKernel recorded: " + (o.error or "; ".join(o.warnings) or o.outcome)
 
 
