@@ -53,7 +53,9 @@ def test_case2_bound_node_oom_is_explained_with_the_node_numbers() -> None:
     ]
     (reason,) = [r for r in d.run.observed.reasons if r.signal]
     assert (reason.rule, reason.numbers["node_free"], reason.numbers["bytes_needed"]) == (
-        "oom", 8 << 30, 12 << 30
+        "oom",
+        8 << 30,
+        12 << 30,
     )
     assert commands(d) == [
         (["--numa-node 1"], "ok: Anonymous on node 1"),

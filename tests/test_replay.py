@@ -190,7 +190,9 @@ def test_wrong_node_sglang_needs_two_changes(capsys) -> None:  # type: ignore[no
     # Binding alone or the pool alone is not enough; both together are verified.
     assert ["sysctl -w vm.nr_hugepages=1908"] not in [f["commands"] for f in doc["fixes"]]
     assert cmds["SGLANG_HICACHE_HOST_NUMA_NODE=0"] == "ok: AnonymousHugetlb on node 0"
-    assert not_helping(doc)["SGLANG_HICACHE_HOST_NUMA_NODE=-1"] == "demoted: Anonymous (4 KiB pages)"
+    assert (
+        not_helping(doc)["SGLANG_HICACHE_HOST_NUMA_NODE=-1"] == "demoted: Anonymous (4 KiB pages)"
+    )
     combined = [f for f in doc["fixes"] if f["action"].startswith("all of:")]
     assert combined[0]["commands"] == [
         "sysctl -w vm.nr_hugepages=1908",

@@ -47,7 +47,7 @@ struct SimConfig {
   uint64_t mem_available = 0;
   bool show_mem_available = true;  // /proc/meminfo has a MemAvailable line (3.14+, or backported)
   uint64_t watermark_low = 0;      // sum of the zones' low watermarks, bytes (/proc/zoneinfo)
-  uint64_t committed_as = 0;  // bytes committed by other processes
+  uint64_t committed_as = 0;       // bytes committed by other processes
   uint64_t admin_reserve_kbytes = 8192;
   uint64_t user_reserve_kbytes = 131072;
   uint64_t rlimit_as = UINT64_MAX;  // UINT64_MAX: unlimited

@@ -185,8 +185,8 @@ class SimKernel : public Kernel {
                 const std::string& detail);
   SysResult die(const std::string& where, int node, uint64_t hsize, SimReason r);
   // Record a reason for an errno and return the error.
-  SysResult fail(int err, const std::string& call, const std::string& rule,
-                 const std::string& text, SimNumbers numbers = {});
+  SysResult fail(int err, const std::string& call, const std::string& rule, const std::string& text,
+                 SimNumbers numbers = {});
   void note(const std::string& call, const std::string& rule, const std::string& text,
             SimNumbers numbers = {});
   // After a public call: an errno with no reason recorded gets a generic one.
@@ -220,15 +220,15 @@ class SimKernel : public Kernel {
   std::mutex mu_;
   SimConfig cfg_;
   std::map<uint64_t, SimHState> hstates_;
-  std::map<int, int64_t> node_free_;  // bytes free per node (buddy)
+  std::map<int, int64_t> node_free_;     // bytes free per node (buddy)
   std::map<int, int64_t> node_reclaim_;  // bytes of reclaimable page cache + slab per node
   int64_t reclaimed_ = 0;                // reclaimed since start (Cached/SReclaimable shrink)
   int64_t reclaimed_cache_ = 0;          // of which page cache
   std::map<int, int64_t> node_cache_reclaimed_;
   std::vector<SimReason> reasons_;
-  int64_t mem_free_delta_ = 0;        // change of global MemFree since start
-  uint64_t committed_ = 0;            // bytes committed by the simulated process
-  uint64_t memcg_usage_ = 0;          // bytes charged to the memory cgroup
+  int64_t mem_free_delta_ = 0;  // change of global MemFree since start
+  uint64_t committed_ = 0;      // bytes committed by the simulated process
+  uint64_t memcg_usage_ = 0;    // bytes charged to the memory cgroup
   SimPolicy task_policy_;
   std::map<uintptr_t, SimVma> vmas_;  // by start
   std::map<int, SimObjectPtr> fds_;

@@ -28,12 +28,14 @@ SysResult SimKernel::do_memfd_create(const char* name, unsigned flags) {
   if (crash_.signal) return SysResult::Crash(crash_.signal);
   if (!version_at_least(3, 17))
     return fail(ENOSYS, "memfd_create", "memfd_unsupported",
-                "kernel " + cfg_.kernel_release + " is older than 3.17, which added memfd_create: "
-                "ENOSYS");
+                "kernel " + cfg_.kernel_release +
+                    " is older than 3.17, which added memfd_create: "
+                    "ENOSYS");
   if ((flags & MFD_HUGETLB) && !version_at_least(4, 14))
     return fail(EINVAL, "memfd_create", "memfd_hugetlb_unsupported",
-                "kernel " + cfg_.kernel_release + " is older than 4.14: memfd_create rejects "
-                "MFD_HUGETLB (EINVAL)");
+                "kernel " + cfg_.kernel_release +
+                    " is older than 4.14: memfd_create rejects "
+                    "MFD_HUGETLB (EINVAL)");
   unsigned known = MFD_CLOEXEC | MFD_ALLOW_SEALING;
   if (version_at_least(4, 14)) known |= MFD_HUGETLB;
   if (version_at_least(6, 3)) known |= kMfdNoexecSeal | kMfdExec;

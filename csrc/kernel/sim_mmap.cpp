@@ -137,10 +137,11 @@ int SimKernel::commit_check(uint64_t bytes, uint64_t /*new_vm_bytes*/) {
   if (cfg_.overcommit_memory == 0) {
     if (pages > cfg_.mem_total / ps + cfg_.swap_total / ps) {
       fail(ENOMEM, "mmap", "overcommit_heuristic",
-           "overcommit_memory 0 refuses a single mapping larger than RAM + swap: " + str(i64(bytes)) +
-               " bytes > MemTotal " + str(i64(cfg_.mem_total)) + " + SwapTotal " +
+           "overcommit_memory 0 refuses a single mapping larger than RAM + swap: " +
+               str(i64(bytes)) + " bytes > MemTotal " + str(i64(cfg_.mem_total)) + " + SwapTotal " +
                str(i64(cfg_.swap_total)),
-           {{"length", i64(bytes)}, {"mem_total", i64(cfg_.mem_total)},
+           {{"length", i64(bytes)},
+            {"mem_total", i64(cfg_.mem_total)},
             {"swap_total", i64(cfg_.swap_total)}});
       return ENOMEM;
     }
@@ -158,7 +159,8 @@ int SimKernel::commit_check(uint64_t bytes, uint64_t /*new_vm_bytes*/) {
            "overcommit_memory 2 (strict): Committed_AS " + str(before) + " + " + str(i64(bytes)) +
                " bytes must stay under CommitLimit " + str(i64(commit_limit_locked())) +
                " less the reserves (" + str(allowed * static_cast<int64_t>(ps)) + " allowed)",
-           {{"length", i64(bytes)}, {"committed_as", before},
+           {{"length", i64(bytes)},
+            {"committed_as", before},
             {"commit_limit", i64(commit_limit_locked())},
             {"limit", allowed * static_cast<int64_t>(ps)}});
       return ENOMEM;
@@ -220,8 +222,7 @@ SysResult SimKernel::mmap(void* addr, size_t length, int prot, int flags, int fd
   return r;
 }
 
-SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int fd,
-                             off_t offset) {
+SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
   if (crash_.signal) return SysResult::Crash(crash_.signal);
   const uint64_t ps = cfg_.page_size;
   const uintptr_t hint = reinterpret_cast<uintptr_t>(addr);
@@ -253,8 +254,8 @@ SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int
       std::string sizes;
       for (uint64_t z : cfg_.hugepage_sizes) sizes += (sizes.empty() ? "" : ", ") + kb(z);
       return fail(EINVAL, "mmap", "hugepage_size_unknown",
-                  "this kernel has no " + kb(size) + " hugepages (sizes: " +
-                      (sizes.empty() ? std::string("none") : sizes) +
+                  "this kernel has no " + kb(size) +
+                      " hugepages (sizes: " + (sizes.empty() ? std::string("none") : sizes) +
                       "): mmap(MAP_HUGETLB) fails with EINVAL",
                   {{"hugepage_size", i64(size)}});
     }
@@ -313,17 +314,18 @@ SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int
     if (rm != cfg_.hugetlb_cgroup_rsvd_max.end() && version_at_least(5, 7) &&
         h->cg_rsvd + static_cast<uint64_t>(delta) * h->size > rm->second) {
       if (accounted) committed_ -= len;
-      return fail(ENOMEM, "mmap", "hugetlb_cgroup_rsvd",
-                  "the hugetlb cgroup reservation limit for " + kb(h->size) + " pages is " +
-                      str(i64(rm->second)) + " bytes; " + str(delta) + " pages more do not fit",
-                  {{"hugepage_size", i64(h->size)}, {"pages_needed", delta},
-                   {"limit", i64(rm->second)}});
+      return fail(
+          ENOMEM, "mmap", "hugetlb_cgroup_rsvd",
+          "the hugetlb cgroup reservation limit for " + kb(h->size) + " pages is " +
+              str(i64(rm->second)) + " bytes; " + str(delta) + " pages more do not fit",
+          {{"hugepage_size", i64(h->size)}, {"pages_needed", delta}, {"limit", i64(rm->second)}});
     }
     const long free0 = h->free(), resv0 = h->resv, surp0 = h->surp();
     const long short0 = std::max(0L, resv0 + delta - free0);
     long room0 = h->overcommit - surp0;
     if (gigantic(*h) && !version_at_least(6, 19)) room0 = 0;
-    SimNumbers pool = {{"hugepage_size", i64(h->size)}, {"pages_needed", delta},
+    SimNumbers pool = {{"hugepage_size", i64(h->size)},
+                       {"pages_needed", delta},
                        {"free", free0},
                        {"reserved", resv0},
                        {"available", free0 - resv0},
@@ -353,8 +355,8 @@ SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int
     }
     if (delta > 0 && short0 > 0) {
       note("mmap", "hugetlb_surplus_gathered",
-           "mmap(MAP_HUGETLB) reserves " + str(delta) + " " + kb(h->size) + " pages: " +
-               str(free0 - resv0) + " available in the pool, and the " + str(short0) +
+           "mmap(MAP_HUGETLB) reserves " + str(delta) + " " + kb(h->size) +
+               " pages: " + str(free0 - resv0) + " available in the pool, and the " + str(short0) +
                " missing were allocated as surplus pages (nr_overcommit_hugepages " +
                str(h->overcommit) + ", surplus now " + str(h->surp()) + ")",
            pool);
@@ -374,8 +376,7 @@ SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int
         return fail(ENOMEM, "mmap", "hugetlb_reserve_mpol_bind",
                     "the task's MPOL_BIND nodes have " + str(allowed) + " free " + kb(h->size) +
                         " pages, " + str(delta) + " needed (5.9+ checks them at mmap)",
-                    {{"hugepage_size", i64(h->size)}, {"pages_needed", delta},
-                     {"free", allowed}});
+                    {{"hugepage_size", i64(h->size)}, {"pages_needed", delta}, {"free", allowed}});
       }
     }
   }
@@ -568,7 +569,8 @@ int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason*
       h->cg_usage += static_cast<uint64_t>(have) * h->size;
       o.pages.assign(seg.start, static_cast<uint64_t>(have), PageState::Faulted, got);
       if (have < static_cast<long>(seg.len)) {
-        const int64_t faulted = static_cast<int64_t>(o.pages.count(first, count, PageState::Faulted));
+        const int64_t faulted =
+            static_cast<int64_t>(o.pages.count(first, count, PageState::Faulted));
         why->signal = SIGBUS;
         why->numbers = {{"hugepage_size", i64(h->size)},
                         {"node", order.empty() ? -1 : order.front()},
@@ -622,7 +624,8 @@ int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason*
       memcg_usage_ += static_cast<uint64_t>(have) * pg;
       o.pages.assign(seg.start, static_cast<uint64_t>(have), PageState::Faulted, got);
       if (have < static_cast<long>(seg.len)) {
-        const int64_t faulted = static_cast<int64_t>(o.pages.count(first, count, PageState::Faulted));
+        const int64_t faulted =
+            static_cast<int64_t>(o.pages.count(first, count, PageState::Faulted));
         why->signal = SIGKILL;
         why->numbers = {{"node", order.empty() ? -1 : order.front()},
                         {"node_count", static_cast<int64_t>(order.size())},

@@ -91,8 +91,8 @@ std::map<std::string, std::string> SimKernel::render_all() {
     for (const char* l : {"Mapped:", "Shmem:"}) kb_line(m, "", l, 0);
     for (const char* l : {"KReclaimable:", "Slab:", "SReclaimable:"})
       kb_line(m, "", l, slab_now / 1024);
-    for (const char* l :
-         {"SUnreclaim:", "KernelStack:", "PageTables:", "NFS_Unstable:", "Bounce:", "WritebackTmp:"})
+    for (const char* l : {"SUnreclaim:", "KernelStack:", "PageTables:", "NFS_Unstable:", "Bounce:",
+                          "WritebackTmp:"})
       kb_line(m, "", l, 0);
     kb_line(m, "", "CommitLimit:", commit_limit_locked() / 1024);
     kb_line(m, "", "Committed_AS:", (cfg_.committed_as + committed_) / 1024);
@@ -134,16 +134,16 @@ std::map<std::string, std::string> SimKernel::render_all() {
         if (n.id == with[i]) nc = &n;
       uint64_t share = i + 1 == with.size() || total == 0
                            ? left
-                           : static_cast<uint64_t>(static_cast<double>(cfg_.watermark_low /
-                                                                       cfg_.page_size) *
-                                                   static_cast<double>(nc->mem_total) /
-                                                   static_cast<double>(total));
+                           : static_cast<uint64_t>(
+                                 static_cast<double>(cfg_.watermark_low / cfg_.page_size) *
+                                 static_cast<double>(nc->mem_total) / static_cast<double>(total));
       share = std::min(share, left);
       left -= share;
       char buf[200];
       std::snprintf(buf, sizeof buf,
-                    "Node %d, zone   Normal\n  pages free     %" PRIu64 "\n        min      %" PRIu64
-                    "\n        low      %" PRIu64 "\n        high     %" PRIu64 "\n",
+                    "Node %d, zone   Normal\n  pages free     %" PRIu64
+                    "\n        min      %" PRIu64 "\n        low      %" PRIu64
+                    "\n        high     %" PRIu64 "\n",
                     with[i], static_cast<uint64_t>(node_mem_free(with[i])) / cfg_.page_size,
                     share * 4 / 5, share, share * 6 / 5);
       z += buf;

@@ -111,11 +111,12 @@ def _host_check(run: Run, request: Request, machine: Machine) -> list[Cause]:
     avail = b["available"]
     budget = avail - HICACHE_HOST_MEMORY_RESERVE_BYTES
     verdict = "fails" if need > budget else "passes"
-    head = f"sglang's host check {verdict}: it needs the {need} bytes ({need / 1e9:.2f} GB) to be at most "
+    head = (
+        f"sglang's host check {verdict}: it needs the {need} bytes ({need / 1e9:.2f} GB) to be "
+        "at most "
+    )
     if "MemAvailable" in b:
-        text = (
-            head + f"MemAvailable - 10 GiB = {gib(avail)} - 10 GiB = {budget / 1e9:.2f} GB"
-        )
+        text = head + f"MemAvailable - 10 GiB = {gib(avail)} - 10 GiB = {budget / 1e9:.2f} GB"
     else:
         parts = [f"MemFree {gib(b.get('MemFree', 0))}"]
         if "Active(file)" in b and "Inactive(file)" in b and "SReclaimable" in b:
@@ -175,7 +176,7 @@ def _kernel(reasons: list[Reason], run: Run) -> list[Cause]:
     for r in reasons:
         text = _sentence(r, reserved, run)
         if text:
-            rules = (r.rule,) if r is not reserved else ()
+            rules: tuple[str, ...] = (r.rule,) if r is not reserved else ()
             if reserved is not None and r.rule == "hugetlb_fault_no_page":
                 rules = ("hugetlb_reserved", r.rule)
             out.append(Cause(text, "kernel", rules))
@@ -184,8 +185,10 @@ def _kernel(reasons: list[Reason], run: Run) -> list[Cause]:
 
 def _sentence(r: Reason, reserved: Reason | None, run: Run) -> str | None:
     n = r.numbers
-    kills = {"SIGKILL": "the kernel's OOM killer ends the process (SIGKILL)",
-             "SIGBUS": "the process is killed by SIGBUS"}  # fmt: skip
+    kills = {
+        "SIGKILL": "the kernel's OOM killer ends the process (SIGKILL)",
+        "SIGBUS": "the process is killed by SIGBUS",
+    }
     if r.rule == "hugetlb_reserved":
         return None  # said together with the fault it sets up (or not at all when it is fine)
     if r.rule == "hugetlb_fault_no_page":
@@ -199,8 +202,8 @@ def _sentence(r: Reason, reserved: Reason | None, run: Run) -> str | None:
             )
         text = (
             head + f"the pages are taken from node {node} at fault time and it has "
-            f"{n['node_free']} of the {n['pages_needed']} needed ({hp} pages; nr_overcommit_hugepages "
-            f"{n['surplus_allowed']}, surplus {n['surplus']})"
+            f"{n['node_free']} of the {n['pages_needed']} needed ({hp} pages; "
+            f"nr_overcommit_hugepages {n['surplus_allowed']}, surplus {n['surplus']})"
         )
         if r.errno == "EFAULT":
             return text + f": {r.call} returns EFAULT"
@@ -214,7 +217,9 @@ def _sentence(r: Reason, reserved: Reason | None, run: Run) -> str | None:
                 "process (SIGKILL)"
             )
         where = (
-            f"node {n['node']}" if n["node_count"] == 1 else f"the {n['node_count']} nodes it may use"
+            f"node {n['node']}"
+            if n["node_count"] == 1
+            else f"the {n['node_count']} nodes it may use"
         )
         return (
             f"out of memory: {r.call} needs {gib(need)} on {where}, "

@@ -213,14 +213,20 @@ def candidates(machine: Machine, request: Request, run: Run) -> list[Fix]:
         out += _from_reason(machine, host, request, r)
     if node >= 0 and (run.unbound or any(r.errno or r.signal for r in o.reasons)):
         out += _node_fixes(machine, host, request)
-    if request.wants_hugepages() and run.outcome in ("demoted", "crashed") or (
-        request.wants_hugepages() and any(r.rule == "hugepage_size_unknown" for r in o.reasons)
+    if (
+        request.wants_hugepages()
+        and run.outcome in ("demoted", "crashed")
+        or (request.wants_hugepages() and any(r.rule == "hugepage_size_unknown" for r in o.reasons))
     ):
         for s in machine.hugepage_sizes:
             if s != hp:
                 out.append(
-                    Fix(f"use {kb(s)} pages", [request.hugepage_size_change(s)], "size",
-                        request_change=_set_hp(s))  # fmt: skip
+                    Fix(
+                        f"use {kb(s)} pages",
+                        [request.hugepage_size_change(s)],
+                        "size",
+                        request_change=_set_hp(s),
+                    )
                 )
         out.append(
             Fix(
@@ -230,12 +236,18 @@ def candidates(machine: Machine, request: Request, run: Run) -> list[Fix]:
                 request_change=_no_hugepages,
             )
         )
-    if request.kind == "raw" and backing in ("AnonymousShm", "AnonymousShmHugetlb") and any(
-        r.rule.startswith("memfd") for r in o.reasons
+    if (
+        request.kind == "raw"
+        and backing in ("AnonymousShm", "AnonymousShmHugetlb")
+        and any(r.rule.startswith("memfd") for r in o.reasons)
     ):
         out.append(
-            Fix("use a private anonymous buffer (no memfd)", ["--backing anonymous"], "backing",
-                request_change=lambda r: dataclasses.replace(r, backing="Anonymous"))  # fmt: skip
+            Fix(
+                "use a private anonymous buffer (no memfd)",
+                ["--backing anonymous"],
+                "backing",
+                request_change=lambda r: dataclasses.replace(r, backing="Anonymous"),
+            )
         )
     return _unique(out)
 
@@ -345,8 +357,10 @@ def _from_reason(machine: Machine, host: SimHost, request: Request, r: Reason) -
             )
         )
         node = request.settings()[2]
-        if node >= 0 and node in machine.online() and any(
-            x.id == node and x.mem_total > 0 for x in machine.nodes
+        if (
+            node >= 0
+            and node in machine.online()
+            and any(x.id == node and x.mem_total > 0 for x in machine.nodes)
         ):
             np_ = host.node_hugepages(node, size)
             count = np_.total + max(short, n["pages_needed"] - np_.free)
@@ -360,9 +374,13 @@ def _from_reason(machine: Machine, host: SimHost, request: Request, r: Reason) -
                 )
             )
         if n["available"] > 0:
-            out += _smaller(machine, request, n["available"] * size,
-                            f"the {n['available']} available {kb(size)} pages",
-                            unit=size)  # fmt: skip
+            out += _smaller(
+                machine,
+                request,
+                n["available"] * size,
+                f"the {n['available']} available {kb(size)} pages",
+                unit=size,
+            )
     elif r.rule == "hugetlb_fault_no_page" and n["node"] >= 0:
         size, node = n["hugepage_size"], n["node"]
         short = n["pages_needed"] - n["node_free"]
@@ -380,8 +398,12 @@ def _from_reason(machine: Machine, host: SimHost, request: Request, r: Reason) -
             )
     elif r.rule == "oom":
         fits = (n["node_free"] + n["reclaimable"]) * 9 // 10
-        out += _smaller(machine, request, fits, f"90% of the {gib(fits * 10 // 9)} free and "
-                        "reclaimable where it faults")  # fmt: skip
+        out += _smaller(
+            machine,
+            request,
+            fits,
+            f"90% of the {gib(fits * 10 // 9)} free and reclaimable where it faults",
+        )
     elif r.rule == "memcg_oom":
         out.append(
             Fix(
@@ -397,6 +419,7 @@ def _from_reason(machine: Machine, host: SimHost, request: Request, r: Reason) -
         from umbp_sim.dump import cgroup_hugetlb_name
 
         size = n["hugepage_size"]
+        name = cgroup_hugetlb_name(size)
 
         def lift(m: Machine, size: int = size) -> Machine:
             m.hugetlb_cgroup_max.pop(size, None)
@@ -405,22 +428,30 @@ def _from_reason(machine: Machine, host: SimHost, request: Request, r: Reason) -
         out.append(
             Fix(
                 f"lift the hugetlb cgroup limit for {kb(size)} pages",
-                [f"echo max > /sys/fs/cgroup/<server cgroup>/hugetlb.{cgroup_hugetlb_name(size)}.max"],
+                [f"echo max > /sys/fs/cgroup/<server cgroup>/hugetlb.{name}.max"],
                 "limits",
                 machine_change=lift,
             )
         )
     elif r.rule == "rlimit_as":
         out.append(
-            Fix("lift RLIMIT_AS for the server", ["ulimit -v unlimited"], "limits",
-                machine_change=lambda m: m.apply(rlimit_as=None))  # fmt: skip
+            Fix(
+                "lift RLIMIT_AS for the server",
+                ["ulimit -v unlimited"],
+                "limits",
+                machine_change=lambda m: m.apply(rlimit_as=None),
+            )
         )
     elif r.rule == "commit_limit":
         out += _commit_fixes(machine, n)
     elif r.rule == "overcommit_heuristic":
         out.append(
-            Fix("always overcommit", ["sysctl -w vm.overcommit_memory=1"], "limits",
-                machine_change=lambda m: m.apply(overcommit_memory=1))  # fmt: skip
+            Fix(
+                "always overcommit",
+                ["sysctl -w vm.overcommit_memory=1"],
+                "limits",
+                machine_change=lambda m: m.apply(overcommit_memory=1),
+            )
         )
     elif r.rule == "hugetlb_surplus_no_memory":
         pass  # memory, not the pool, is short: smaller sizes and plain pages are the candidates
@@ -429,8 +460,12 @@ def _from_reason(machine: Machine, host: SimHost, request: Request, r: Reason) -
 
 def _commit_fixes(machine: Machine, n: dict[str, int]) -> list[Fix]:
     out = [
-        Fix("use heuristic overcommit", ["sysctl -w vm.overcommit_memory=0"], "limits",
-            machine_change=lambda m: m.apply(overcommit_memory=0))  # fmt: skip
+        Fix(
+            "use heuristic overcommit",
+            ["sysctl -w vm.overcommit_memory=0"],
+            "limits",
+            machine_change=lambda m: m.apply(overcommit_memory=0),
+        )
     ]
     extra = n["committed_as"] + n["length"] - n["limit"]
     if extra > 0 and n["commit_limit"] > 0 and not machine.overcommit_kbytes:
@@ -458,9 +493,12 @@ def _smaller(
         size = fits // page * page
         if 0 < size < request.size:
             return [
-                Fix(f"ask for a buffer that fits: {why} = {size} bytes ({gib(size)})",
+                Fix(
+                    f"ask for a buffer that fits: {why} = {size} bytes ({gib(size)})",
                     [f"--size {size}"],
-                    "buffer", request_change=_set_size(size))  # fmt: skip
+                    "buffer",
+                    request_change=_set_size(size),
+                )
             ]
         return []
     h = request.hicache()
@@ -468,8 +506,12 @@ def _smaller(
     if largest is None or largest >= (request.sglang.get("hicache_size") or math.inf):
         return []
     return [
-        Fix(f"a --hicache-size whose pool fits: {why}, so at most {largest}",
-            [f"--hicache-size {largest}"], "hicache", request_change=_set_hicache(largest))  # fmt: skip
+        Fix(
+            f"a --hicache-size whose pool fits: {why}, so at most {largest}",
+            [f"--hicache-size {largest}"],
+            "hicache",
+            request_change=_set_hicache(largest),
+        )
     ]
 
 
@@ -493,12 +535,20 @@ def _node_fixes(machine: Machine, host: SimHost, request: Request) -> list[Fix]:
             else f"{gib(free_mem.get(n, 0))} free and reclaimable there"
         )
         out.append(
-            Fix(f"bind to node {n} instead ({what})", [request.node_change(n)], "node",
-                request_change=_set_node(n))  # fmt: skip
+            Fix(
+                f"bind to node {n} instead ({what})",
+                [request.node_change(n)],
+                "node",
+                request_change=_set_node(n),
+            )
         )
     out.append(
-        Fix("do not bind to a node (-1): pages come from any node", [request.node_change(-1)],
-            "node", request_change=_set_node(-1))  # fmt: skip
+        Fix(
+            "do not bind to a node (-1): pages come from any node",
+            [request.node_change(-1)],
+            "node",
+            request_change=_set_node(-1),
+        )
     )
     return out
 
@@ -533,9 +583,7 @@ class Search:
     runs: int = 0
 
 
-def run_fix(
-    machine: Machine, request: Request, fix: Fix, profile: str | None = None
-) -> Run:
+def run_fix(machine: Machine, request: Request, fix: Fix, profile: str | None = None) -> Run:
     changes = list(fix.host_changes)
 
     def setup(host: SimHost) -> str | None:
@@ -595,8 +643,11 @@ def propose(
                 trial(combine([f, g]))
     if not done():
         best = sorted(
-            (f for f in tried.values() if len(f.singles) == 2 and f.run and f.run.rank < 3
-             and f.run.rank > baseline.rank),  # fmt: skip
+            (
+                f
+                for f in tried.values()
+                if len(f.singles) == 2 and f.run and f.run.rank < 3 and f.run.rank > baseline.rank
+            ),
             key=lambda f: _value(f),
             reverse=True,
         )[:2]

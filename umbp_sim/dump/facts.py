@@ -249,7 +249,9 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
         f.page_cache = mi["Active(file)"] + mi["Inactive(file)"]
     elif "Cached" in mi:
         f.page_cache = max(0, mi["Cached"] - mi.get("Shmem", 0))
-        f.notes.append("meminfo has no Active(file)/Inactive(file): page cache taken as Cached - Shmem")
+        f.notes.append(
+            "meminfo has no Active(file)/Inactive(file): page cache taken as Cached - Shmem"
+        )
     f.slab_reclaimable = mi.get("SReclaimable")
 
     _read_sizes(r, mi, lines, where_mi)
