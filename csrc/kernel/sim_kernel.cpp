@@ -418,7 +418,7 @@ SysResult SimKernel::die(int sig, const std::string& where, int node, uint64_t h
 SysResult SimKernel::die(const std::string& where, int node, uint64_t hsize, SimReason r) {
   r.call = where;
   crash_ = SimCrash{r.signal, where, node, hsize, r.text};
-  reasons_.push_back(std::move(r));
+  record(std::move(r));
   return SysResult::Crash(crash_.signal);
 }
 
@@ -430,7 +430,7 @@ SysResult SimKernel::fail(int err, const std::string& call, const std::string& r
   r.err = err;
   r.numbers = std::move(numbers);
   r.text = text;
-  reasons_.push_back(std::move(r));
+  record(std::move(r));
   return SysResult::Err(err);
 }
 
@@ -441,17 +441,24 @@ void SimKernel::note(const std::string& call, const std::string& rule, const std
   r.rule = rule;
   r.numbers = std::move(numbers);
   r.text = text;
-  reasons_.push_back(std::move(r));
+  record(std::move(r));
 }
 
-void SimKernel::explain_errno(const std::string& call, const SysResult& r, size_t before) {
-  if (r.error == 0 || reasons_.size() > before) return;
+void SimKernel::explain_errno(const std::string& call, const SysResult& r, uint64_t before) {
+  if (r.error == 0 || reasons_total_ > before) return;
   SimReason x;
   x.call = call;
   x.rule = "arguments";
   x.err = r.error;
   x.text = call + " rejects these arguments on kernel " + cfg_.kernel_release;
-  reasons_.push_back(std::move(x));
+  record(std::move(x));
+}
+
+void SimKernel::record(SimReason r) {
+  if (reasons_.size() >= kMaxReasons)
+    reasons_.erase(reasons_.begin(), reasons_.begin() + kMaxReasons / 2);
+  reasons_.push_back(std::move(r));
+  ++reasons_total_;
 }
 
 std::vector<SimReason> SimKernel::reasons() {

@@ -190,7 +190,11 @@ class SimKernel : public Kernel {
   void note(const std::string& call, const std::string& rule, const std::string& text,
             SimNumbers numbers = {});
   // After a public call: an errno with no reason recorded gets a generic one.
-  void explain_errno(const std::string& call, const SysResult& r, size_t before);
+  void explain_errno(const std::string& call, const SysResult& r, uint64_t before);
+  // Keep a reason; past kMaxReasons the oldest half is dropped (a long simulation keeps its
+  // latest evidence without growing without bound).
+  void record(SimReason r);
+  static constexpr size_t kMaxReasons = 4096;
   int64_t reclaim(int node, int64_t bytes);  // take up to `bytes` of reclaimable memory
   long node_obtainable(int node) const;      // free + reclaimable
 
@@ -226,6 +230,7 @@ class SimKernel : public Kernel {
   int64_t reclaimed_cache_ = 0;          // of which page cache
   std::map<int, int64_t> node_cache_reclaimed_;
   std::vector<SimReason> reasons_;
+  uint64_t reasons_total_ = 0;  // reasons recorded since start (not reduced by trimming)
   int64_t mem_free_delta_ = 0;  // change of global MemFree since start
   uint64_t committed_ = 0;      // bytes committed by the simulated process
   uint64_t memcg_usage_ = 0;    // bytes charged to the memory cgroup

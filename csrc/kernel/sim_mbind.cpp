@@ -24,7 +24,7 @@ constexpr int kWeightedInterleave = 6;
 SysResult SimKernel::mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
                            unsigned long maxnode, unsigned flags) {
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t before = reasons_.size();
+  const uint64_t before = reasons_total_;
   SysResult r = do_mbind(addr, length, mode, nodemask, maxnode, flags);
   explain_errno("mbind", r, before);
   return r;

@@ -18,7 +18,7 @@ constexpr unsigned kMfdHugeMask = 0x3f;
 
 SysResult SimKernel::memfd_create(const char* name, unsigned flags) {
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t before = reasons_.size();
+  const uint64_t before = reasons_total_;
   SysResult r = do_memfd_create(name, flags);
   explain_errno("memfd_create", r, before);
   return r;
@@ -73,7 +73,7 @@ SysResult SimKernel::do_memfd_create(const char* name, unsigned flags) {
 
 SysResult SimKernel::ftruncate(int fd, off_t length) {
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t before = reasons_.size();
+  const uint64_t before = reasons_total_;
   SysResult r = do_ftruncate(fd, length);
   explain_errno("ftruncate", r, before);
   return r;
@@ -96,7 +96,7 @@ SysResult SimKernel::do_ftruncate(int fd, off_t length) {
 
 SysResult SimKernel::close(int fd) {
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t before = reasons_.size();
+  const uint64_t before = reasons_total_;
   SysResult r = do_close(fd);
   explain_errno("close", r, before);
   return r;

@@ -216,7 +216,7 @@ SysResult SimKernel::munmap_locked(uintptr_t start, uintptr_t end) {
 
 SysResult SimKernel::mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t before = reasons_.size();
+  const uint64_t before = reasons_total_;
   SysResult r = do_mmap(addr, length, prot, flags, fd, offset);
   explain_errno("mmap", r, before);
   return r;
@@ -423,7 +423,7 @@ SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int
 
 SysResult SimKernel::munmap(void* addr, size_t length) {
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t before = reasons_.size();
+  const uint64_t before = reasons_total_;
   SysResult r = do_munmap(addr, length);
   explain_errno("munmap", r, before);
   return r;
@@ -681,7 +681,7 @@ SysResult SimKernel::populate(uintptr_t start, uintptr_t end, bool write, const 
       why.err = EFAULT;
       why.signal = 0;
       why.text += ": " + where + " returns EFAULT";
-      reasons_.push_back(std::move(why));
+      record(std::move(why));
       return SysResult::Err(EFAULT);
     }
     pos = v.end;
@@ -691,7 +691,7 @@ SysResult SimKernel::populate(uintptr_t start, uintptr_t end, bool write, const 
 
 SysResult SimKernel::madvise(void* addr, size_t length, int advice) {
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t before = reasons_.size();
+  const uint64_t before = reasons_total_;
   SysResult r = do_madvise(addr, length, advice);
   explain_errno("madvise", r, before);
   return r;
@@ -785,7 +785,7 @@ SysResult SimKernel::do_madvise(void* addr, size_t length, int advice) {
 
 SysResult SimKernel::touch(void* addr, size_t length, size_t stride) {
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t before = reasons_.size();
+  const uint64_t before = reasons_total_;
   SysResult r = do_touch(addr, length, stride);
   explain_errno("touch", r, before);
   return r;

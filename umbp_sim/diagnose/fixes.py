@@ -671,6 +671,9 @@ def propose(
     minimal.sort(key=_value, reverse=True)
     # The smallest sets that get everything, then the best partial successes.
     full = [f for f in minimal if f.run and f.run.rank == 3]
+    if full:
+        least = min(len(f.singles) for f in full)
+        full = [f for f in full if len(f.singles) == least]
     partial = [f for f in minimal if f.run and f.run.rank < 3]
     # Partial successes (ok but unbound, demoted) only when nothing gets everything.
     minimal = full[:3] if full else partial[:3]
