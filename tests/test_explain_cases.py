@@ -137,3 +137,24 @@ def test_on_call_recipe_on_every_fixture(dump: str) -> None:
             shown = line.split("MemAvailable - 10 GiB = ")[1].split(" GiB")[0]
             assert float(shown) > 0
             assert facts.mem_available is not None
+
+
+def test_dump_notes_node_totals_and_the_memavailable_estimate() -> None:
+    machine, facts = load_dump(MACHINES / "40intel64-2g2n4c+pcilocality.tar.bz2")
+    assert (
+        "the nodes' MemTotal add up to 536857436 kB, meminfo's MemTotal is 529428392 kB: "
+        "per-node memory follows the nodes' files, CommitLimit and the host-wide lines follow "
+        "MemTotal"
+    ) in facts.notes
+    # 3.13-era meminfo without MemAvailable: the kernel's estimate, from the dump's own lines.
+    (note,) = [n for n in facts.notes if n.startswith("meminfo has no MemAvailable (kernel")]
+    assert note.startswith(
+        "meminfo has no MemAvailable (kernel before 3.14): estimated as the kernel does "
+        "(si_mem_available) at 517613838 kB from MemFree 348138760 kB, page cache 168579748 kB, "
+        "SReclaimable 1240468 kB and low watermarks 115046 kB"
+    )
+    assert machine.mem_available == 517613838 * 1024 + machine.mem_available % 1024
+    assert machine.mem_available_line is False
+    from umbp_sim.sim import SimHost
+
+    assert "MemAvailable" not in SimHost(machine).meminfo()  # the kernel printed none
