@@ -158,3 +158,27 @@ def test_dump_notes_node_totals_and_the_memavailable_estimate() -> None:
     from umbp_sim.sim import SimHost
 
     assert "MemAvailable" not in SimHost(machine).meminfo()  # the kernel printed none
+
+
+@pytest.mark.parametrize(
+    ("fields", "size", "rule", "want"),
+    [
+        ({"overcommit_memory": 2}, 12 << 30, "commit_limit",
+         [(["sysctl -w vm.overcommit_memory=0"], "ok: Anonymous"),
+          (["sysctl -w vm.overcommit_ratio=76"], "ok: Anonymous")]),
+        ({"memcg_max": 1 << 30}, 2 << 30, "memcg_oom",
+         [(["echo max > /sys/fs/cgroup/<server cgroup>/memory.max"], "ok: Anonymous")]),
+        ({"rlimit_as": 1 << 30}, 2 << 30, "rlimit_as",
+         [(["ulimit -v unlimited"], "ok: Anonymous")]),
+    ],
+)  # fmt: skip
+def test_limit_fixes_are_searched_and_verified(
+    fields: dict, size: int, rule: str, want: list
+) -> None:  # type: ignore[type-arg]
+    from umbp_sim.machine import Machine
+
+    m = Machine.x86_64(mem_per_node="16GiB").apply(**fields)
+    d = diagnose(m, None, Request("raw", size=size, backing="Anonymous"))
+    assert any(r.rule == rule for r in d.run.observed.reasons)
+    assert d.evidence and d.evidence[0].rules == (rule,)
+    assert commands(d) == want
