@@ -139,9 +139,10 @@ def _host_check(run: Run, request: Request, machine: Machine) -> list[Cause]:
         p = SimHost(machine).hugepages(size)
         total, free = p.total, p.free
     if size and total:
+        what = "MemAvailable" if "MemAvailable" in b else "psutil's estimate"
         out.append(
             Cause(
-                f"MemAvailable excludes the {gib(total * size)} hugetlb pool ({total} x "
+                f"{what} excludes the {gib(total * size)} hugetlb pool ({total} x "
                 f"{kb(size)} pages, {free} free): the check cannot see it",
                 "sglang",
             )
