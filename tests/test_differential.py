@@ -767,9 +767,11 @@ def _anon_size() -> int:
     return min(9 * GiB, (avail - 4 * GiB) // GiB * GiB)
 
 
-def test_prefault_reclaims_page_cache(page_cache: Any) -> None:
+def test_prefault_reclaims_page_cache(page_cache: Any, real_pool: Callable[..., None]) -> None:
     """A prefaulted anonymous mapping larger than MemFree but within MemAvailable: the real
-    kernel reclaims page cache and succeeds; the SimKernel built from this host must agree."""
+    kernel reclaims page cache and succeeds; the SimKernel built from this host must agree.
+    The pool lock is held (an empty pool): the hugepage counters are compared too."""
+    real_pool(h2=0)
     size = _anon_size()
     page_cache(size - 2 * GiB)
     mi = _kb(_read("/proc/meminfo"))
