@@ -92,7 +92,14 @@ def host_machine() -> Machine:
                 surplus=int(_read(f"{hd}/surplus_hugepages")),
             )
         nodes.append(
-            Node(nid, nm["MemTotal"] * 1024, mem_free=nm["MemFree"] * 1024, hugepages=pools)
+            Node(
+                nid,
+                nm["MemTotal"] * 1024,
+                mem_free=nm["MemFree"] * 1024,
+                page_cache=(nm["Active(file)"] + nm["Inactive(file)"]) * 1024,
+                slab_reclaimable=nm.get("SReclaimable", 0) * 1024,
+                hugepages=pools,
+            )
         )
     sysvm = "/proc/sys/vm/"
     return Machine(
@@ -115,6 +122,8 @@ def host_machine() -> Machine:
         mem_total=mi["MemTotal"] * 1024,
         mem_free=mi["MemFree"] * 1024,
         mem_available=mi["MemAvailable"] * 1024,
+        page_cache=(mi["Active(file)"] + mi["Inactive(file)"]) * 1024,
+        slab_reclaimable=mi.get("SReclaimable", 0) * 1024,
         committed_as=mi["Committed_AS"] * 1024,
         kernel_version=_read("/proc/sys/kernel/osrelease").strip(),
         name="this-host",
@@ -721,6 +730,88 @@ def test_sequence(name: str, real_pool: Callable[..., None]) -> None:
     except (OSError, AssertionError) as e:
         pytest.fail(f"could not configure the real pool {pool}: {e}")
     run_differential(name, ops, rlimit)
+
+
+# ---- page cache: reclaimed before the OOM killer (issue 15) --------------------------------
+
+
+@pytest.fixture(scope="module")
+def page_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``fill(leave_free)``: append to (and fsync) a file until MemFree is at most
+    ``leave_free`` bytes, so that the page cache holds what is missing. One file for the
+    module (a later fill only tops it up); deleted at the end, its cached pages with it."""
+    path = tmp_path_factory.mktemp("pagecache") / "fill"
+    chunk = b"\x5a" * (64 * MiB)
+
+    def fill(leave_free: int) -> int:
+        written = 0
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            while _kb(_read("/proc/meminfo"))["MemFree"] * 1024 > leave_free:
+                os.write(fd, chunk)
+                written += len(chunk)
+                if written % GiB == 0:
+                    assert os.fstat(fd).st_size < 64 * GiB, "the page cache is not kept"
+                    os.fsync(fd)  # clean pages: reclaim does not wait for writeback
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return written
+
+    yield fill
+    path.unlink(missing_ok=True)
+
+
+def _anon_size() -> int:
+    """9 GiB, as in the issue, on a host that has it available (CI: 24 GiB hosts)."""
+    avail = _kb(_read("/proc/meminfo"))["MemAvailable"] * 1024
+    assert avail > 6 * GiB, f"this host has only {avail} bytes available"
+    return min(9 * GiB, (avail - 4 * GiB) // GiB * GiB)
+
+
+def test_prefault_reclaims_page_cache(page_cache: Any, real_pool: Callable[..., None]) -> None:
+    """A prefaulted anonymous mapping larger than MemFree but within MemAvailable: the real
+    kernel reclaims page cache and succeeds; the SimKernel built from this host must agree.
+    The pool lock is held (an empty pool): the hugepage counters are compared too."""
+    real_pool(h2=0)
+    size = _anon_size()
+    page_cache(size - 2 * GiB)
+    mi = _kb(_read("/proc/meminfo"))
+    assert mi["MemFree"] * 1024 < size < mi["MemAvailable"] * 1024, mi
+    run_differential(
+        "prefault_with_page_cache",
+        [
+            ["mmap", "A", 0, size, RW, PRIV, None, 0],
+            ["madvise", "A", 0, size, PW],
+            ["munmap", "A", 0, size],
+        ],
+    )
+
+
+def test_preflight_9gib_anonymous_with_page_cache(page_cache: Any, capsys: Any) -> None:
+    """Done-when of issue 15: preflight predicts ok where MemFree alone says no, and the real
+    allocation (prefaulted, in a subprocess) succeeds."""
+    from umbp_sim.cli import main
+
+    size = _anon_size()
+    page_cache(size - 2 * GiB)
+    mi = _kb(_read("/proc/meminfo"))
+    assert mi["MemFree"] * 1024 < size, mi
+    code = main(["preflight", "--size", str(size), "--backing", "anonymous", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert (code, doc["outcome"], doc["actual_backing"]) == (0, "ok", "Anonymous"), doc
+    real = subprocess.run(
+        [sys.executable, "-c", (
+            "import umbp_sim; from umbp_sim import UMBPHostBufferBacking as B\n"
+            "a = umbp_sim.UMBPHostMemAllocator()\n"
+            f"h = a.alloc({size}, B.Anonymous)\n"
+            "assert h and h.mapped_size >= " + str(size) + ", h\n"
+            "print(h.actual_backing); a.free(h)"
+        )],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert real.returncode == 0, (real.returncode, real.stderr[-2000:])
+    assert real.stdout.strip() == "UMBPHostBufferBacking.Anonymous"
 
 
 def test_host_machine_reader_matches_this_host() -> None:

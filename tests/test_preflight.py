@@ -35,7 +35,8 @@ def test_live_hugetlb_request_is_demoted(capsys, nr_hugepages) -> None:  # type:
         "free 0, total 0, reserved 0; falling back to 4 KiB pages (Anonymous)"
     ]
     assert [(f["commands"], f["outcome_after"]) for f in doc["fixes"]] == [
-        (["sysctl -w vm.nr_hugepages=32"], "ok: AnonymousHugetlb")
+        (["sysctl -w vm.nr_hugepages=32"], "ok: AnonymousHugetlb"),
+        (["sysctl -w vm.nr_overcommit_hugepages=32"], "ok: AnonymousHugetlb"),
     ]
     # preflight never allocates: the live pool is untouched.
     assert Path("/proc/sys/vm/nr_hugepages").read_text().strip() == "0"

@@ -181,6 +181,8 @@ class SimConfig:
     kernel_patch: int
     kernel_release: str
     mem_available: int
+    show_mem_available: bool
+    watermark_low: int
     mem_free: int
     mem_total: int
     memcg_max: int
@@ -212,6 +214,9 @@ class SimKernel(Kernel):
     ) -> list[int]: ...
     def mappings(self) -> list: ...
     def open_fds(self) -> list[int]: ...
+    def reasons(self) -> list[dict[str, typing.Any]]: ...
+    def clear_reasons(self) -> None: ...
+    def reclaimable(self, node: typing.SupportsInt | typing.SupportsIndex = ...) -> int: ...
     def render_all(self) -> dict[str, str]: ...
     def set_nr_hugepages(
         self,
@@ -238,6 +243,8 @@ class SimNodeConfig:
     id: int
     mem_free: int
     mem_total: int
+    page_cache: int
+    slab_reclaimable: int
     def __init__(self) -> None: ...
 
 class SimPoolConfig:

@@ -225,7 +225,9 @@ def collect(out: str, name: str | None = None, root: str = "/") -> CollectResult
         raise CollectError(f"--name: {name!r} is not a usable directory name")
     c = _Collector(root, name)
     c.copy("/proc/meminfo")
+    c.copy("/proc/zoneinfo")  # the low watermarks: MemAvailable's estimate on old kernels
     for key in (
+        "min_free_kbytes",
         "nr_hugepages",
         "nr_overcommit_hugepages",
         "overcommit_memory",

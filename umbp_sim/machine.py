@@ -53,6 +53,10 @@ class Node:
     id: int
     mem_total: int  # bytes
     mem_free: int | None = None  # bytes; None: mem_total less this node's hugepage pool
+    # Reclaimable memory on the node (bytes): page cache (the file LRU) and SReclaimable.
+    # None: the node's share (by mem_total) of the Machine's page_cache / slab_reclaimable.
+    page_cache: int | None = None
+    slab_reclaimable: int | None = None
     cpus: str = ""  # cpulist, e.g. "0-15"
     hugepages: dict[int, HugePool] = field(default_factory=dict)  # size (bytes) -> pool
     distances: list[int] | None = None
@@ -88,7 +92,14 @@ class Machine:
     swap_total: int = 0
     mem_total: int | None = None  # None: sum of node mem_total
     mem_free: int | None = None  # None: sum of node mem_free
-    mem_available: int | None = None  # None: derived from mem_free
+    mem_available: int | None = None  # None: estimated as si_mem_available does
+    # Whether /proc/meminfo prints MemAvailable (None: kernel 3.14+; RHEL 7's 3.10 has it).
+    mem_available_line: bool | None = None
+    # Reclaimable memory (bytes): the file LRU (Active(file) + Inactive(file)) and SReclaimable.
+    # Linux reclaims both before the OOM killer runs; MemAvailable counts them.
+    page_cache: int = 0
+    slab_reclaimable: int = 0
+    watermark_low: int | None = None  # Σ zones' low watermarks, bytes (/proc/zoneinfo); None: 0
     committed_as: int = 0  # bytes committed by other processes at start
     admin_reserve_kbytes: int = 8192
     user_reserve_kbytes: int = 131072
@@ -332,6 +343,9 @@ class Machine:
 
 
 _SIZE_FIELDS = {
+    "page_cache",
+    "slab_reclaimable",
+    "watermark_low",
     "mem_total",
     "mem_free",
     "mem_available",

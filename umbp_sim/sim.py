@@ -18,7 +18,18 @@ from umbp_sim import _context, _native
 from umbp_sim.errors import SimulatedCrash, UmbpSimError
 from umbp_sim.machine import Machine
 
-__all__ = ["HugePages", "Mapping", "SimHost", "build_kernel", "simulate", "to_sim_config"]
+__all__ = [
+    "HugePages",
+    "Mapping",
+    "Reason",
+    "SimHost",
+    "build_kernel",
+    "mem_available",
+    "node_free",
+    "si_mem_available",
+    "simulate",
+    "to_sim_config",
+]
 
 _UNLIMITED = (1 << 64) - 1
 
@@ -31,6 +42,30 @@ class HugePages:
     free: int
     reserved: int
     surplus: int
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a simulated call failed (``errno``), why the process died (``signal``), or an event
+    that decided an outcome (neither): the rule SimKernel applied and the numbers it compared.
+    """
+
+    call: str
+    rule: str
+    errno: str | None
+    signal: str | None
+    numbers: dict[str, int]
+    text: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "call": self.call,
+            "rule": self.rule,
+            "errno": self.errno,
+            "signal": self.signal,
+            "numbers": dict(self.numbers),
+            "text": self.text,
+        }
 
 
 @dataclass(frozen=True)
@@ -54,6 +89,79 @@ def _node_pool_bytes(node) -> int:  # type: ignore[no-untyped-def]
     return sum(size * pool.total for size, pool in node.hugepages.items())
 
 
+def si_mem_available(free: int, page_cache: int, slab_reclaimable: int, low: int) -> int:
+    """MemAvailable as the kernel estimates it (mm/show_mem.c si_mem_available), in bytes.
+
+    Free memory above the low watermarks, plus the page cache and reclaimable slab less what
+    reclaim cannot get back (half of each, at most the low watermark). Never below 0.
+    """
+    avail = free - low
+    avail += page_cache - min(page_cache // 2, low)
+    avail += slab_reclaimable - min(slab_reclaimable // 2, low)
+    return max(0, avail)
+
+
+def node_shares(machine: Machine, total: int, attr: str) -> list[int]:
+    """Each node's part of ``total`` (page cache or slab): its own figure, else by MemTotal."""
+    given = [getattr(n, attr) for n in machine.nodes]
+    rest = max(0, total - sum(g for g in given if g is not None))
+    unknown = [n for n, g in zip(machine.nodes, given, strict=True) if g is None]
+    weight = sum(n.mem_total for n in unknown)
+    out, left = [], rest
+    for n, g in zip(machine.nodes, given, strict=True):
+        if g is not None:
+            out.append(g)
+            continue
+        share = rest * n.mem_total // weight if weight else 0
+        if n is unknown[-1]:
+            share = left
+        left -= share
+        out.append(share)
+    return out
+
+
+def node_free(machine: Machine) -> list[int]:
+    """Each node's free memory (buddy MemFree) at start, one rule for every caller.
+
+    A node's own ``mem_free``; else its share (by MemTotal) of what the Machine's ``mem_free``
+    leaves; else MemTotal less its hugepage pool, page cache and reclaimable slab.
+    """
+    caches = node_shares(machine, machine.page_cache, "page_cache")
+    slabs = node_shares(machine, machine.slab_reclaimable, "slab_reclaimable")
+    if machine.mem_free is not None:
+        known = sum(n.mem_free for n in machine.nodes if n.mem_free is not None)
+        unknown = [n for n in machine.nodes if n.mem_free is None]
+        rest = max(0, machine.mem_free - known)
+        weight = sum(n.mem_total for n in unknown)
+        out, left = [], rest
+        for n in machine.nodes:
+            if n.mem_free is not None:
+                out.append(n.mem_free)
+                continue
+            share = left if n is unknown[-1] else (rest * n.mem_total // weight if weight else 0)
+            left -= share
+            out.append(share)
+        return out
+    return [
+        n.mem_free
+        if n.mem_free is not None
+        else max(0, n.mem_total - _node_pool_bytes(n) - cache - slab)
+        for n, cache, slab in zip(machine.nodes, caches, slabs, strict=True)
+    ]
+
+
+def mem_available(machine: Machine) -> int:
+    """The MemAvailable the simulated host starts with: the dump's, else the kernel's estimate."""
+    if machine.mem_available is not None:
+        return machine.mem_available
+    free = machine.mem_free
+    if free is None:
+        free = sum(node_free(machine))
+    return si_mem_available(
+        free, machine.page_cache, machine.slab_reclaimable, machine.watermark_low or 0
+    )
+
+
 def to_sim_config(machine: Machine) -> _native.SimConfig:
     """The native starting state of ``machine`` (validated first)."""
     machine.validate()
@@ -63,12 +171,16 @@ def to_sim_config(machine: Machine) -> _native.SimConfig:
     cfg.hugepage_sizes = list(machine.hugepage_sizes)
     cfg.default_hugepage_size = machine.default_hugepage_size or 0
     nodes = []
-    for n in machine.nodes:
+    caches = node_shares(machine, machine.page_cache, "page_cache")
+    slabs = node_shares(machine, machine.slab_reclaimable, "slab_reclaimable")
+    frees = node_free(machine)
+    for n, cache, slab, free in zip(machine.nodes, caches, slabs, frees, strict=True):
         nc = _native.SimNodeConfig()
         nc.id = n.id
         nc.mem_total = n.mem_total
-        pool_bytes = _node_pool_bytes(n)
-        nc.mem_free = n.mem_free if n.mem_free is not None else max(0, n.mem_total - pool_bytes)
+        nc.mem_free = free
+        nc.page_cache = cache
+        nc.slab_reclaimable = slab
         nc.cpulist = n.cpus
         nc.distances = list(n.distances or [])
         pools = {}
@@ -93,7 +205,13 @@ def to_sim_config(machine: Machine) -> _native.SimConfig:
     cfg.mem_total = machine.total_memory()
     mem_free = machine.mem_free if machine.mem_free is not None else sum(n.mem_free for n in nodes)
     cfg.mem_free = mem_free
-    cfg.mem_available = machine.mem_available if machine.mem_available is not None else mem_free
+    cfg.mem_available = mem_available(machine)
+    cfg.show_mem_available = (
+        machine.mem_available_line
+        if machine.mem_available_line is not None
+        else machine.kernel_tuple() >= (3, 14, 0)
+    )
+    cfg.watermark_low = machine.watermark_low or 0
     cfg.committed_as = machine.committed_as
     cfg.admin_reserve_kbytes = machine.admin_reserve_kbytes
     cfg.user_reserve_kbytes = machine.user_reserve_kbytes
@@ -153,6 +271,14 @@ class SimHost:
     def open_fds(self) -> list[int]:
         """The simulated process's open file descriptors (memfds the allocator holds)."""
         return list(self.kernel.open_fds())
+
+    def reasons(self) -> list[Reason]:
+        """What SimKernel recorded: every errno, every signal, and the deciding events."""
+        return [Reason(**r) for r in self.kernel.reasons()]
+
+    def reclaimable(self, node: int | None = None) -> int:
+        """Page cache + SReclaimable left, on ``node`` or the whole host (bytes)."""
+        return int(self.kernel.reclaimable(-1 if node is None else node))
 
     # ---- files ---------------------------------------------------------------------------
     def files(self) -> dict[str, str]:

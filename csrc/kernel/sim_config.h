@@ -20,6 +20,8 @@ struct SimNodeConfig {
   int id = 0;
   uint64_t mem_total = 0;  // 0: an online node without memory
   uint64_t mem_free = 0;
+  uint64_t page_cache = 0;        // reclaimable file pages (Active(file) + Inactive(file))
+  uint64_t slab_reclaimable = 0;  // SReclaimable
   std::string cpulist;
   std::vector<int> distances;
   std::map<uint64_t, SimPoolConfig> hugepages;  // size -> pool
@@ -43,7 +45,9 @@ struct SimConfig {
   uint64_t mem_total = 0;
   uint64_t mem_free = 0;
   uint64_t mem_available = 0;
-  uint64_t committed_as = 0;  // bytes committed by other processes
+  bool show_mem_available = true;  // /proc/meminfo has a MemAvailable line (3.14+, or backported)
+  uint64_t watermark_low = 0;      // sum of the zones' low watermarks, bytes (/proc/zoneinfo)
+  uint64_t committed_as = 0;       // bytes committed by other processes
   uint64_t admin_reserve_kbytes = 8192;
   uint64_t user_reserve_kbytes = 131072;
   uint64_t rlimit_as = UINT64_MAX;  // UINT64_MAX: unlimited

@@ -83,7 +83,10 @@ SimKernel::SimKernel(const SimConfig& cfg) : cfg_(cfg) {
     for (const auto& n : cfg_.nodes) cfg_.online_nodes.push_back(n.id);
   std::sort(cfg_.nodes.begin(), cfg_.nodes.end(),
             [](const SimNodeConfig& a, const SimNodeConfig& b) { return a.id < b.id; });
-  for (const auto& n : cfg_.nodes) node_free_[n.id] = static_cast<int64_t>(n.mem_free);
+  for (const auto& n : cfg_.nodes) {
+    node_free_[n.id] = static_cast<int64_t>(n.mem_free);
+    node_reclaim_[n.id] = static_cast<int64_t>(n.page_cache + n.slab_reclaimable);
+  }
   for (uint64_t size : cfg_.hugepage_sizes) {
     SimHState h;
     h.size = size;
@@ -149,7 +152,43 @@ long SimKernel::node_mem_free(int node) const {
   return it == node_free_.end() ? 0 : static_cast<long>(std::max<int64_t>(it->second, 0));
 }
 
+long SimKernel::node_obtainable(int node) const {
+  auto it = node_reclaim_.find(node);
+  long r = it == node_reclaim_.end() ? 0 : static_cast<long>(std::max<int64_t>(it->second, 0));
+  return node_mem_free(node) + r;
+}
+
+// Reclaim up to `bytes` of the node's page cache, then its reclaimable slab (what kswapd and
+// direct reclaim free before the OOM killer runs). Returns the bytes reclaimed.
+int64_t SimKernel::reclaim(int node, int64_t bytes) {
+  auto it = node_reclaim_.find(node);
+  if (it == node_reclaim_.end() || bytes <= 0) return 0;
+  int64_t k = std::min(bytes, std::max<int64_t>(it->second, 0));
+  it->second -= k;
+  reclaimed_ += k;
+  for (const auto& n : cfg_.nodes) {
+    if (n.id != node) continue;
+    // Page cache goes first: what is left of this node's cache share is cache.
+    int64_t cache_left = static_cast<int64_t>(n.page_cache) - node_cache_reclaimed_[node];
+    int64_t c = std::min(k, std::max<int64_t>(cache_left, 0));
+    node_cache_reclaimed_[node] += c;
+    reclaimed_cache_ += c;
+  }
+  return k;
+}
+
+// Take `bytes` on a node (negative: give them back to the buddy allocator). Free memory goes
+// first; what it lacks is reclaimed from the node's page cache and reclaimable slab.
 void SimKernel::node_mem_take(int node, int64_t bytes) {
+  if (bytes > 0) {
+    int64_t from_free = std::min<int64_t>(bytes, node_mem_free(node));
+    int64_t rest = bytes - from_free;
+    if (rest > 0) rest -= reclaim(node, rest);
+    from_free += rest;  // beyond what the node has: the counter goes negative (callers check)
+    node_free_[node] -= from_free;
+    mem_free_delta_ -= from_free;
+    return;
+  }
   node_free_[node] -= bytes;
   mem_free_delta_ -= bytes;
 }
@@ -161,7 +200,7 @@ bool SimKernel::alloc_surplus_page(SimHState& h, const std::vector<int>& order, 
   if (gigantic(h) && !version_at_least(6, 19)) return false;
   if (h.surp() >= h.overcommit) return false;
   for (int n : order) {
-    if (!has_memory(n) || node_mem_free(n) < static_cast<long>(h.size)) continue;
+    if (!has_memory(n) || node_obtainable(n) < static_cast<long>(h.size)) continue;
     node_mem_take(n, static_cast<int64_t>(h.size));
     h.node[n].nr++;
     h.node[n].surp++;
@@ -184,7 +223,7 @@ int SimKernel::gather_surplus(SimHState& h, long delta) {
   if (room < needed) return ENOMEM;
   // Local node first: the buddy allocator falls back in node order.
   auto plan = fill_in_order(needed, memory_nodes(),
-                            [&](int n) { return node_mem_free(n) / static_cast<long>(h.size); });
+                            [&](int n) { return node_obtainable(n) / static_cast<long>(h.size); });
   long got = 0;
   for (auto& [n, c] : plan) got += c;
   if (got < needed) return ENOMEM;
@@ -239,7 +278,7 @@ bool SimKernel::remove_free_page(SimHState& h, const std::vector<int>& nodes, bo
 
 bool SimKernel::alloc_fresh_page(SimHState& h, const std::vector<int>& nodes) {
   for (int n : nodes) {
-    if (node_mem_free(n) < static_cast<long>(h.size)) continue;
+    if (node_obtainable(n) < static_cast<long>(h.size)) continue;
     node_mem_take(n, static_cast<int64_t>(h.size));
     h.node[n].nr++;
     h.node[n].free++;
@@ -283,7 +322,7 @@ int SimKernel::set_nr_hugepages(uint64_t size, long count, int node) {
     if (!adjust_surplus(*h, allowed, -1)) break;
   if (count > persistent(*h)) {
     auto plan = distribute(count - persistent(*h), allowed,
-                           [&](int n) { return node_mem_free(n) / static_cast<long>(h->size); });
+                           [&](int n) { return node_obtainable(n) / static_cast<long>(h->size); });
     for (auto& [n, c] : plan) {
       node_mem_take(n, static_cast<int64_t>(h->size) * c);
       h->node[n].nr += c;
@@ -369,8 +408,78 @@ void SimKernel::drop_object_ref(const SimObjectPtr& o) {
 
 SysResult SimKernel::die(int sig, const std::string& where, int node, uint64_t hsize,
                          const std::string& detail) {
-  crash_ = SimCrash{sig, where, node, hsize, detail};
-  return SysResult::Crash(sig);
+  SimReason r;
+  r.rule = sig == SIGSEGV ? "segv" : "signal";
+  r.signal = sig;
+  r.text = detail;
+  return die(where, node, hsize, std::move(r));
+}
+
+SysResult SimKernel::die(const std::string& where, int node, uint64_t hsize, SimReason r) {
+  r.call = where;
+  crash_ = SimCrash{r.signal, where, node, hsize, r.text};
+  record(std::move(r));
+  return SysResult::Crash(crash_.signal);
+}
+
+SysResult SimKernel::fail(int err, const std::string& call, const std::string& rule,
+                          const std::string& text, SimNumbers numbers) {
+  SimReason r;
+  r.call = call;
+  r.rule = rule;
+  r.err = err;
+  r.numbers = std::move(numbers);
+  r.text = text;
+  record(std::move(r));
+  return SysResult::Err(err);
+}
+
+void SimKernel::note(const std::string& call, const std::string& rule, const std::string& text,
+                     SimNumbers numbers) {
+  SimReason r;
+  r.call = call;
+  r.rule = rule;
+  r.numbers = std::move(numbers);
+  r.text = text;
+  record(std::move(r));
+}
+
+void SimKernel::explain_errno(const std::string& call, const SysResult& r, uint64_t before) {
+  if (r.error == 0 || reasons_total_ > before) return;
+  SimReason x;
+  x.call = call;
+  x.rule = "arguments";
+  x.err = r.error;
+  x.text = call + " rejects these arguments on kernel " + cfg_.kernel_release;
+  record(std::move(x));
+}
+
+void SimKernel::record(SimReason r) {
+  if (reasons_.size() >= kMaxReasons)
+    reasons_.erase(reasons_.begin(), reasons_.begin() + kMaxReasons / 2);
+  reasons_.push_back(std::move(r));
+  ++reasons_total_;
+}
+
+std::vector<SimReason> SimKernel::reasons() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reasons_;
+}
+
+void SimKernel::clear_reasons() {
+  std::lock_guard<std::mutex> lock(mu_);
+  reasons_.clear();
+}
+
+uint64_t SimKernel::node_reclaimable(int node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (node >= 0) {
+    auto it = node_reclaim_.find(node);
+    return it == node_reclaim_.end() ? 0 : static_cast<uint64_t>(std::max<int64_t>(it->second, 0));
+  }
+  uint64_t s = 0;
+  for (const auto& [n, v] : node_reclaim_) s += static_cast<uint64_t>(std::max<int64_t>(v, 0));
+  return s;
 }
 
 bool SimKernel::dead() {

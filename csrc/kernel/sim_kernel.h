@@ -82,6 +82,19 @@ struct SimVma {
   uint64_t len() const { return end - start; }
 };
 
+// Why a call failed (an errno), why the process died (a signal), or an event that decided an
+// outcome (err = signal = 0): the rule applied and the numbers it compared. Recorded by every
+// failing call, so an explanation never has to re-derive the kernel's arithmetic.
+struct SimReason {
+  std::string call;  // "mmap", "madvise(MADV_POPULATE_WRITE)", "prefault touch", ...
+  std::string rule;  // a stable id: "hugetlb_reserve", "oom", "mbind_node_without_memory", ...
+  int err = 0;
+  int signal = 0;
+  std::vector<std::pair<std::string, int64_t>> numbers;  // in the order the rule uses them
+  std::string text;                                      // the rule in words, with the numbers
+};
+using SimNumbers = std::vector<std::pair<std::string, int64_t>>;
+
 struct SimCrash {
   int signal = 0;
   std::string where;
@@ -140,6 +153,11 @@ class SimKernel : public Kernel {
   uint64_t committed_as();
   uint64_t commit_limit();  // CommitLimit in bytes
   uint64_t total_vm();
+  // Every reason recorded since construction (or the last clear_reasons), oldest first.
+  std::vector<SimReason> reasons();
+  void clear_reasons();
+  // Reclaimable memory (page cache + SReclaimable) left on a node, and in total.
+  uint64_t node_reclaimable(int node);
 
  private:
   friend struct SimFaulter;
@@ -165,12 +183,26 @@ class SimKernel : public Kernel {
   uint64_t commit_limit_locked() const;
   SysResult die(int sig, const std::string& where, int node, uint64_t hsize,
                 const std::string& detail);
+  SysResult die(const std::string& where, int node, uint64_t hsize, SimReason r);
+  // Record a reason for an errno and return the error.
+  SysResult fail(int err, const std::string& call, const std::string& rule, const std::string& text,
+                 SimNumbers numbers = {});
+  void note(const std::string& call, const std::string& rule, const std::string& text,
+            SimNumbers numbers = {});
+  // After a public call: an errno with no reason recorded gets a generic one.
+  void explain_errno(const std::string& call, const SysResult& r, uint64_t before);
+  // Keep a reason; past kMaxReasons the oldest half is dropped (a long simulation keeps its
+  // latest evidence without growing without bound).
+  void record(SimReason r);
+  static constexpr size_t kMaxReasons = 4096;
+  int64_t reclaim(int node, int64_t bytes);  // take up to `bytes` of reclaimable memory
+  long node_obtainable(int node) const;      // free + reclaimable
 
   // sim_mmap.cpp
   std::vector<int> fault_order(const SimPolicy& vma_policy, uint64_t index) const;
   // Fault pages [first, first+count) of vma's object. Returns 0, or a signal number for the
   // failure (SIGBUS / SIGKILL) with *why filled.
-  int fault_range(SimVma& v, uint64_t first, uint64_t count, std::string* why, int* node,
+  int fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason* why, int* node,
                   uint64_t* hsize);
   SysResult populate(uintptr_t start, uintptr_t end, bool write, const std::string& where,
                      bool is_madvise);
@@ -179,14 +211,29 @@ class SimKernel : public Kernel {
   int reserve_real(uintptr_t hint, uint64_t len, uint64_t align, bool fixed, uintptr_t* out);
   int commit_check(uint64_t bytes, uint64_t new_vm_bytes);
   SysResult munmap_locked(uintptr_t start, uintptr_t end);
+  SysResult do_mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset);
+  SysResult do_munmap(void* addr, size_t length);
+  SysResult do_madvise(void* addr, size_t length, int advice);
+  SysResult do_touch(void* addr, size_t length, size_t stride);
+  SysResult do_mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
+                     unsigned long maxnode, unsigned flags);
+  SysResult do_memfd_create(const char* name, unsigned flags);
+  SysResult do_ftruncate(int fd, off_t length);
+  SysResult do_close(int fd);
 
   std::mutex mu_;
   SimConfig cfg_;
   std::map<uint64_t, SimHState> hstates_;
-  std::map<int, int64_t> node_free_;  // bytes free per node (buddy)
-  int64_t mem_free_delta_ = 0;        // change of global MemFree since start
-  uint64_t committed_ = 0;            // bytes committed by the simulated process
-  uint64_t memcg_usage_ = 0;          // bytes charged to the memory cgroup
+  std::map<int, int64_t> node_free_;     // bytes free per node (buddy)
+  std::map<int, int64_t> node_reclaim_;  // bytes of reclaimable page cache + slab per node
+  int64_t reclaimed_ = 0;                // reclaimed since start (Cached/SReclaimable shrink)
+  int64_t reclaimed_cache_ = 0;          // of which page cache
+  std::map<int, int64_t> node_cache_reclaimed_;
+  std::vector<SimReason> reasons_;
+  uint64_t reasons_total_ = 0;  // reasons recorded since start (not reduced by trimming)
+  int64_t mem_free_delta_ = 0;  // change of global MemFree since start
+  uint64_t committed_ = 0;      // bytes committed by the simulated process
+  uint64_t memcg_usage_ = 0;    // bytes charged to the memory cgroup
   SimPolicy task_policy_;
   std::map<uintptr_t, SimVma> vmas_;  // by start
   std::map<int, SimObjectPtr> fds_;

@@ -24,6 +24,14 @@ constexpr int kWeightedInterleave = 6;
 SysResult SimKernel::mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
                            unsigned long maxnode, unsigned flags) {
   std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t before = reasons_total_;
+  SysResult r = do_mbind(addr, length, mode, nodemask, maxnode, flags);
+  explain_errno("mbind", r, before);
+  return r;
+}
+
+SysResult SimKernel::do_mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
+                              unsigned long maxnode, unsigned flags) {
   if (crash_.signal) return SysResult::Crash(crash_.signal);
   const uint64_t ps = cfg_.page_size;
 
@@ -87,7 +95,15 @@ SysResult SimKernel::mbind(void* addr, size_t length, int mode, const unsigned l
   if (m != MPOL_DEFAULT && m != MPOL_LOCAL) {
     for (int n : user_nodes)
       if (has_memory(n)) pol.nodes.push_back(n);
-    if (pol.nodes.empty()) return SysResult::Err(EINVAL);
+    if (pol.nodes.empty()) {
+      std::string with;
+      for (int n : memory_nodes()) with += (with.empty() ? "" : ",") + std::to_string(n);
+      return fail(EINVAL, "mbind", "mbind_node_without_memory",
+                  "node " + std::to_string(user_nodes.front()) +
+                      " has no memory (nodes with memory: " + (with.empty() ? "none" : with) +
+                      "): mbind fails with EINVAL",
+                  {{"node", user_nodes.front()}});
+    }
     if (m == MPOL_PREFERRED) pol.nodes.resize(1);
     if (m == kWeightedInterleave) pol.mode = MPOL_INTERLEAVE;
   }

@@ -18,8 +18,24 @@ constexpr unsigned kMfdHugeMask = 0x3f;
 
 SysResult SimKernel::memfd_create(const char* name, unsigned flags) {
   std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t before = reasons_total_;
+  SysResult r = do_memfd_create(name, flags);
+  explain_errno("memfd_create", r, before);
+  return r;
+}
+
+SysResult SimKernel::do_memfd_create(const char* name, unsigned flags) {
   if (crash_.signal) return SysResult::Crash(crash_.signal);
-  if (!version_at_least(3, 17)) return SysResult::Err(ENOSYS);
+  if (!version_at_least(3, 17))
+    return fail(ENOSYS, "memfd_create", "memfd_unsupported",
+                "kernel " + cfg_.kernel_release +
+                    " is older than 3.17, which added memfd_create: "
+                    "ENOSYS");
+  if ((flags & MFD_HUGETLB) && !version_at_least(4, 14))
+    return fail(EINVAL, "memfd_create", "memfd_hugetlb_unsupported",
+                "kernel " + cfg_.kernel_release +
+                    " is older than 4.14: memfd_create rejects "
+                    "MFD_HUGETLB (EINVAL)");
   unsigned known = MFD_CLOEXEC | MFD_ALLOW_SEALING;
   if (version_at_least(4, 14)) known |= MFD_HUGETLB;
   if (version_at_least(6, 3)) known |= kMfdNoexecSeal | kMfdExec;
@@ -35,11 +51,17 @@ SysResult SimKernel::memfd_create(const char* name, unsigned flags) {
   obj->name = name;
   obj->page = cfg_.page_size;
   if (flags & MFD_HUGETLB) {
-    if (cfg_.hugepage_sizes.empty()) return SysResult::Err(ENOSYS);  // CONFIG_HUGETLBFS=n
+    if (cfg_.hugepage_sizes.empty())  // CONFIG_HUGETLBFS=n
+      return fail(ENOSYS, "memfd_create", "hugepage_size_unknown",
+                  "this kernel has no hugepages: memfd_create(MFD_HUGETLB) fails with ENOSYS");
     unsigned log = (flags >> kMfdHugeShift) & kMfdHugeMask;
     uint64_t size = log ? (uint64_t{1} << log) : cfg_.default_hugepage_size;
     SimHState* h = hstate(size);
-    if (!h) return SysResult::Err(ENODEV);
+    if (!h)
+      return fail(ENODEV, "memfd_create", "hugepage_size_unknown",
+                  "this kernel has no " + std::to_string(size / 1024) +
+                      " kB hugepages: memfd_create(MFD_HUGETLB) fails with ENODEV",
+                  {{"hugepage_size", static_cast<int64_t>(size)}});
     obj->h = h;
     obj->page = size;
   }
@@ -51,6 +73,13 @@ SysResult SimKernel::memfd_create(const char* name, unsigned flags) {
 
 SysResult SimKernel::ftruncate(int fd, off_t length) {
   std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t before = reasons_total_;
+  SysResult r = do_ftruncate(fd, length);
+  explain_errno("ftruncate", r, before);
+  return r;
+}
+
+SysResult SimKernel::do_ftruncate(int fd, off_t length) {
   if (crash_.signal) return SysResult::Crash(crash_.signal);
   auto it = fds_.find(fd);
   if (it == fds_.end()) return SysResult::Err(EBADF);
@@ -67,6 +96,13 @@ SysResult SimKernel::ftruncate(int fd, off_t length) {
 
 SysResult SimKernel::close(int fd) {
   std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t before = reasons_total_;
+  SysResult r = do_close(fd);
+  explain_errno("close", r, before);
+  return r;
+}
+
+SysResult SimKernel::do_close(int fd) {
   if (crash_.signal) return SysResult::Crash(crash_.signal);
   auto it = fds_.find(fd);
   if (it == fds_.end()) return SysResult::Err(EBADF);

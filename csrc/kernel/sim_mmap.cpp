@@ -26,6 +26,8 @@ constexpr int kMapHugeMask = 0x3f;
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 std::string kb(uint64_t bytes) { return std::to_string(bytes / 1024) + " kB"; }
+std::string str(int64_t v) { return std::to_string(v); }
+int64_t i64(uint64_t v) { return static_cast<int64_t>(v); }
 
 std::string node_list(const std::vector<int>& nodes) {
   std::string s;
@@ -133,7 +135,16 @@ int SimKernel::commit_check(uint64_t bytes, uint64_t /*new_vm_bytes*/) {
   const uint64_t ps = cfg_.page_size;
   const uint64_t pages = bytes / ps;
   if (cfg_.overcommit_memory == 0) {
-    if (pages > cfg_.mem_total / ps + cfg_.swap_total / ps) return ENOMEM;
+    if (pages > cfg_.mem_total / ps + cfg_.swap_total / ps) {
+      fail(ENOMEM, "mmap", "overcommit_heuristic",
+           "overcommit_memory 0 refuses a single mapping larger than RAM + swap: " +
+               str(i64(bytes)) + " bytes > MemTotal " + str(i64(cfg_.mem_total)) + " + SwapTotal " +
+               str(i64(cfg_.swap_total)),
+           {{"length", i64(bytes)},
+            {"mem_total", i64(cfg_.mem_total)},
+            {"swap_total", i64(cfg_.swap_total)}});
+      return ENOMEM;
+    }
   } else if (cfg_.overcommit_memory == 2) {
     int64_t allowed = static_cast<int64_t>(commit_limit_locked() / ps);
     if (!cfg_.root) allowed -= static_cast<int64_t>(cfg_.admin_reserve_kbytes * 1024 / ps);
@@ -142,7 +153,18 @@ int SimKernel::commit_check(uint64_t bytes, uint64_t /*new_vm_bytes*/) {
     int64_t reserve = static_cast<int64_t>(cfg_.user_reserve_kbytes * 1024 / ps);
     allowed -= std::min(static_cast<int64_t>(vm / ps / 32), reserve);
     int64_t committed = static_cast<int64_t>((cfg_.committed_as + committed_) / ps + pages);
-    if (committed >= allowed) return ENOMEM;
+    if (committed >= allowed) {
+      const int64_t before = static_cast<int64_t>(cfg_.committed_as + committed_);
+      fail(ENOMEM, "mmap", "commit_limit",
+           "overcommit_memory 2 (strict): Committed_AS " + str(before) + " + " + str(i64(bytes)) +
+               " bytes must stay under CommitLimit " + str(i64(commit_limit_locked())) +
+               " less the reserves (" + str(allowed * static_cast<int64_t>(ps)) + " allowed)",
+           {{"length", i64(bytes)},
+            {"committed_as", before},
+            {"commit_limit", i64(commit_limit_locked())},
+            {"limit", allowed * static_cast<int64_t>(ps)}});
+      return ENOMEM;
+    }
   }
   committed_ += bytes;
   return 0;
@@ -194,6 +216,13 @@ SysResult SimKernel::munmap_locked(uintptr_t start, uintptr_t end) {
 
 SysResult SimKernel::mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
   std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t before = reasons_total_;
+  SysResult r = do_mmap(addr, length, prot, flags, fd, offset);
+  explain_errno("mmap", r, before);
+  return r;
+}
+
+SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
   if (crash_.signal) return SysResult::Crash(crash_.signal);
   const uint64_t ps = cfg_.page_size;
   const uintptr_t hint = reinterpret_cast<uintptr_t>(addr);
@@ -221,7 +250,15 @@ SysResult SimKernel::mmap(void* addr, size_t length, int prot, int flags, int fd
     if (!version_at_least(3, 8)) log = 0;
     uint64_t size = log ? (uint64_t{1} << log) : cfg_.default_hugepage_size;
     h = size ? hstate(size) : nullptr;
-    if (!h) return SysResult::Err(EINVAL);
+    if (!h) {
+      std::string sizes;
+      for (uint64_t z : cfg_.hugepage_sizes) sizes += (sizes.empty() ? "" : ", ") + kb(z);
+      return fail(EINVAL, "mmap", "hugepage_size_unknown",
+                  "this kernel has no " + kb(size) +
+                      " hugepages (sizes: " + (sizes.empty() ? std::string("none") : sizes) +
+                      "): mmap(MAP_HUGETLB) fails with EINVAL",
+                  {{"hugepage_size", i64(size)}});
+    }
   }
   if (length == 0) return SysResult::Err(EINVAL);
   const uint64_t unit = h ? h->size : ps;
@@ -238,7 +275,12 @@ SysResult SimKernel::mmap(void* addr, size_t length, int prot, int flags, int fd
   // RLIMIT_AS counts every VMA, hugetlb and NORESERVE included.
   uint64_t vm = cfg_.base_vm;
   for (const auto& [s, v] : vmas_) vm += v.len();
-  if (cfg_.rlimit_as != UINT64_MAX && vm + len > cfg_.rlimit_as) return SysResult::Err(ENOMEM);
+  if (cfg_.rlimit_as != UINT64_MAX && vm + len > cfg_.rlimit_as)
+    return fail(ENOMEM, "mmap", "rlimit_as",
+                "RLIMIT_AS (Max address space) is " + str(i64(cfg_.rlimit_as)) +
+                    " bytes: the process maps " + str(i64(vm)) + " and asks for " + str(i64(len)) +
+                    " more",
+                {{"vm", i64(vm)}, {"length", i64(len)}, {"limit", i64(cfg_.rlimit_as)}});
 
   const bool noreserve = flags & MAP_NORESERVE;
   const bool writable = prot & PROT_WRITE;
@@ -272,18 +314,69 @@ SysResult SimKernel::mmap(void* addr, size_t length, int prot, int flags, int fd
     if (rm != cfg_.hugetlb_cgroup_rsvd_max.end() && version_at_least(5, 7) &&
         h->cg_rsvd + static_cast<uint64_t>(delta) * h->size > rm->second) {
       if (accounted) committed_ -= len;
-      return SysResult::Err(ENOMEM);
+      return fail(
+          ENOMEM, "mmap", "hugetlb_cgroup_rsvd",
+          "the hugetlb cgroup reservation limit for " + kb(h->size) + " pages is " +
+              str(i64(rm->second)) + " bytes; " + str(delta) + " pages more do not fit",
+          {{"hugepage_size", i64(h->size)}, {"pages_needed", delta}, {"limit", i64(rm->second)}});
     }
+    const long free0 = h->free(), resv0 = h->resv, surp0 = h->surp();
+    const long short0 = std::max(0L, resv0 + delta - free0);
+    long room0 = h->overcommit - surp0;
+    if (gigantic(*h) && !version_at_least(6, 19)) room0 = 0;
+    SimNumbers pool = {{"hugepage_size", i64(h->size)},
+                       {"pages_needed", delta},
+                       {"free", free0},
+                       {"reserved", resv0},
+                       {"available", free0 - resv0},
+                       {"surplus", surp0},
+                       {"surplus_allowed", h->overcommit}};
     if (delta > 0 && gather_surplus(*h, delta)) {
       if (accounted) committed_ -= len;
-      return SysResult::Err(ENOMEM);
+      std::string base = "mmap(MAP_HUGETLB) reserves all " + str(delta) + " " + kb(h->size) +
+                         " pages at mmap time: HugePages_Free " + str(free0) + " - Rsvd " +
+                         str(resv0) + " = " + str(free0 - resv0) + " available, " + str(short0) +
+                         " short";
+      if (room0 < short0) {
+        return fail(ENOMEM, "mmap", "hugetlb_reserve",
+                    base + "; nr_overcommit_hugepages " + str(h->overcommit) + " with " +
+                        str(surp0) + " surplus in use allows " + str(std::max(0L, room0)) +
+                        " more: ENOMEM",
+                    pool);
+      }
+      long obtainable = 0;
+      for (int n : memory_nodes()) obtainable += node_obtainable(n) / static_cast<long>(h->size);
+      pool.push_back({"surplus_obtainable", obtainable});
+      return fail(ENOMEM, "mmap", "hugetlb_surplus_no_memory",
+                  base + "; nr_overcommit_hugepages allows them as surplus pages, but the " +
+                      "buddy allocator has only " + str(obtainable) + " free " + kb(h->size) +
+                      " blocks: ENOMEM",
+                  pool);
+    }
+    if (delta > 0 && short0 > 0) {
+      note("mmap", "hugetlb_surplus_gathered",
+           "mmap(MAP_HUGETLB) reserves " + str(delta) + " " + kb(h->size) +
+               " pages: " + str(free0 - resv0) + " available in the pool, and the " + str(short0) +
+               " missing were allocated as surplus pages (nr_overcommit_hugepages " +
+               str(h->overcommit) + ", surplus now " + str(h->surp()) + ")",
+           pool);
+    } else if (delta > 0) {
+      note("mmap", "hugetlb_reserved",
+           "mmap(MAP_HUGETLB) reserves " + str(delta) + " " + kb(h->size) +
+               " pages from the global pool (HugePages_Free " + str(free0) + " - Rsvd " +
+               str(resv0) + " = " + str(free0 - resv0) +
+               " available); which node gives them is decided at fault time",
+           pool);
     }
     if (delta > 0 && version_at_least(5, 9) && task_policy_.mode == MPOL_BIND) {
       long allowed = 0;
       for (int n : task_policy_.nodes) allowed += h->node[n].free;
       if (delta > allowed) {
         return_unused_surplus(*h, delta);
-        return SysResult::Err(ENOMEM);
+        return fail(ENOMEM, "mmap", "hugetlb_reserve_mpol_bind",
+                    "the task's MPOL_BIND nodes have " + str(allowed) + " free " + kb(h->size) +
+                        " pages, " + str(delta) + " needed (5.9+ checks them at mmap)",
+                    {{"hugepage_size", i64(h->size)}, {"pages_needed", delta}, {"free", allowed}});
       }
     }
   }
@@ -293,7 +386,9 @@ SysResult SimKernel::mmap(void* addr, size_t length, int prot, int flags, int fd
   if (err) {
     if (delta > 0) return_unused_surplus(*h, delta);
     if (accounted) committed_ -= len;
-    return SysResult::Err(err);
+    return fail(err, "mmap", "address_space",
+                "no room for " + str(i64(len)) + " bytes in the address space",
+                {{"length", i64(len)}});
   }
   if (delta > 0) {
     for (const auto& seg : obj->pages.segments(pgoff, npages))
@@ -328,6 +423,13 @@ SysResult SimKernel::mmap(void* addr, size_t length, int prot, int flags, int fd
 
 SysResult SimKernel::munmap(void* addr, size_t length) {
   std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t before = reasons_total_;
+  SysResult r = do_munmap(addr, length);
+  explain_errno("munmap", r, before);
+  return r;
+}
+
+SysResult SimKernel::do_munmap(void* addr, size_t length) {
   if (crash_.signal) return SysResult::Crash(crash_.signal);
   uintptr_t start = reinterpret_cast<uintptr_t>(addr);
   if (start % cfg_.page_size || length == 0) return SysResult::Err(EINVAL);
@@ -353,7 +455,7 @@ std::vector<int> SimKernel::fault_order(const SimPolicy& vp, uint64_t) const {
   return all;
 }
 
-int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, std::string* why, int* node,
+int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason* why, int* node,
                            uint64_t* hsize) {
   SimObject& o = *v.obj;
   SimHState* h = o.h;
@@ -362,6 +464,17 @@ int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, std::strin
   *node = order.empty() ? -1 : order.front();
   *hsize = h ? h->size : 0;
   uint64_t limit = count;
+  // What the allowed nodes hold before this fault: the numbers a failure is explained with.
+  long nodes_free0 = 0;
+  int64_t mem_free0 = 0, reclaim0 = 0;
+  for (int n : order) {
+    if (h) nodes_free0 += h->node[n].free;
+    mem_free0 += node_mem_free(n);
+    auto r = node_reclaim_.find(n);
+    if (r != node_reclaim_.end()) reclaim0 += std::max<int64_t>(r->second, 0);
+  }
+  const long hfree0 = h ? h->free() : 0, hresv0 = h ? h->resv : 0, hsurp0 = h ? h->surp() : 0;
+  const uint64_t done0 = o.pages.count(first, count, PageState::Faulted);
   bool beyond_eof = false;
   if (o.is_file) {
     uint64_t eof = o.i_size / o.page;
@@ -438,7 +551,7 @@ int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, std::strin
         if (room <= 0 || (gigantic(*h) && !version_at_least(6, 19))) break;
         long before = have;
         for (int n : order) {
-          long k = std::min({need - have, room, node_mem_free(n) / static_cast<long>(h->size)});
+          long k = std::min({need - have, room, node_obtainable(n) / static_cast<long>(h->size)});
           if (k <= 0 || !has_memory(n)) continue;
           node_mem_take(n, static_cast<int64_t>(h->size) * k);
           h->node[n].nr += k;
@@ -456,13 +569,28 @@ int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, std::strin
       h->cg_usage += static_cast<uint64_t>(have) * h->size;
       o.pages.assign(seg.start, static_cast<uint64_t>(have), PageState::Faulted, got);
       if (have < static_cast<long>(seg.len)) {
+        const int64_t faulted =
+            static_cast<int64_t>(o.pages.count(first, count, PageState::Faulted));
+        why->signal = SIGBUS;
+        why->numbers = {{"hugepage_size", i64(h->size)},
+                        {"node", order.empty() ? -1 : order.front()},
+                        {"pages_needed", static_cast<int64_t>(count - done0)},
+                        {"pages_faulted", faulted - static_cast<int64_t>(done0)},
+                        {"node_free", nodes_free0},
+                        {"free", hfree0},
+                        {"reserved", hresv0},
+                        {"surplus", hsurp0},
+                        {"surplus_allowed", h->overcommit}};
         if (cg_limited && have == need) {
-          *why = "hugetlb cgroup limit " + kb(cm->second) + " reached";
+          why->rule = "hugetlb_cgroup_limit";
+          why->numbers.push_back({"limit", i64(cm->second)});
+          why->text = "hugetlb cgroup limit " + kb(cm->second) + " reached";
         } else {
-          *why = "no free " + kb(h->size) + " hugepage on node(s) " + node_list(order) +
-                 " (HugePages_Free=" + std::to_string(h->free()) +
-                 " Rsvd=" + std::to_string(h->resv) + " Surp=" + std::to_string(h->surp()) +
-                 " nr_overcommit=" + std::to_string(h->overcommit) + ")";
+          why->rule = "hugetlb_fault_no_page";
+          why->text = "no free " + kb(h->size) + " hugepage on node(s) " + node_list(order) +
+                      " (HugePages_Free=" + std::to_string(h->free()) +
+                      " Rsvd=" + std::to_string(h->resv) + " Surp=" + std::to_string(h->surp()) +
+                      " nr_overcommit=" + std::to_string(h->overcommit) + ")";
         }
         return SIGBUS;
       }
@@ -478,25 +606,51 @@ int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, std::strin
           memcg_limited = true;
         }
       }
-      for (int n : order) {
-        long k = std::min(need - have, node_mem_free(n) / static_cast<long>(pg));
-        if (k <= 0) continue;
-        node_mem_take(n, static_cast<int64_t>(pg) * k);
-        got.push_back({n, static_cast<uint64_t>(k)});
-        have += k;
+      // Free memory on the allowed nodes first (in fallback order), then reclaim: page cache
+      // and reclaimable slab go before the OOM killer is called.
+      std::map<int, uint64_t> by_node;
+      for (int pass = 0; pass < 2 && have < need; ++pass) {
+        for (int n : order) {
+          long cap = pass == 0 ? node_mem_free(n) : node_obtainable(n);
+          long k = std::min(need - have, cap / static_cast<long>(pg));
+          if (k <= 0) continue;
+          node_mem_take(n, static_cast<int64_t>(pg) * k);
+          by_node[n] += static_cast<uint64_t>(k);
+          have += k;
+        }
       }
+      for (int n : order)
+        if (by_node[n]) got.push_back({n, by_node[n]});
       memcg_usage_ += static_cast<uint64_t>(have) * pg;
       o.pages.assign(seg.start, static_cast<uint64_t>(have), PageState::Faulted, got);
       if (have < static_cast<long>(seg.len)) {
-        *why = memcg_limited ? "memory cgroup limit " + kb(cfg_.memcg_max) + " reached: OOM kill"
-                             : "out of memory on node(s) " + node_list(order) + ": OOM kill";
+        const int64_t faulted =
+            static_cast<int64_t>(o.pages.count(first, count, PageState::Faulted));
+        why->signal = SIGKILL;
+        why->numbers = {{"node", order.empty() ? -1 : order.front()},
+                        {"node_count", static_cast<int64_t>(order.size())},
+                        {"bytes_needed", static_cast<int64_t>((count - done0) * pg)},
+                        {"bytes_faulted", (faulted - static_cast<int64_t>(done0)) * i64(pg)},
+                        {"node_free", mem_free0},
+                        {"reclaimable", reclaim0}};
+        if (memcg_limited) {
+          why->rule = "memcg_oom";
+          why->numbers.push_back({"limit", i64(cfg_.memcg_max)});
+          why->text = "memory cgroup limit " + kb(cfg_.memcg_max) + " reached: OOM kill";
+        } else {
+          why->rule = "oom";
+          why->text = "out of memory on node(s) " + node_list(order) + ": OOM kill";
+        }
         *hsize = 0;
         return SIGKILL;
       }
     }
   }
   if (beyond_eof) {
-    *why = "fault beyond the end of the memfd (" + std::to_string(o.i_size) + " bytes)";
+    why->signal = SIGBUS;
+    why->rule = "memfd_beyond_eof";
+    why->numbers = {{"file_size", i64(o.i_size)}};
+    why->text = "fault beyond the end of the memfd (" + std::to_string(o.i_size) + " bytes)";
     return SIGBUS;
   }
   return 0;
@@ -517,15 +671,19 @@ SysResult SimKernel::populate(uintptr_t start, uintptr_t end, bool write, const 
     uint64_t pg = v.obj->page;
     uint64_t first = v.pgoff + (pos - v.start) / pg;
     uint64_t last = v.pgoff + (round_up(stop - v.start, pg)) / pg;
-    std::string why;
+    SimReason why;
     int node = -1;
     uint64_t hsize = 0;
     int sig = fault_range(v, first, last - first, &why, &node, &hsize);
-    if (sig == SIGKILL || (sig && !is_madvise)) {
-      SysResult r = die(sig, where, node, hsize, why);
-      return r;
+    if (sig == SIGKILL || (sig && !is_madvise)) return die(where, node, hsize, std::move(why));
+    if (sig) {  // SIGBUS during MADV_POPULATE_*: the fault's reason, as EFAULT
+      why.call = where;
+      why.err = EFAULT;
+      why.signal = 0;
+      why.text += ": " + where + " returns EFAULT";
+      record(std::move(why));
+      return SysResult::Err(EFAULT);
     }
-    if (sig) return SysResult::Err(EFAULT);  // SIGBUS during MADV_POPULATE_*
     pos = v.end;
   }
   return SysResult::Ok(0);
@@ -533,10 +691,24 @@ SysResult SimKernel::populate(uintptr_t start, uintptr_t end, bool write, const 
 
 SysResult SimKernel::madvise(void* addr, size_t length, int advice) {
   std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t before = reasons_total_;
+  SysResult r = do_madvise(addr, length, advice);
+  explain_errno("madvise", r, before);
+  return r;
+}
+
+SysResult SimKernel::do_madvise(void* addr, size_t length, int advice) {
   if (crash_.signal) return SysResult::Crash(crash_.signal);
   const bool populate_advice = advice == kMadvPopulateRead || advice == kMadvPopulateWrite;
-  if (!known_advice(advice) || (populate_advice && !version_at_least(5, 14)))
-    return SysResult::Err(EINVAL);
+  if (populate_advice && !version_at_least(5, 14))
+    return fail(EINVAL,
+                advice == kMadvPopulateWrite ? "madvise(MADV_POPULATE_WRITE)"
+                                             : "madvise(MADV_POPULATE_READ)",
+                "populate_unsupported",
+                "kernel " + cfg_.kernel_release +
+                    " is older than 5.14, which added MADV_POPULATE_READ/WRITE: EINVAL",
+                {{"kernel_major", cfg_.kernel_major}, {"kernel_minor", cfg_.kernel_minor}});
+  if (!known_advice(advice)) return SysResult::Err(EINVAL);
   uintptr_t start = reinterpret_cast<uintptr_t>(addr);
   if (start % cfg_.page_size) return SysResult::Err(EINVAL);
   uint64_t len = round_up(length, cfg_.page_size);
@@ -613,6 +785,13 @@ SysResult SimKernel::madvise(void* addr, size_t length, int advice) {
 
 SysResult SimKernel::touch(void* addr, size_t length, size_t stride) {
   std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t before = reasons_total_;
+  SysResult r = do_touch(addr, length, stride);
+  explain_errno("touch", r, before);
+  return r;
+}
+
+SysResult SimKernel::do_touch(void* addr, size_t length, size_t stride) {
   if (crash_.signal) return SysResult::Crash(crash_.signal);
   if (stride == 0) return SysResult::Err(EINVAL);
   if (length == 0) return SysResult::Ok(0);
@@ -637,7 +816,7 @@ SysResult SimKernel::touch(void* addr, size_t length, size_t stride) {
       return die(SIGSEGV, where, -1, 0, "touch of a mapping without PROT_WRITE");
     uintptr_t stop = std::min<uintptr_t>(end, v.end);
     uint64_t pg = v.obj->page;
-    std::string why;
+    SimReason why;
     int node = -1;
     uint64_t hsize = 0;
     int sig = 0;
@@ -654,7 +833,7 @@ SysResult SimKernel::touch(void* addr, size_t length, size_t stride) {
         sig = fault_range(v, f, 1, &why, &node, &hsize);
       }
     }
-    if (sig) return die(sig, where, node, hsize, why);
+    if (sig) return die(where, node, hsize, std::move(why));
     pos = v.end;
   }
   return SysResult::Ok(0);

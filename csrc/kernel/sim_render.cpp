@@ -54,8 +54,18 @@ std::map<std::string, std::string> SimKernel::render_all() {
     const uint64_t total = cfg_.mem_total;
     const int64_t free =
         std::max<int64_t>(0, static_cast<int64_t>(cfg_.mem_free) + mem_free_delta_);
-    const int64_t avail =
-        std::max<int64_t>(0, static_cast<int64_t>(cfg_.mem_available) + mem_free_delta_);
+    // Memory taken since start came from MemFree or from reclaimed cache: either way it is
+    // no longer available.
+    const int64_t avail = std::max<int64_t>(
+        0, static_cast<int64_t>(cfg_.mem_available) + mem_free_delta_ - reclaimed_);
+    uint64_t cache = 0, slab = 0;
+    for (const auto& n : cfg_.nodes) {
+      cache += n.page_cache;
+      slab += n.slab_reclaimable;
+    }
+    const uint64_t cache_now = cache - std::min<uint64_t>(cache, reclaimed_cache_);
+    const uint64_t slab_now =
+        slab - std::min<uint64_t>(slab, static_cast<uint64_t>(reclaimed_ - reclaimed_cache_));
     uint64_t anon = 0;
     for (const auto& [s, v] : vmas_)
       if (!v.hugetlb() && !v.obj->shared)
@@ -63,20 +73,26 @@ std::map<std::string, std::string> SimKernel::render_all() {
             v.obj->pages.count(v.pgoff, v.len() / v.obj->page, PageState::Faulted) * v.obj->page;
     kb_line(m, "", "MemTotal:", total / 1024);
     kb_line(m, "", "MemFree:", static_cast<uint64_t>(free) / 1024);
-    if (version_at_least(3, 14))
+    if (cfg_.show_mem_available)
       kb_line(m, "", "MemAvailable:", static_cast<uint64_t>(avail) / 1024);
-    for (const char* l :
-         {"Buffers:", "Cached:", "SwapCached:", "Active:", "Inactive:", "Active(anon):",
-          "Inactive(anon):", "Active(file):", "Inactive(file):", "Unevictable:", "Mlocked:"})
+    kb_line(m, "", "Buffers:", 0);
+    kb_line(m, "", "Cached:", cache_now / 1024);
+    for (const char* l : {"SwapCached:", "Active:"}) kb_line(m, "", l, 0);
+    kb_line(m, "", "Inactive:", cache_now / 1024);
+    for (const char* l : {"Active(anon):", "Inactive(anon):", "Active(file):"})
       kb_line(m, "", l, 0);
+    kb_line(m, "", "Inactive(file):", cache_now / 1024);
+    for (const char* l : {"Unevictable:", "Mlocked:"}) kb_line(m, "", l, 0);
     kb_line(m, "", "SwapTotal:", cfg_.swap_total / 1024);
     kb_line(m, "", "SwapFree:", cfg_.swap_total / 1024);
     kb_line(m, "", "Dirty:", 0);
     kb_line(m, "", "Writeback:", 0);
     kb_line(m, "", "AnonPages:", anon / 1024);
-    for (const char* l :
-         {"Mapped:", "Shmem:", "KReclaimable:", "Slab:", "SReclaimable:", "SUnreclaim:",
-          "KernelStack:", "PageTables:", "NFS_Unstable:", "Bounce:", "WritebackTmp:"})
+    for (const char* l : {"Mapped:", "Shmem:"}) kb_line(m, "", l, 0);
+    for (const char* l : {"KReclaimable:", "Slab:", "SReclaimable:"})
+      kb_line(m, "", l, slab_now / 1024);
+    for (const char* l : {"SUnreclaim:", "KernelStack:", "PageTables:", "NFS_Unstable:", "Bounce:",
+                          "WritebackTmp:"})
       kb_line(m, "", l, 0);
     kb_line(m, "", "CommitLimit:", commit_limit_locked() / 1024);
     kb_line(m, "", "Committed_AS:", (cfg_.committed_as + committed_) / 1024);
@@ -101,6 +117,38 @@ std::map<std::string, std::string> SimKernel::render_all() {
       }
     }
     f["/proc/meminfo"] = m;
+  }
+
+  // /proc/zoneinfo: one Normal zone per node with memory; its "low" line is the node's share
+  // (by MemTotal) of the host's low watermarks, in pages: what psutil reads to estimate
+  // MemAvailable on a kernel that does not print it.
+  {
+    std::string z;
+    uint64_t total = 0;
+    for (const auto& n : cfg_.nodes) total += n.mem_total;
+    uint64_t left = cfg_.watermark_low / cfg_.page_size;
+    std::vector<int> with = memory_nodes();
+    for (size_t i = 0; i < with.size(); ++i) {
+      const SimNodeConfig* nc = nullptr;
+      for (const auto& n : cfg_.nodes)
+        if (n.id == with[i]) nc = &n;
+      uint64_t share = i + 1 == with.size() || total == 0
+                           ? left
+                           : static_cast<uint64_t>(
+                                 static_cast<double>(cfg_.watermark_low / cfg_.page_size) *
+                                 static_cast<double>(nc->mem_total) / static_cast<double>(total));
+      share = std::min(share, left);
+      left -= share;
+      char buf[200];
+      std::snprintf(buf, sizeof buf,
+                    "Node %d, zone   Normal\n  pages free     %" PRIu64
+                    "\n        min      %" PRIu64 "\n        low      %" PRIu64
+                    "\n        high     %" PRIu64 "\n",
+                    with[i], static_cast<uint64_t>(node_mem_free(with[i])) / cfg_.page_size,
+                    share * 4 / 5, share, share * 6 / 5);
+      z += buf;
+    }
+    f["/proc/zoneinfo"] = z;
   }
 
   // /proc/sys
@@ -147,18 +195,32 @@ std::map<std::string, std::string> SimKernel::render_all() {
       std::string prefix = "Node " + std::to_string(n.id) + " ";
       std::string m;
       uint64_t nfree = static_cast<uint64_t>(node_mem_free(n.id));
+      auto nc = node_cache_reclaimed_.find(n.id);
+      const uint64_t ncache_gone =
+          nc == node_cache_reclaimed_.end() ? 0 : static_cast<uint64_t>(nc->second);
+      const uint64_t ncache = n.page_cache - std::min<uint64_t>(n.page_cache, ncache_gone);
+      auto nr = node_reclaim_.find(n.id);
+      const uint64_t nreclaim =
+          nr == node_reclaim_.end() ? 0 : static_cast<uint64_t>(std::max<int64_t>(nr->second, 0));
+      const uint64_t nslab = nreclaim > ncache ? nreclaim - ncache : 0;
       kb_line(m, prefix, "MemTotal:", n.mem_total / 1024);
       kb_line(m, prefix, "MemFree:", nfree / 1024);
       kb_line(m, prefix, "MemUsed:", (n.mem_total > nfree ? n.mem_total - nfree : 0) / 1024);
-      for (const char* l :
-           {"SwapCached:",     "Active:",        "Inactive:",       "Active(anon):",
-            "Inactive(anon):", "Active(file):",  "Inactive(file):", "Unevictable:",
-            "Mlocked:",        "Dirty:",         "Writeback:",      "FilePages:",
-            "Mapped:",         "AnonPages:",     "Shmem:",          "KernelStack:",
-            "PageTables:",     "SecPageTables:", "NFS_Unstable:",   "Bounce:",
-            "WritebackTmp:",   "KReclaimable:",  "Slab:",           "SReclaimable:",
-            "SUnreclaim:",     "AnonHugePages:", "ShmemHugePages:", "ShmemPmdMapped:",
-            "FileHugePages:",  "FilePmdMapped:"})
+      for (const char* l : {"SwapCached:", "Active:"}) kb_line(m, prefix, l, 0);
+      kb_line(m, prefix, "Inactive:", ncache / 1024);
+      for (const char* l : {"Active(anon):", "Inactive(anon):", "Active(file):"})
+        kb_line(m, prefix, l, 0);
+      kb_line(m, prefix, "Inactive(file):", ncache / 1024);
+      for (const char* l : {"Unevictable:", "Mlocked:", "Dirty:", "Writeback:"})
+        kb_line(m, prefix, l, 0);
+      kb_line(m, prefix, "FilePages:", ncache / 1024);
+      for (const char* l : {"Mapped:", "AnonPages:", "Shmem:", "KernelStack:", "PageTables:",
+                            "SecPageTables:", "NFS_Unstable:", "Bounce:", "WritebackTmp:"})
+        kb_line(m, prefix, l, 0);
+      for (const char* l : {"KReclaimable:", "Slab:", "SReclaimable:"})
+        kb_line(m, prefix, l, nslab / 1024);
+      for (const char* l : {"SUnreclaim:", "AnonHugePages:", "ShmemHugePages:", "ShmemPmdMapped:",
+                            "FileHugePages:", "FilePmdMapped:"})
         kb_line(m, prefix, l, 0);
       if (def) {
         auto it = def->node.find(n.id);

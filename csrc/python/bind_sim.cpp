@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernel/sim_kernel.h"
+#include "kernel/syscall_format.h"
 #include "python/bindings.h"
 
 namespace py = pybind11;
@@ -47,6 +48,8 @@ void bind_sim(py::module_& m) {
       .def_readwrite("id", &SimNodeConfig::id)
       .def_readwrite("mem_total", &SimNodeConfig::mem_total)
       .def_readwrite("mem_free", &SimNodeConfig::mem_free)
+      .def_readwrite("page_cache", &SimNodeConfig::page_cache)
+      .def_readwrite("slab_reclaimable", &SimNodeConfig::slab_reclaimable)
       .def_readwrite("cpulist", &SimNodeConfig::cpulist)
       .def_readwrite("distances", &SimNodeConfig::distances)
       .def_readwrite("hugepages", &SimNodeConfig::hugepages);
@@ -69,6 +72,8 @@ void bind_sim(py::module_& m) {
       .def_readwrite("mem_total", &SimConfig::mem_total)
       .def_readwrite("mem_free", &SimConfig::mem_free)
       .def_readwrite("mem_available", &SimConfig::mem_available)
+      .def_readwrite("show_mem_available", &SimConfig::show_mem_available)
+      .def_readwrite("watermark_low", &SimConfig::watermark_low)
       .def_readwrite("committed_as", &SimConfig::committed_as)
       .def_readwrite("admin_reserve_kbytes", &SimConfig::admin_reserve_kbytes)
       .def_readwrite("user_reserve_kbytes", &SimConfig::user_reserve_kbytes)
@@ -120,6 +125,29 @@ void bind_sim(py::module_& m) {
              d["detail"] = c.detail;
              return std::move(d);
            })
+      .def(
+          "reasons",
+          [](SimKernel& k) {
+            py::list out;
+            for (const auto& r : k.reasons()) {
+              py::dict d;
+              d["call"] = r.call;
+              d["rule"] = r.rule;
+              d["errno"] = r.err ? py::object(py::str(errno_symbol(r.err))) : py::none();
+              d["signal"] = r.signal ? py::object(py::str(signal_name(r.signal))) : py::none();
+              py::dict nums;
+              for (const auto& [key, v] : r.numbers) nums[py::str(key)] = v;
+              d["numbers"] = nums;
+              d["text"] = r.text;
+              out.append(d);
+            }
+            return out;
+          },
+          "Why each failing call failed, why the process died, and the events that decided an "
+          "outcome: [{call, rule, errno, signal, numbers, text}], oldest first")
+      .def("clear_reasons", &SimKernel::clear_reasons)
+      .def("reclaimable", &SimKernel::node_reclaimable, py::arg("node") = -1,
+           "Reclaimable bytes left (page cache + SReclaimable) on a node, or all (-1)")
       .def("hugepage_counters", &SimKernel::hugepage_counters, py::arg("size"),
            py::arg("node") = -1, "[total, free, reserved, surplus]; [] for an unknown size/node")
       .def("committed_as", &SimKernel::committed_as)

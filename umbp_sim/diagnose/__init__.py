@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from umbp_sim.diagnose.explain import HostView, explain
+from umbp_sim.diagnose.explain import Cause, explain
 from umbp_sim.diagnose.fixes import Fix, propose
 from umbp_sim.diagnose.request import Request, RequestError, add_request_arguments
 from umbp_sim.diagnose.run import Run, simulate_request
 from umbp_sim.dump import DumpFacts
 from umbp_sim.machine import Machine
-from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, mori_log_lines
+from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, canonical_profile, mori_log_lines
 
 
 @dataclass
@@ -27,11 +27,16 @@ class Diagnosis:
     facts: DumpFacts | None
     request: Request
     run: Run
-    causes: list[str]
+    evidence: list[Cause]
     fixes: list[Fix] = field(default_factory=list)
     not_helping: list[Fix] = field(default_factory=list)
     # The same request under umbp-sim's fixed allocator, when its outcome differs.
     with_fixes: Run | None = None
+    limit: str | None = None  # when no change helps: the rule in the way
+
+    @property
+    def causes(self) -> list[str]:
+        return [c.text for c in self.evidence]
 
     @property
     def exit_code(self) -> int:
@@ -52,6 +57,9 @@ class Diagnosis:
             "fixes": [f.to_json() for f in self.fixes],
             # extra keys
             "fixes_not_helping": [f.to_json() for f in self.not_helping],
+            "limit": self.limit,
+            "cause_sources": [c.source for c in self.evidence],
+            "reasons": [r.to_json() for r in o.reasons],
             "got_what_was_asked": self.run.got_what_was_asked,
             "mapped_size": o.mapped_size,
             "crash_node": o.crash_node,
@@ -96,16 +104,29 @@ def _with_fixes(machine: Machine, request: Request, run: Run) -> Run | None:
     return None if same else other
 
 
-def diagnose(machine: Machine, facts: DumpFacts | None, request: Request) -> Diagnosis:
-    view = HostView.of(machine, facts)
-    run = simulate_request(machine, request)
-    causes = explain(view, request, run)
-    fixes, not_helping = propose(view, request, run) if run.rank < 3 else ([], [])
-    with_fixes = _with_fixes(machine, request, run)
-    return Diagnosis(machine, facts, request, run, causes, fixes, not_helping, with_fixes)
+def diagnose(
+    machine: Machine, facts: DumpFacts | None, request: Request, profile: str | None = None
+) -> Diagnosis:
+    """Replay ``request`` on ``machine``, explain it from the run's evidence, search fixes.
+
+    ``profile``: the allocator profile to model (default: the request's, ``--allocator``),
+    passed to every simulated run.
+    """
+    if profile is not None:
+        request = request.with_allocator(canonical_profile(profile))
+    profile = request.allocator
+    run = simulate_request(machine, request, profile=profile)
+    causes = explain(run, request, machine, facts)
+    d = Diagnosis(machine, facts, request, run, causes)
+    if run.rank < 3:
+        found = propose(machine, request, run, profile)
+        d.fixes, d.not_helping, d.limit = found.fixes, found.not_helping, found.limit
+    d.with_fixes = _with_fixes(machine, request, run)
+    return d
 
 
 __all__ = [
+    "Cause",
     "Diagnosis",
     "Fix",
     "Request",

@@ -1,10 +1,17 @@
-"""Why a replayed request came out as it did, in facts read from the dump.
+"""Why a replayed request came out as it did, from the simulation's own evidence.
 
-``explain(view, request, run)`` returns plain sentences: the node that does not exist, the pool
-counters against the pages needed, MemAvailable against sglang's check, the kernel version
-against MADV_POPULATE_WRITE, the cgroup and rlimit limits, and the dump notes that matter.
-``HostView`` holds the numbers, read from a fresh SimKernel built from the dump's Machine (the
-same counters the simulated /proc and /sys show).
+``explain(run, request, machine, facts)`` returns :class:`Cause` objects, each built from what
+the run recorded and nothing re-derived here:
+
+- SimKernel's reasons (``umbp_sim.sim.Reason``): the rule each failing call hit, each simulated
+  signal, and the events that decided an outcome (a global hugetlb reservation, surplus pages
+  gathered), with the numbers the kernel model compared;
+- what sglang's host check read (``Observed.budget``: psutil's available memory and its parts);
+- the allocator's own warnings (a binding it dropped, a fallback it took);
+- the dump's notes that change the answer.
+
+The Linux rules live in SimKernel (C++), measured against the real kernel; this module only
+puts their numbers into sentences.
 """
 
 from __future__ import annotations
@@ -16,8 +23,8 @@ from umbp_sim.diagnose.run import Run
 from umbp_sim.dump import DumpFacts
 from umbp_sim.machine import Machine
 from umbp_sim.sglang import env as sgenv
-from umbp_sim.sglang.sizing import HICACHE_HOST_MEMORY_RESERVE_BYTES, host_memory_budget
-from umbp_sim.sim import HugePages, SimHost
+from umbp_sim.sglang.sizing import HICACHE_HOST_MEMORY_RESERVE_BYTES
+from umbp_sim.sim import Reason, SimHost
 
 GiB = 1 << 30
 
@@ -26,6 +33,20 @@ RDMA_NOTE = (
     "4 KiB pages (a per-protection-domain limit of about 4 GiB worth of PTEs was reported), "
     "so the allocation succeeding does not mean the server works"
 )
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One sentence of the why, and the evidence it rests on.
+
+    ``source``: ``kernel`` (SimKernel reasons, ``rules`` names them), ``sglang`` (its host check
+    or env parse), ``allocator`` (a warning it logged), ``outcome`` (a consequence of the
+    observed outcome) or ``dump`` (a note from reading the dump).
+    """
+
+    text: str
+    source: str
+    rules: tuple[str, ...] = ()
 
 
 def nodelist(ids: list[int]) -> str:
@@ -50,258 +71,207 @@ def gib(n: int) -> str:
     return f"{n // GiB} GiB" if n % GiB == 0 else f"{n / GiB:.2f} GiB"
 
 
-@dataclass
-class HostView:
-    """The dumped host as the simulation starts it."""
-
-    machine: Machine
-    facts: DumpFacts | None
-    meminfo: dict[str, int]
-
-    @classmethod
-    def of(cls, machine: Machine, facts: DumpFacts | None) -> HostView:
-        return cls(machine, facts, SimHost(machine).meminfo())
-
-    def host(self) -> SimHost:
-        return SimHost(self.machine)
-
-    def pool(self, size: int) -> HugePages:
-        return self.host().hugepages(size)
-
-    def node_pool(self, node: int, size: int) -> HugePages:
-        return self.host().node_hugepages(node, size)
-
-    def memory_nodes(self) -> list[int]:
-        online = set(self.machine.online())
-        return [n.id for n in self.machine.nodes if n.id in online and n.mem_total > 0]
-
-    def node_mem_free(self, node: int) -> int:
-        for n in self.machine.nodes:
-            if n.id == node:
-                return n.mem_free if n.mem_free is not None else n.mem_total
-        return 0
-
-    @property
-    def kernel(self) -> str:
-        return self.machine.kernel_version
-
-    def has_populate_write(self) -> bool:
-        return self.machine.kernel_tuple() >= (5, 14, 0)
-
-    def mem_available(self) -> int:
-        return self.meminfo.get("MemAvailable", 0) * 1024
-
-    def budget(self) -> int:
-        return host_memory_budget(self.meminfo)
-
-
 def pages_needed(request: Request, size: int) -> int:
     """Hugepages of ``size`` the request maps: each buffer rounded up on its own."""
     return sum(-(-b // size) for b in request.buffer_sizes())
 
 
-def explain(view: HostView, request: Request, run: Run) -> list[str]:
-    causes: list[str] = []
-    m = view.machine
-    backing, hp, node, prefault = request.settings()
-    total_bytes = sum(request.buffer_sizes())
-
+def explain(
+    run: Run, request: Request, machine: Machine, facts: DumpFacts | None = None
+) -> list[Cause]:
+    causes: list[Cause] = []
+    o = run.observed
     if request.kind == "sglang":
-        try:
-            sgenv.parse_env(request.env)
-        except sgenv.EnvVarError as e:
-            causes.append(str(e))
-            return causes + _notes(view, request)
-        h = request.hicache()
-        budget = view.budget()
-        ma = view.mem_available()
-        verdict = "fails" if h.nbytes > budget else "passes"
-        causes.append(
-            f"sglang's host check {verdict}: it needs the {h.nbytes} bytes "
-            f"({h.nbytes / 1e9:.2f} GB) to be at most MemAvailable - 10 GiB = {gib(ma)} - 10 GiB "
-            f"= {budget / 1e9:.2f} GB"
-        )
-        default = m.default_hugepage_size
-        if default:
-            p = view.pool(default)
-            if p.total:
-                pool_bytes = p.total * default
-                fits = pages_needed(request, default) <= p.free - p.reserved
-                causes.append(
-                    f"MemAvailable excludes the {gib(pool_bytes)} hugetlb pool ({p.total} x "
-                    f"{kb(default)} pages, {p.free} free): the check cannot see it"
-                    + (", and the request would fit in its free pages" if fits else "")
-                )
-        if h.nbytes > budget:
-            return causes + _notes(view, request)
-
-    if node >= 0:
-        possible = m.possible()
-        if node not in possible:
-            causes.append(
-                f"node {node} does not exist: possible nodes are {nodelist(possible)}; the "
-                "allocator drops the binding and the buffer lands on any node"
-            )
-        elif node not in view.memory_nodes():
-            causes.append(
-                f"node {node} is possible but not online with memory (nodes with memory: "
-                f"{nodelist(view.memory_nodes())}): mbind fails with EINVAL and the buffer is "
-                "not bound"
-            )
-    bound = node if node >= 0 and node in view.memory_nodes() else None
-
-    if backing in ("AnonymousHugetlb", "AnonymousShmHugetlb"):
-        causes += _hugepage_causes(view, request, run, hp, bound, prefault)
-        if run.observed.signal == "SIGKILL" or run.outcome == "failed":
-            # The demoted buffer is ordinary memory: it has to fit there too.
-            causes += _anonymous_causes(view, total_bytes, bound, prefault, run)
-    else:
-        causes += _anonymous_causes(view, total_bytes, bound, prefault, run)
-    causes += _limit_causes(view, request, hp, total_bytes)
+        failure = sgenv.sglang_env_failure(request.env)
+        if failure is not None:
+            causes.append(Cause(failure.error, "sglang"))
+            return causes + _notes(facts, request)
+        if o.budget is not None:
+            causes += _host_check(run, request, machine)
+            if request.hicache().nbytes > o.budget["available"] - HICACHE_HOST_MEMORY_RESERVE_BYTES:
+                return causes + _notes(facts, request)
+    causes += _allocator_binding(run, request, machine)
+    causes += _kernel(o.reasons, run)
+    if not any(c.source in ("kernel", "allocator") for c in causes) and run.outcome != "ok":
+        # The allocator gave up without a kernel failure: its own words are the evidence.
+        causes += [Cause(f"the allocator logged: {w}", "allocator") for w in o.warnings]
+        if o.error and not o.warnings:
+            causes.append(Cause(f"the request ended with: {o.error}", "outcome"))
     if run.outcome == "demoted":
-        causes.append(RDMA_NOTE)
-    return causes + _notes(view, request)
+        causes.append(Cause(RDMA_NOTE, "outcome"))
+    return causes + _notes(facts, request)
 
 
-def _hugepage_causes(
-    view: HostView, request: Request, run: Run, hp: int, bound: int | None, prefault: bool
-) -> list[str]:
-    m = view.machine
-    out: list[str] = []
-    if hp not in m.hugepage_sizes:
-        sizes = ", ".join(kb(s) for s in m.hugepage_sizes) or "none"
-        out.append(
-            f"this kernel has no {kb(hp)} hugepages (sizes: {sizes}): mmap(MAP_HUGETLB) fails "
-            "with EINVAL and the allocator falls back to 4 KiB pages"
-        )
-        return out
-    need = pages_needed(request, hp)
-    sizes = " + ".join(str(b) for b in request.buffer_sizes())
-    out.append(f"{kb(hp)} pages needed: {need} (ceil({sizes} / {hp}))")
-    p = view.pool(hp)
-    avail = p.free - p.reserved
-    out.append(
-        f"HugePages_Free {p.free} of {p.total} for {kb(hp)}"
-        + (f" ({p.reserved} reserved by other processes: {avail} available)" if p.reserved else "")
+# ---- sglang's host check --------------------------------------------------------------------
+
+
+def _host_check(run: Run, request: Request, machine: Machine) -> list[Cause]:
+    b = run.observed.budget or {}
+    need = request.hicache().nbytes
+    avail = b["available"]
+    budget = avail - HICACHE_HOST_MEMORY_RESERVE_BYTES
+    verdict = "fails" if need > budget else "passes"
+    head = (
+        f"sglang's host check {verdict}: it needs the {need} bytes ({need / 1e9:.2f} GB) to be "
+        "at most "
     )
-    overcommit = m.nr_overcommit_hugepages.get(hp, 0)
-    if avail < need:
-        more = f"; nr_overcommit_hugepages {overcommit} allows surplus pages" if overcommit else ""
-        out.append(
-            f"the host is {need - avail} pages short: mmap(MAP_HUGETLB) of {need} pages "
-            f"fails with ENOMEM and the allocator falls back to 4 KiB pages{more}"
+    if "MemAvailable" in b:
+        text = head + f"MemAvailable - 10 GiB = {gib(avail)} - 10 GiB = {budget / 1e9:.2f} GB"
+    else:
+        parts = [f"MemFree {gib(b.get('MemFree', 0))}"]
+        if "Active(file)" in b and "Inactive(file)" in b and "SReclaimable" in b:
+            cache = b["Active(file)"] + b["Inactive(file)"]
+            parts += [
+                f"page cache {gib(cache)}",
+                f"SReclaimable {gib(b['SReclaimable'])}",
+                f"low watermarks {gib(b['watermark_low'])}",
+            ]
+        else:
+            parts.append(f"Cached {gib(b.get('Cached', 0))}")
+        text = (
+            head + f"available - 10 GiB = {gib(avail)} - 10 GiB = {budget / 1e9:.2f} GB, where "
+            "available is psutil's estimate (this kernel's /proc/meminfo has no MemAvailable) "
+            "from " + ", ".join(parts)
         )
-    elif bound is not None:
-        np_ = view.node_pool(bound, hp)
-        out.append(f"node {bound} has HugePages_Free {np_.free} of {np_.total} for {kb(hp)}")
-        if np_.free < need:
-            out.append(
-                f"the reservation is global ({avail} pages available on the host), so mmap "
-                f"succeeds; the pages are taken from node {bound} at fault time and it has "
-                f"{np_.free} of the {need} needed"
+    out = [Cause(text, "sglang")]
+    size = machine.default_hugepage_size
+    if size:
+        p = SimHost(machine).hugepages(size)
+        total, free = p.total, p.free
+    if size and total:
+        what = "MemAvailable" if "MemAvailable" in b else "psutil's estimate"
+        out.append(
+            Cause(
+                f"{what} excludes the {gib(total * size)} hugetlb pool ({total} x "
+                f"{kb(size)} pages, {free} free): the check cannot see it",
+                "sglang",
             )
-            if not prefault:
-                out.append(
-                    "prefault is off: the allocation returns, and the server is killed by "
-                    f"SIGBUS later, when it first touches a page beyond node {bound}'s {np_.free}"
-                )
-            elif view.has_populate_write():
-                out.append(
-                    f"kernel {view.kernel} has MADV_POPULATE_WRITE (5.14+): it returns EFAULT, "
-                    "the allocator unmaps the buffer and falls back to 4 KiB pages"
-                )
-            else:
-                out.append(
-                    f"kernel {view.kernel} is older than 5.14, too old for "
-                    "MADV_POPULATE_WRITE (EINVAL): the allocator prefaults by touching one byte "
-                    f"per page, and the first touch with no free page on node {bound} is SIGBUS"
-                )
-    elif prefault and not view.has_populate_write():
-        out.append(
-            f"kernel {view.kernel} is older than 5.14, too old for MADV_POPULATE_WRITE: the "
-            "allocator prefaults by touching (a missing hugepage would be a SIGBUS)"
-        )
-    if request.settings()[0] == "AnonymousShmHugetlb" and m.kernel_tuple() < (4, 14, 0):
-        out.append(
-            f"kernel {view.kernel} is older than 4.14: memfd_create rejects MFD_HUGETLB "
-            "(EINVAL), so the shm buffer falls back to 4 KiB pages"
         )
     return out
 
 
-def _anonymous_causes(
-    view: HostView, total: int, bound: int | None, prefault: bool, run: Run
-) -> list[str]:
-    out = []
-    oom = run.observed.signal == "SIGKILL" and "memory.max" not in (run.observed.error or "")
-    if bound is not None:
-        free = view.node_mem_free(bound)
-        if free < total:
-            out.append(f"node {bound} has {gib(free)} free, the buffer needs {gib(total)} there")
-    elif view.mem_available() or view.meminfo.get("MemFree"):
-        # Kernels before 3.14 have no MemAvailable: MemFree is what they show.
-        label, avail = (
-            ("MemAvailable", view.mem_available())
-            if view.mem_available()
-            else ("MemFree", view.meminfo["MemFree"] * 1024)
-        )
-        line = f"{label} is {gib(avail)}, the buffer is {gib(total)}"
-        if oom and prefault and total > avail:
-            line += (
-                " on 4 KiB pages: prefaulting it takes more memory than the host has, and the "
-                "kernel's OOM killer ends the process (SIGKILL)"
-            )
-        out.append(line)
-    return out
+# ---- the allocator's binding ----------------------------------------------------------------
 
 
-def _limit_causes(view: HostView, request: Request, hp: int, total: int) -> list[str]:
-    m = view.machine
-    out = []
-    if m.memcg_max is not None and m.memcg_max < total and not request.wants_hugepages():
-        out.append(
-            f"the memory cgroup limit memory.max is {m.memcg_max} bytes, less than the "
-            f"{total}-byte buffer: prefaulting it gets the process OOM-killed (SIGKILL)"
-        )
-    cg = m.hugetlb_cgroup_max.get(hp)
-    if cg is not None and request.wants_hugepages() and cg < pages_needed(request, hp) * hp:
-        out.append(
-            f"the hugetlb cgroup limit for {kb(hp)} pages is {cg} bytes ({cg // hp} pages), "
-            f"{pages_needed(request, hp)} needed: enforced at fault time (SIGBUS)"
-        )
-    if m.rlimit_as is not None and m.rlimit_as < total:
-        out.append(
-            f"RLIMIT_AS (Max address space) is {m.rlimit_as} bytes, less than the buffer: "
-            "mmap fails with ENOMEM"
-        )
-    if m.overcommit_memory == 2 and not request.wants_hugepages():
-        out.append(
-            "overcommit_memory is 2 (strict): the mapping must fit under CommitLimit - Committed_AS"
-        )
-    return out
-
-
-def _notes(view: HostView, request: Request) -> list[str]:
-    """Dump notes that change the answer: guessed kernel version, pools, MemAvailable."""
-    if view.facts is None:
+def _allocator_binding(run: Run, request: Request, machine: Machine) -> list[Cause]:
+    """The allocator's own decision to drop a NUMA binding (its warning is the evidence)."""
+    w = run.unbound
+    node = request.settings()[2]
+    if w is None or "not a possible NUMA node" not in w:
         return []
-    keys = ["kernel version"]
+    return [
+        Cause(
+            f"node {node} does not exist: possible nodes are {nodelist(machine.possible())}; "
+            "the allocator drops the binding and the buffer lands on any node",
+            "allocator",
+        )
+    ]
+
+
+# ---- SimKernel's reasons ----------------------------------------------------------------------
+
+
+def _kernel(reasons: list[Reason], run: Run) -> list[Cause]:
+    out: list[Cause] = []
+    reserved = next((r for r in reasons if r.rule == "hugetlb_reserved"), None)
+    for r in reasons:
+        text = _sentence(r, reserved, run)
+        if text:
+            rules: tuple[str, ...] = (r.rule,) if r is not reserved else ()
+            if reserved is not None and r.rule == "hugetlb_fault_no_page":
+                rules = ("hugetlb_reserved", r.rule)
+            out.append(Cause(text, "kernel", rules))
+    return out
+
+
+def _sentence(r: Reason, reserved: Reason | None, run: Run) -> str | None:
+    n = r.numbers
+    kills = {
+        "SIGKILL": "the kernel's OOM killer ends the process (SIGKILL)",
+        "SIGBUS": "the process is killed by SIGBUS",
+    }
+    if r.rule == "hugetlb_reserved":
+        return None  # said together with the fault it sets up (or not at all when it is fine)
+    if r.rule == "hugetlb_fault_no_page":
+        hp = kb(n["hugepage_size"])
+        node = n["node"]
+        head = ""
+        if reserved is not None:
+            head = (
+                f"the reservation is global ({reserved.numbers['available']} pages available on "
+                f"the host), so mmap succeeds; "
+            )
+        text = (
+            head + f"the pages are taken from node {node} at fault time and it has "
+            f"{n['node_free']} of the {n['pages_needed']} needed ({hp} pages; "
+            f"nr_overcommit_hugepages {n['surplus_allowed']}, surplus {n['surplus']})"
+        )
+        if r.errno == "EFAULT":
+            return text + f": {r.call} returns EFAULT"
+        return text + f": {r.call} faults on a missing page and {kills['SIGBUS']}"
+    if r.rule in ("oom", "memcg_oom"):
+        need, got = n["bytes_needed"], n["bytes_faulted"]
+        if r.rule == "memcg_oom":
+            return (
+                f"the memory cgroup limit memory.max is {n['limit']} bytes: {r.call} of "
+                f"{need} bytes stops after {got} bytes, and the cgroup's OOM killer ends the "
+                "process (SIGKILL)"
+            )
+        where = (
+            f"node {n['node']}"
+            if n["node_count"] == 1
+            else f"the {n['node_count']} nodes it may use"
+        )
+        return (
+            f"out of memory: {r.call} needs {gib(need)} on {where}, "
+            f"which had {gib(n['node_free'])} free and {gib(n['reclaimable'])} of reclaimable "
+            f"page cache and slab; after {gib(got)} {kills['SIGKILL']}"
+        )
+    if r.rule == "hugetlb_cgroup_limit":
+        return (
+            f"the hugetlb cgroup limit for {kb(n['hugepage_size'])} pages is {n['limit']} bytes "
+            f"({n['limit'] // n['hugepage_size']} pages), {n['pages_needed']} needed: enforced at "
+            + (
+                f"fault time, so {r.call} returns EFAULT"
+                if r.errno == "EFAULT"
+                else f"fault time, and {kills['SIGBUS']}"
+            )
+        )
+    if r.rule == "hugetlb_reserve":
+        return (
+            f"{kb(n['hugepage_size'])} pages needed: {n['pages_needed']}; HugePages_Free "
+            f"{n['free']}, Rsvd {n['reserved']}: {n['available']} available, "
+            f"{n['pages_needed'] - n['available']} short, and nr_overcommit_hugepages "
+            f"{n['surplus_allowed']} (surplus {n['surplus']}) allows no more: mmap(MAP_HUGETLB) "
+            "fails with ENOMEM"
+        )
+    if r.errno or r.signal or r.rule == "hugetlb_surplus_gathered":
+        return r.text if r.rule != "arguments" else f"{r.text} ({r.errno})"
+    return None
+
+
+# ---- dump notes -------------------------------------------------------------------------------
+
+
+def _notes(facts: DumpFacts | None, request: Request) -> list[Cause]:
+    """Dump notes that change the answer: guessed kernel version, pools, MemAvailable."""
+    if facts is None:
+        return []
+    keys = ["kernel version", "MemAvailable", "MemTotal add up"]
     if request.wants_hugepages():
         keys += ["pages", "hugepage", "reserved"]
-    if request.kind == "sglang":
-        keys += ["MemAvailable"]
     return [
-        f"dump note: {n}"
-        for n in view.facts.notes
+        Cause(f"dump note: {n}", "dump")
+        for n in facts.notes
         if any(k in n for k in keys) and not n.startswith("page size")
     ]
 
 
 __all__ = [
-    "HICACHE_HOST_MEMORY_RESERVE_BYTES",
     "RDMA_NOTE",
-    "HostView",
+    "Cause",
     "explain",
+    "gib",
     "kb",
     "nodelist",
     "pages_needed",

@@ -53,7 +53,10 @@ def render_text(d: Diagnosis) -> str:
     if d.run.got_what_was_asked:
         lines.append("   nothing: the request gets what it asks for on this host")
     elif not d.fixes:
-        lines.append("   no change tried in simulation makes it better")
+        lines.append(
+            "   no change tried in simulation makes it better"
+            + (f"; the limit in the way: {d.limit}" if d.limit else "")
+        )
     for i, f in enumerate(d.fixes, 1):
         lines.append(f"   {i}. {f.action}")
         lines += [f"        {c}" for c in f.commands]

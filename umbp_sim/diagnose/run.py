@@ -3,7 +3,9 @@
 ``simulate_request(machine, request, setup)`` builds a SimKernel from ``machine``, applies
 ``setup`` (admin writes such as ``host.set_nr_hugepages``), runs the request as the scenario
 runner does (``umbp_sim.scenario.runner.observe``) and returns a :class:`Run`: the runner's
-``Observed`` plus whether a NUMA binding was dropped and what the setup left behind.
+``Observed`` (with SimKernel's reasons) plus whether a NUMA binding was dropped and what the
+setup left behind. Every simulated run of the diagnosis goes through ``run_allocator``, which
+takes the allocator ``profile`` to model (None: the default).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from umbp_sim.diagnose.request import Request
 from umbp_sim.machine import Machine
 from umbp_sim.scenario.runner import Observed, observe
+from umbp_sim.scenario.schema import Scenario
 from umbp_sim.sim import SimHost
 
 Setup = Callable[[SimHost], "str | None"]
@@ -82,7 +85,20 @@ class Run:
         return text
 
 
-def simulate_request(machine: Machine, request: Request, setup: Setup | None = None) -> Run:
+def run_allocator(
+    scn: Scenario,
+    machine: Machine,
+    setup: Callable[[SimHost], None] | None,
+    profile: str | None = None,
+) -> Observed:
+    """The one place the diagnosis runs the allocator: ``observe`` with the allocator profile
+    (a request's scenario names its own, ``Request.allocator``, which wins)."""
+    return observe(scn, machine, setup, profile=profile)
+
+
+def simulate_request(
+    machine: Machine, request: Request, setup: Setup | None = None, profile: str | None = None
+) -> Run:
     notes: list[str] = []
 
     def _setup(host: SimHost) -> None:
@@ -91,5 +107,5 @@ def simulate_request(machine: Machine, request: Request, setup: Setup | None = N
             if isinstance(result, str) and result:
                 notes.append(result)
 
-    obs = observe(request.scenario(machine.name), machine, _setup)
+    obs = run_allocator(request.scenario(machine.name), machine, _setup, profile)
     return Run(request, obs, notes)

@@ -9,6 +9,12 @@ Rules (each one that fires adds a line to ``facts.notes``):
   the pages free on the nodes (the kernel keeps resv <= free).
 - A node listed in a nodeN directory or in ``online`` but not in ``possible`` is added to
   ``possible``; missing online/possible lists default to the node ids.
+- MemAvailable: the dump's line; a meminfo without one (kernels before 3.14) gets the kernel's
+  own estimate (si_mem_available: MemFree above the low watermarks, plus page cache and
+  SReclaimable less what reclaim cannot free); the low watermarks come from proc/zoneinfo, else
+  5/4 of vm.min_free_kbytes, else the kernel's default min_free_kbytes for MemTotal.
+- Node MemTotal figures that do not add up to MemTotal are noted (the nodes' figures are used
+  for the nodes, MemTotal for CommitLimit and the host-wide lines).
 - overcommit_memory 0, overcommit_ratio solved from CommitLimit (else 50) and overcommit_kbytes
   0 when the sysctl files are absent; RLIMIT_AS and memory.max absent or unlimited -> None.
 """
@@ -17,7 +23,19 @@ from __future__ import annotations
 
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.facts import DumpFacts, inferred_overcommit_ratio
-from umbp_sim.machine import HugePool, Machine, MachineError, Node
+from umbp_sim.machine import GiB, HugePool, Machine, MachineError, Node
+
+
+def default_watermark_low(mem_total: int) -> int:
+    """Σ low watermarks for a host of ``mem_total`` with the kernel's default min_free_kbytes.
+
+    min_free_kbytes = sqrt(lowmem kB * 16), within 128..262144 (mm/page_alloc.c), and the low
+    watermark is min + min / 4.
+    """
+    import math
+
+    min_kb = min(262144, max(128, math.isqrt(mem_total // 1024 * 16)))
+    return (min_kb + min_kb // 4) * 1024
 
 
 def build_machine(f: DumpFacts) -> Machine:
@@ -64,6 +82,37 @@ def build_machine(f: DumpFacts) -> Machine:
     if f.overcommit_memory is None:
         f.notes.append("overcommit_memory 0: the kernel default (not in the dump)")
 
+    watermark_low = f.watermark_low
+    mem_available = f.mem_available
+    if mem_available is None:
+        from umbp_sim.sim import si_mem_available
+
+        if watermark_low is None:
+            watermark_low = default_watermark_low(f.mem_total)
+            wm_from = f"the kernel's default for {f.mem_total // GiB} GiB (no proc/zoneinfo)"
+        else:
+            wm_from = "proc/zoneinfo" if "proc/zoneinfo" not in f.missing else "min_free_kbytes"
+        free = f.mem_free or 0
+        mem_available = si_mem_available(
+            free, f.page_cache or 0, f.slab_reclaimable or 0, watermark_low
+        )
+        f.notes.append(
+            f"meminfo has no MemAvailable (kernel before 3.14): estimated as the kernel does "
+            f"(si_mem_available) at {mem_available // 1024} kB from MemFree {free // 1024} kB, "
+            f"page cache {(f.page_cache or 0) // 1024} kB, SReclaimable "
+            f"{(f.slab_reclaimable or 0) // 1024} kB and low watermarks "
+            f"{watermark_low // 1024} kB ({wm_from})"
+        )
+    known_totals = [n.mem_total for n in f.nodes if n.mem_total is not None]
+    if f.nodes and len(known_totals) == len(f.nodes):
+        node_sum = sum(known_totals)
+        if abs(node_sum - f.mem_total) > max(f.mem_total // 100, 64 << 20):
+            f.notes.append(
+                f"the nodes' MemTotal add up to {node_sum // 1024} kB, meminfo's MemTotal is "
+                f"{f.mem_total // 1024} kB: per-node memory follows the nodes' files, CommitLimit "
+                "and the host-wide lines follow MemTotal"
+            )
+
     m = Machine(
         arch=f.arch,
         page_size=f.page_size,
@@ -81,7 +130,11 @@ def build_machine(f: DumpFacts) -> Machine:
         swap_total=f.swap_total or 0,
         mem_total=f.mem_total,
         mem_free=f.mem_free,
-        mem_available=f.mem_available,
+        mem_available=mem_available,
+        mem_available_line=f.mem_available is not None,
+        page_cache=f.page_cache or 0,
+        slab_reclaimable=f.slab_reclaimable or 0,
+        watermark_low=watermark_low,
         committed_as=f.committed_as or 0,
         rlimit_as=f.rlimit_as if isinstance(f.rlimit_as, int) else None,
         memcg_max=f.memcg_max if isinstance(f.memcg_max, int) else None,
@@ -123,6 +176,8 @@ def _nodes(f: DumpFacts) -> list[Node]:
                 n.id,
                 n.mem_total if n.mem_total is not None else share,
                 n.mem_free,
+                page_cache=n.page_cache,
+                slab_reclaimable=n.slab_reclaimable,
                 cpus=n.cpus or "",
                 distances=n.distances,
                 hugepages={

@@ -90,6 +90,8 @@ class NodeFacts:
     id: int
     mem_total: int | None = None  # bytes
     mem_free: int | None = None
+    page_cache: int | None = None  # Active(file) + Inactive(file)
+    slab_reclaimable: int | None = None
     cpus: str | None = None
     distances: list[int] | None = None
     hugepages: dict[int, NodePool] = field(default_factory=dict)
@@ -109,6 +111,9 @@ class DumpFacts:
     mem_total: int = 0
     mem_free: int | None = None
     mem_available: int | None = None
+    page_cache: int | None = None  # reclaimable file pages: Active(file) + Inactive(file)
+    slab_reclaimable: int | None = None  # SReclaimable
+    watermark_low: int | None = None  # Σ zones' low watermarks (bytes), from proc/zoneinfo
     commit_limit: int | None = None
     committed_as: int | None = None
     swap_total: int | None = None
@@ -243,6 +248,14 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
     f.commit_limit = mi.get("CommitLimit")
     f.committed_as = mi.get("Committed_AS")
     f.swap_total = mi.get("SwapTotal")
+    if "Active(file)" in mi and "Inactive(file)" in mi:
+        f.page_cache = mi["Active(file)"] + mi["Inactive(file)"]
+    elif "Cached" in mi:
+        f.page_cache = max(0, mi["Cached"] - mi.get("Shmem", 0))
+        f.notes.append(
+            "meminfo has no Active(file)/Inactive(file): page cache taken as Cached - Shmem"
+        )
+    f.slab_reclaimable = mi.get("SReclaimable")
 
     _read_sizes(r, mi, lines, where_mi)
     _read_nodes(r)
@@ -251,9 +264,29 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
     _read_sysctls(r, mi)
     _read_kernel_version(r, mi)
     _read_limits(r)
+    _read_watermarks(r)
     for rel in src.rejected:  # after the reads: a directory dump finds its links as it reads
         f.notes.append(f"ignored {rel}: absolute path, '..' or a link leaving the dump")
     return f
+
+
+def _read_watermarks(r: _Reader) -> None:
+    """Σ of the zones' low watermarks: proc/zoneinfo, else 5/4 of vm.min_free_kbytes."""
+    f = r.facts
+    if r.src.bare_meminfo:
+        return
+    t = r.text("proc/zoneinfo", record=False)
+    if t is not None:
+        pages = sum(
+            int(parts[1])
+            for parts in (line.split() for line in t.splitlines())
+            if len(parts) == 2 and parts[0] == "low" and parts[1].isdigit()
+        )
+        f.watermark_low = pages * f.page_size
+        return
+    mfk = r.int("proc/sys/vm/min_free_kbytes", record=False)
+    if mfk is not None:
+        f.watermark_low = mfk * 1024 * 5 // 4
 
 
 def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi: str) -> None:
@@ -381,6 +414,9 @@ def _read_nodes(r: _Reader) -> None:
             nm = parse_node_meminfo(t, nid, r.src.where(f"{base}/meminfo"))
             node.mem_total = nm.get("MemTotal")
             node.mem_free = nm.get("MemFree")
+            if "Active(file)" in nm and "Inactive(file)" in nm:
+                node.page_cache = nm["Active(file)"] + nm["Inactive(file)"]
+            node.slab_reclaimable = nm.get("SReclaimable")
             node._meminfo = nm  # type: ignore[attr-defined]
         t = r.text(f"{base}/cpulist")
         if t is not None:

@@ -33,9 +33,21 @@ MEMINFO_KB_KEYS = (
     "Hugepagesize",
     "Hugetlb",
     "HighTotal",  # only 32-bit kernels with CONFIG_HIGHMEM print it
+    "Cached",
+    "Shmem",
+    "Active(file)",
+    "Inactive(file)",
+    "SReclaimable",
 )
 MEMINFO_COUNT_KEYS = ("HugePages_Total", "HugePages_Free", "HugePages_Rsvd", "HugePages_Surp")
-NODE_MEMINFO_KB_KEYS = ("MemTotal", "MemFree", "MemUsed")
+NODE_MEMINFO_KB_KEYS = (
+    "MemTotal",
+    "MemFree",
+    "MemUsed",
+    "Active(file)",
+    "Inactive(file)",
+    "SReclaimable",
+)
 NODE_MEMINFO_COUNT_KEYS = ("HugePages_Total", "HugePages_Free", "HugePages_Surp")
 
 _KEY_RE = re.compile(r"^([A-Za-z0-9_()]+):(.*)$", re.ASCII)

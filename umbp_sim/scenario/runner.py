@@ -58,6 +58,9 @@ class Observed:
     steps: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
     trace: str = ""
+    # SimKernel's recorded reasons (umbp_sim.sim.Reason), and what sglang's host check read.
+    reasons: list[Any] = field(default_factory=list)
+    budget: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -299,7 +302,9 @@ def _run_sglang(scn: Scenario, host: SimHost, obs: Observed, profile: str) -> An
         module=mori_module(profile),
         keep=True,
         release=scn.sglang,
+        watermark_low_pages=zoneinfo_low_pages(host),
     )
+    obs.budget = result_budget(meminfo, host)
     obs.outcome = "ok" if result.outcome == "fallback" else result.outcome
     obs.error = result.error
     obs.signal = result.signal
@@ -309,6 +314,31 @@ def _run_sglang(scn: Scenario, host: SimHost, obs: Observed, profile: str) -> An
         obs.mapped_size = last.mapped_size
         obs.bound_node = getattr(last, "numa_node", None)
     return result
+
+
+def zoneinfo_low_pages(host: SimHost) -> int:
+    """Σ "low" of the simulated /proc/zoneinfo in 4 KiB pages (sglang's page-size assumption):
+    psutil's input when /proc/meminfo has no MemAvailable."""
+    pages = sum(
+        int(parts[1])
+        for parts in (line.split() for line in host.read("/proc/zoneinfo").splitlines())
+        if len(parts) == 2 and parts[0] == "low"
+    )
+    return pages * host.machine.page_size // 4096
+
+
+def result_budget(meminfo: dict[str, int], host: SimHost) -> dict[str, int]:
+    """What sglang's host check read: available bytes (psutil's number) and how it got it."""
+    from umbp_sim.sglang.sizing import host_available_bytes
+
+    low = zoneinfo_low_pages(host)
+    avail = host_available_bytes(meminfo, watermark_low_pages=low, page_size=4096)
+    out = {"available": avail, "watermark_low": low * 4096}
+    for key in ("MemAvailable", "MemFree", "Cached", "Active(file)", "Inactive(file)",
+                "SReclaimable"):  # fmt: skip
+        if key in meminfo:
+            out[key] = meminfo[key] * 1024
+    return out
 
 
 def _counter(host: SimHost, key: str) -> int:
@@ -403,6 +433,7 @@ def observe(
                 startup.close()
             obs.leaks = collect_leaks(*(s for s in (host, allocator, stack.kernel) if s))
         obs.trace = trace_text(stack.kernel, last=40)
+        obs.reasons = host.reasons()
     obs.warnings = list(warnings.messages)
     obs.allocator_warnings = list(warnings.allocator)
     obs.log = list(warnings.log)

@@ -42,7 +42,8 @@ MACHINE_KEYS = {
     "hugepages_reserved", "nr_overcommit_hugepages", "overcommit_memory", "overcommit_ratio",
     "overcommit_kbytes", "swap_total", "mem_total", "mem_free", "mem_available",
     "committed_as", "rlimit_as", "memcg_max", "hugetlb_cgroup_max", "kernel_version", "name",
-    "free_hugepages_per_node",
+    "free_hugepages_per_node", "page_cache", "slab_reclaimable", "watermark_low",
+    "mem_available_line",
 }  # fmt: skip
 # Besides SGLANG_HICACHE_HOST_*: sglang's shared-buffer switch and mori's log levels.
 ENV_KEYS = {"UMBP_STANDALONE_ADDRESS", "MORI_UMBP_LOG_LEVEL", "MORI_GLOBAL_LOG_LEVEL"}

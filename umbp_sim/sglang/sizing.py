@@ -405,6 +405,7 @@ def host_available_bytes(
     *,
     zoneinfo: str | os.PathLike[str] | None = None,
     page_size: int = 4096,
+    watermark_low_pages: int | None = None,
 ) -> int:
     """What sglang reads as free host memory: ``psutil.virtual_memory().available`` on Linux.
 
@@ -432,7 +433,11 @@ def host_available_bytes(
     if avail == 0:
         avail = free + kb("Cached")
         lru = ("Active(file)", "Inactive(file)", "SReclaimable")
-        low_pages = _zoneinfo_watermark_low_pages(zoneinfo)
+        low_pages = (
+            watermark_low_pages
+            if watermark_low_pages is not None
+            else _zoneinfo_watermark_low_pages(zoneinfo)
+        )
         if all(k in mems for k in lru) and low_pages is not None:
             low = low_pages * page_size
             pagecache = kb("Active(file)") + kb("Inactive(file)")
@@ -470,9 +475,16 @@ def host_memory_budget(
     meminfo: Mapping[str, int] | str | os.PathLike[str] = "/proc/meminfo",
     *,
     zoneinfo: str | os.PathLike[str] | None = None,
+    watermark_low_pages: int | None = None,
 ) -> int:
-    """``available - 10 GiB``: the most a HiCache host pool may request (can be negative)."""
-    available = host_available_bytes(meminfo, zoneinfo=zoneinfo)
+    """``available - 10 GiB``: the most a HiCache host pool may request (can be negative).
+
+    ``watermark_low_pages``: Σ low watermarks of /proc/zoneinfo, for a meminfo without
+    MemAvailable (instead of reading ``zoneinfo``).
+    """
+    available = host_available_bytes(
+        meminfo, zoneinfo=zoneinfo, watermark_low_pages=watermark_low_pages
+    )
     return available - HICACHE_HOST_MEMORY_RESERVE_BYTES
 
 

@@ -92,6 +92,7 @@ def start_host_pool(
     module: Any = None,
     keep: bool = False,
     release: str | None = None,
+    watermark_low_pages: int | None = None,
 ) -> HostPoolStartup:
     """Run sglang's startup steps for ``request``; ``keep`` keeps the buffers (else freed).
 
@@ -126,7 +127,7 @@ def start_host_pool(
         result.allocator = allocator
 
         result.stage = "host_check"
-        budget = host_memory_budget(meminfo)
+        budget = host_memory_budget(meminfo, watermark_low_pages=watermark_low_pages)
         if request.nbytes > budget:
             result.outcome = "failed"
             result.error = f"ValueError: {host_memory_error(request.nbytes, budget)}"
