@@ -769,6 +769,7 @@ def _anon_size() -> int:
     return min(9 * GiB, (avail - 4 * GiB) // GiB * GiB)
 
 
+@pytest.mark.pagecache
 def test_prefault_reclaims_page_cache(page_cache: Any, real_pool: Callable[..., None]) -> None:
     """A prefaulted anonymous mapping larger than MemFree but within MemAvailable: the real
     kernel reclaims page cache and succeeds; the SimKernel built from this host must agree.
@@ -788,6 +789,7 @@ def test_prefault_reclaims_page_cache(page_cache: Any, real_pool: Callable[..., 
     )
 
 
+@pytest.mark.pagecache
 def test_preflight_9gib_anonymous_with_page_cache(page_cache: Any, capsys: Any) -> None:
     """Done-when of issue 15: preflight predicts ok where MemFree alone says no, and the real
     allocation (prefaulted, in a subprocess) succeeds."""
