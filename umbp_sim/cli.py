@@ -28,6 +28,8 @@ COMMANDS: dict[str, str] = {
     "collect": "collect",
     "replay": "replay",
     "preflight": "preflight",
+    "build-allocator": "build_allocator",
+    "compare": "compare",
 }
 
 

@@ -1,0 +1,9 @@
+HELP = "x"
+
+
+def add_arguments(p):
+    pass
+
+
+def run(a):
+    return 0
