@@ -129,7 +129,7 @@ void drop_sim_fd(int fd) {
 // Simulated mappings (their real pages are PROT_NONE except granted runs) and granted runs.
 constexpr int kMaxMaps = 8192;
 constexpr int kMaxGrants = 16384;
-constexpr size_t kMaxGrant = size_t{8} << 20;
+constexpr size_t kBig = size_t{8} << 20;  // a "big" grant: one aligned 8 MiB block (4 THPs)
 struct Map {
   uintptr_t start, end;
   int prot;
@@ -138,13 +138,14 @@ struct Map {
 };
 struct Grant {
   uintptr_t start, end;
+  bool big;
 };
-std::mutex g_map_mu;  // guards g_maps, g_grants, g_resident
+std::mutex g_map_mu;  // guards g_maps, g_grants, g_res_*
 Map g_maps[kMaxMaps];
 int g_nmaps = 0;
 Grant g_grants[kMaxGrants];  // FIFO, oldest first
 int g_ngrants = 0;
-size_t g_resident = 0;
+size_t g_res_big = 0, g_res_small = 0;
 size_t g_resident_limit = size_t{32} << 20;
 
 struct sigaction g_old_segv;
@@ -266,42 +267,31 @@ void add_map(uintptr_t start, uintptr_t end, int prot) {
   g_maps[g_nmaps++] = Map{start, end, prot, 0, 0};
 }
 
-void drop_grant(int i) {
-  g_resident -= g_grants[i].end - g_grants[i].start;
+void erase_grant(int i) {
+  const Grant& g = g_grants[i];
+  (g.big ? g_res_big : g_res_small) -= g.end - g.start;
   memmove(&g_grants[i], &g_grants[i + 1], sizeof(Grant) * static_cast<size_t>(g_ngrants - i - 1));
   --g_ngrants;
 }
 
-// Forget [lo, hi) in the mapping and grant tables (its real pages are being replaced).
+void push_grant(uintptr_t start, uintptr_t end, bool big) {
+  if (g_ngrants == kMaxGrants) erase_grant(0);  // table full: forget the oldest (stays mapped)
+  g_grants[g_ngrants++] = Grant{start, end, big};
+  (big ? g_res_big : g_res_small) += end - start;
+}
+
+// Forget [lo, hi) in the mapping and grant tables (its real pages are being replaced). What is
+// left of a big grant cut in part becomes small grants.
 void forget_range(uintptr_t lo, uintptr_t hi) {
   for (int i = 0; i < g_ngrants;) {
-    Grant& g = g_grants[i];
+    const Grant g = g_grants[i];
     if (g.end <= lo || g.start >= hi) {
       ++i;
       continue;
     }
-    if (g.start < lo && g.end > hi) {  // split: keep both ends
-      const Grant tail{hi, g.end};
-      g_resident -= hi - lo;
-      g.end = lo;
-      if (g_ngrants < kMaxGrants) {
-        memmove(&g_grants[i + 2], &g_grants[i + 1],
-                sizeof(Grant) * static_cast<size_t>(g_ngrants - i - 1));
-        g_grants[i + 1] = tail;
-        ++g_ngrants;
-      }
-      i += 2;
-    } else if (g.start < lo) {
-      g_resident -= g.end - lo;
-      g.end = lo;
-      ++i;
-    } else if (g.end > hi) {
-      g_resident -= hi - g.start;
-      g.start = hi;
-      ++i;
-    } else {
-      drop_grant(i);
-    }
+    erase_grant(i);
+    if (g.start < lo) push_grant(g.start, lo, false);
+    if (g.end > hi) push_grant(hi, g.end, false);
   }
   for (int i = 0; i < g_nmaps;) {
     Map& m = g_maps[i];
@@ -326,57 +316,65 @@ void forget_range(uintptr_t lo, uintptr_t hi) {
   }
 }
 
-void push_grant(uintptr_t start, uintptr_t end) {
-  if (g_ngrants == kMaxGrants) drop_grant(0);  // table full: forget the oldest (stays resident)
-  g_grants[g_ngrants++] = Grant{start, end};
+long raw_madvise(uintptr_t a, size_t n, int advice) {
+  return raw(SYS_madvise, static_cast<long>(a), static_cast<long>(n), advice);
 }
 
-// Real pages for [start, end) of mapping `m`: fresh ones while under the resident limit, else
-// moved from the oldest grants. Returns false if the host refused.
+// Real pages for [start, end) of mapping `m`, within the resident limit. A big grant (an aligned
+// 2 MiB block) takes fresh memory until big grants fill 3/4 of the limit, then the pages of the
+// oldest big grant are moved here (mremap moves the page table, a transparent hugepage in one
+// entry; contents go with them, nothing is zeroed). A small grant takes fresh pages; the oldest
+// small grants are dropped (MADV_DONTNEED) to stay within the rest of the limit.
 bool grant(const Map& m, uintptr_t start, uintptr_t end) {
   const int prot = m.prot & (PROT_READ | PROT_WRITE | PROT_EXEC);
-  uintptr_t pos = start;
-  while (pos < end) {
-    if (g_resident + (end - pos) <= g_resident_limit || g_ngrants == 0) {
-      // Fresh pages: the Kernel's own reservation behind the mapping, made accessible.
-      if (sys_mprotect(reinterpret_cast<void*>(pos), end - pos, prot) != 0) return false;
-      g_resident += end - pos;
-      push_grant(pos, end);
-      break;
+  const size_t len = end - start;
+  const bool big = start % kBig == 0 && len == kBig;
+  const size_t big_limit = g_resident_limit / 4 * 3;
+  const size_t small_limit = g_resident_limit - big_limit;
+  if (big) {
+    int oldest = -1;
+    if (g_res_big + kBig > big_limit)
+      for (int i = 0; i < g_ngrants && oldest < 0; ++i)
+        if (g_grants[i].big) oldest = i;
+    if (oldest < 0) {
+      if (sys_mprotect(reinterpret_cast<void*>(start), len, prot) != 0) return false;
+      push_grant(start, end, true);
+      return true;
     }
-    // Move real pages of the oldest grant here (their contents go with them; no zeroing).
-    Grant& old = g_grants[0];
-    const size_t n = std::min<size_t>(old.end - old.start, end - pos);
-    void* src = reinterpret_cast<void*>(old.start);
-    void* dst = reinterpret_cast<void*>(pos);
-    if (sys_mprotect(src, n, PROT_READ | PROT_WRITE) != 0) return false;
-    void* r = sys_mremap(src, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, dst);
-    if (r == MAP_FAILED) {
-      r = sys_mremap(src, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
-      if (r == MAP_FAILED) return false;
-      // The source is a hole now: fill it back as untouched reserved space.
-      sys_mmap(src, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-    } else {
-      sys_mprotect(src, n, PROT_NONE);
-    }
-    if (prot != (PROT_READ | PROT_WRITE)) sys_mprotect(dst, n, prot);
+    void* src = reinterpret_cast<void*>(g_grants[oldest].start);
+    void* dst = reinterpret_cast<void*>(start);
+    if (sys_mremap(src, kBig, kBig, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == MAP_FAILED) return false;
+    // The source is a hole now: fill it back as untouched reserved space (a fresh VMA that
+    // merges with its PROT_NONE neighbours, so the number of real VMAs stays bounded).
+    sys_mmap(src, kBig, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    raw_madvise(reinterpret_cast<uintptr_t>(src), kBig, MADV_HUGEPAGE);
+    if (prot != (PROT_READ | PROT_WRITE)) sys_mprotect(dst, kBig, prot);
     g_moved.fetch_add(1, std::memory_order_relaxed);
-    old.start += n;
-    if (old.start == old.end) {
-      memmove(&g_grants[0], &g_grants[1], sizeof(Grant) * static_cast<size_t>(g_ngrants - 1));
-      --g_ngrants;
-    }
-    push_grant(pos, pos + n);  // one entry per piece: each lies inside one real VMA
-    pos += n;
+    erase_grant(oldest);
+    push_grant(start, end, true);
+    return true;
   }
+  while (g_res_small + len > small_limit) {
+    int oldest = -1;
+    for (int i = 0; i < g_ngrants && oldest < 0; ++i)
+      if (!g_grants[i].big) oldest = i;
+    if (oldest < 0) break;
+    const Grant g = g_grants[oldest];
+    raw_madvise(g.start, g.end - g.start, MADV_DONTNEED);
+    sys_mprotect(reinterpret_cast<void*>(g.start), g.end - g.start, PROT_NONE);
+    erase_grant(oldest);
+  }
+  if (sys_mprotect(reinterpret_cast<void*>(start), len, prot) != 0) return false;
+  push_grant(start, end, false);
   return true;
 }
 
 // A SIGSEGV at `addr` inside simulated mapping `m` (g_map_mu held): ask the Kernel, grant.
-// Returns 0, or the signal the Kernel answered with.
+// Sequential faults grant runs that double up to an aligned 2 MiB block. Returns 0, or the
+// signal the Kernel answered with.
 int handle_fault(const umbp_sim_kernel* k, Map& m, uintptr_t addr) {
   const uintptr_t p = align_down(addr, g_page);
-  m.run = (m.next_seq == p && m.run) ? std::min(m.run * 2, kMaxGrant) : g_page;
+  m.run = (m.next_seq == p && m.run) ? std::min(m.run * 2, kBig) : g_page;
   uintptr_t end = std::min<uintptr_t>(align_down(p, m.run) + m.run, m.end);
   if (end <= p) end = std::min<uintptr_t>(p + g_page, m.end);
   for (int i = 0; i < g_ngrants; ++i)  // never over an existing grant
@@ -451,6 +449,7 @@ void* do_mmap(const umbp_sim_kernel* k, void* addr, size_t len, int prot, int fl
     std::lock_guard<std::mutex> l(g_map_mu);
     forget_range(start, end);  // MAP_FIXED over an older simulated mapping
     sys_mprotect(reinterpret_cast<void*>(start), end - start, PROT_NONE);
+    raw_madvise(start, end - start, MADV_HUGEPAGE);  // granted 2 MiB blocks move as one entry
     add_map(start, end, prot);
   }
   return reinterpret_cast<void*>(start);
@@ -639,7 +638,7 @@ void umbp_sim_interposer_get_stats(umbp_sim_interposer_stats* out) {
   out->routed = g_routed.load();
   out->faults = g_faults.load();
   out->moved = g_moved.load();
-  out->resident = g_resident;
+  out->resident = g_res_big + g_res_small;
   out->mappings = static_cast<unsigned long>(g_nmaps);
   out->sim_fds = static_cast<unsigned long>(g_nfds.load());
 }
