@@ -167,7 +167,8 @@ def serve(spec: dict[str, str]) -> int:
     if not wrapped and not preloaded:
         # A prebuilt module: start again with the interposer preloaded.
         env = dict(os.environ)
-        env["LD_PRELOAD"] = (interposer + " " + env.get("LD_PRELOAD", "")).strip()
+        # After what is preloaded already (a sanitizer runtime must come first).
+        env["LD_PRELOAD"] = (env.get("LD_PRELOAD", "") + " " + interposer).strip()
         argv = [sys.executable, "-m", "umbp_sim.external.child", *sys.argv[1:]]
         os.execve(sys.executable, argv, env)
     ip = Interposer(interposer)
