@@ -449,7 +449,8 @@ void* do_mmap(const umbp_sim_kernel* k, void* addr, size_t len, int prot, int fl
     std::lock_guard<std::mutex> l(g_map_mu);
     forget_range(start, end);  // MAP_FIXED over an older simulated mapping
     sys_mprotect(reinterpret_cast<void*>(start), end - start, PROT_NONE);
-    raw_madvise(start, end - start, MADV_HUGEPAGE);  // granted 2 MiB blocks move as one entry
+    // Big grants (8 MiB blocks) move as a few transparent hugepages; small mappings get none.
+    if (end - start >= 2 * kBig) raw_madvise(start, end - start, MADV_HUGEPAGE);
     add_map(start, end, prot);
   }
   return reinterpret_cast<void*>(start);
