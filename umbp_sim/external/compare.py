@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,14 @@ CLASSES = (
     "warning count",
     "warning text",
 )
+
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+
+
+def _normalized(warnings: list[str]) -> list[str]:
+    """Warnings without addresses (they differ from run to run, not between allocators)."""
+    return [_ADDRESS.sub("0x...", w) for w in warnings]
 
 
 def _summary(o: Outcome) -> str:
@@ -53,7 +62,7 @@ def differences(a: Outcome, b: Outcome) -> dict[str, tuple[Any, Any]]:
         out["leak"] = (dict(a.leaks), dict(b.leaks))
     if len(a.warnings) != len(b.warnings):
         out["warning count"] = (len(a.warnings), len(b.warnings))
-    elif a.warnings != b.warnings:
+    elif _normalized(a.warnings) != _normalized(b.warnings):
         out["warning text"] = (a.warnings, b.warnings)
     return out
 
