@@ -36,8 +36,8 @@ void bind_capi(py::module_& m) {
   m.def(
       "kernel_from_capsule",
       [](py::capsule cap) -> KernelPtr {
-        auto* c = static_cast<umbp_sim_kernel*>(
-            PyCapsule_GetPointer(cap.ptr(), UMBP_SIM_KERNEL_CAPSULE));
+        auto* c =
+            static_cast<umbp_sim_kernel*>(PyCapsule_GetPointer(cap.ptr(), UMBP_SIM_KERNEL_CAPSULE));
         if (!c) throw py::error_already_set();
         return capi::kernel_of(c);
       },

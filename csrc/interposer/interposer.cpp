@@ -476,8 +476,8 @@ int do_munmap(const umbp_sim_kernel* k, void* addr, size_t len) {
     for (int i = 0; i < npieces; ++i) {
       forget_range(pieces[i].lo, pieces[i].hi);
       sys_mmap(reinterpret_cast<void*>(pieces[i].lo), pieces[i].hi - pieces[i].lo,
-               PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
-               -1, 0);
+               PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+               0);
     }
   }
   umbp_sim_result r = k->ops->munmap(k->self, addr, len);
@@ -674,8 +674,9 @@ long mbind_impl(bool w, void* ret, void* a, unsigned long n, int mode, const uns
   if (const umbp_sim_kernel* k = route(w, ret))
     return do_mbind(k, a, n, mode, mask, maxnode, flags);
   static mbind_fn f = real<mbind_fn>("mbind");
-  if (!f) return raw(SYS_mbind, L(a), static_cast<long>(n), mode, L(mask),
-                     static_cast<long>(maxnode), flags);
+  if (!f)
+    return raw(SYS_mbind, L(a), static_cast<long>(n), mode, L(mask), static_cast<long>(maxnode),
+               flags);
   return f(a, n, mode, mask, maxnode, flags);
 }
 int memfd_impl(bool w, void* ret, const char* name, unsigned flags) {
@@ -726,8 +727,8 @@ int open_impl(bool w, const char* path, int flags, int mode, std::atomic<void*>*
   auto f = cached<open_fn>(cache, real_name);
   return f(path, flags, mode);
 }
-int openat_impl(bool w, int dirfd, const char* path, int flags, int mode,
-                std::atomic<void*>* cache, const char* real_name) {
+int openat_impl(bool w, int dirfd, const char* path, int flags, int mode, std::atomic<void*>* cache,
+                const char* real_name) {
   if (path && path[0] == '/') {
     if (const umbp_sim_kernel* k = route_open(w, path)) return open_rendered(k, path);
   }
@@ -757,8 +758,8 @@ UMBP_DEFINE_BOTH(void*, mmap64, (void* a, size_t n, int p, int f, int fd, off_t 
                  mmap_impl(false, UMBP_RET, a, n, p, f, fd, o))
 UMBP_DEFINE_BOTH(int, munmap, (void* a, size_t n), munmap_impl(true, nullptr, a, n),
                  munmap_impl(false, UMBP_RET, a, n))
-UMBP_DEFINE_BOTH(int, madvise, (void* a, size_t n, int adv),
-                 madvise_impl(true, nullptr, a, n, adv), madvise_impl(false, UMBP_RET, a, n, adv))
+UMBP_DEFINE_BOTH(int, madvise, (void* a, size_t n, int adv), madvise_impl(true, nullptr, a, n, adv),
+                 madvise_impl(false, UMBP_RET, a, n, adv))
 UMBP_DEFINE_BOTH(long, mbind,
                  (void* a, unsigned long n, int m, const unsigned long* mask, unsigned long mx,
                   unsigned fl),
@@ -767,15 +768,13 @@ UMBP_DEFINE_BOTH(long, mbind,
 UMBP_DEFINE_BOTH(int, memfd_create, (const char* name, unsigned fl),
                  memfd_impl(true, nullptr, name, fl), memfd_impl(false, UMBP_RET, name, fl))
 UMBP_DEFINE_BOTH(int, ftruncate, (int fd, off_t n), ftruncate_impl(fd, n), ftruncate_impl(fd, n))
-UMBP_DEFINE_BOTH(int, ftruncate64, (int fd, off_t n), ftruncate_impl(fd, n),
-                 ftruncate_impl(fd, n))
+UMBP_DEFINE_BOTH(int, ftruncate64, (int fd, off_t n), ftruncate_impl(fd, n), ftruncate_impl(fd, n))
 UMBP_DEFINE_BOTH(int, close, (int fd), close_impl(fd), close_impl(fd))
 UMBP_DEFINE_BOTH(long, sysconf, (int name), sysconf_impl(true, nullptr, name),
                  sysconf_impl(false, UMBP_RET, name))
 namespace {
 std::atomic<void*> c_fopen{nullptr}, c_fopen64{nullptr}, c_open2{nullptr}, c_open64_2{nullptr},
-    c_openat2{nullptr}, c_open{nullptr}, c_open64{nullptr}, c_openat{nullptr},
-    c_openat64{nullptr};
+    c_openat2{nullptr}, c_open{nullptr}, c_open64{nullptr}, c_openat{nullptr}, c_openat64{nullptr};
 }  // namespace
 
 UMBP_DEFINE_BOTH(FILE*, fopen, (const char* p, const char* m),
@@ -794,33 +793,33 @@ UMBP_DEFINE_BOTH(int, __openat_2, (int d, const char* p, int fl),
                  openat_impl(true, d, p, fl, 0, &c_openat2, "__openat_2"),
                  openat_impl(false, d, p, fl, 0, &c_openat2, "__openat_2"))
 
-#define UMBP_DEFINE_VARIADIC_SYSCALL(name, wrapped)                                         \
-  UMBP_EXPORT long name(long nr, ...) {                                                     \
-    va_list ap;                                                                             \
-    va_start(ap, nr);                                                                       \
-    long a[6];                                                                              \
-    for (long& x : a) x = va_arg(ap, long);                                                 \
-    va_end(ap);                                                                             \
-    return syscall_impl(wrapped, wrapped ? nullptr : UMBP_RET, nr, a[0], a[1], a[2], a[3], \
-                        a[4], a[5]);                                                        \
+#define UMBP_DEFINE_VARIADIC_SYSCALL(name, wrapped)                                              \
+  UMBP_EXPORT long name(long nr, ...) {                                                          \
+    va_list ap;                                                                                  \
+    va_start(ap, nr);                                                                            \
+    long a[6];                                                                                   \
+    for (long& x : a) x = va_arg(ap, long);                                                      \
+    va_end(ap);                                                                                  \
+    return syscall_impl(wrapped, wrapped ? nullptr : UMBP_RET, nr, a[0], a[1], a[2], a[3], a[4], \
+                        a[5]);                                                                   \
   }
 UMBP_DEFINE_VARIADIC_SYSCALL(syscall, false)
 UMBP_DEFINE_VARIADIC_SYSCALL(__wrap_syscall, true)
 
-#define UMBP_DEFINE_OPEN(name, wrapped, cache, real_name)           \
-  UMBP_EXPORT int name(const char* p, int fl, ...) {                \
-    va_list ap;                                                     \
-    va_start(ap, fl);                                               \
-    const int mode = open_mode_arg(fl, ap);                         \
-    va_end(ap);                                                     \
-    return open_impl(wrapped, p, fl, mode, &cache, real_name);      \
+#define UMBP_DEFINE_OPEN(name, wrapped, cache, real_name)      \
+  UMBP_EXPORT int name(const char* p, int fl, ...) {           \
+    va_list ap;                                                \
+    va_start(ap, fl);                                          \
+    const int mode = open_mode_arg(fl, ap);                    \
+    va_end(ap);                                                \
+    return open_impl(wrapped, p, fl, mode, &cache, real_name); \
   }
 UMBP_DEFINE_OPEN(open, false, c_open, "open")
 UMBP_DEFINE_OPEN(open64, false, c_open64, "open64")
 UMBP_DEFINE_OPEN(__wrap_open, true, c_open, "open")
 UMBP_DEFINE_OPEN(__wrap_open64, true, c_open64, "open64")
 
-#define UMBP_DEFINE_OPENAT(name, wrapped, cache, real_name)          \
+#define UMBP_DEFINE_OPENAT(name, wrapped, cache, real_name)         \
   UMBP_EXPORT int name(int d, const char* p, int fl, ...) {         \
     va_list ap;                                                     \
     va_start(ap, fl);                                               \

@@ -197,12 +197,12 @@ def fork_run(module: Any, ip: Any, run: Any) -> dict[str, Any]:
             os.close(rfd)
             os.dup2(log.fileno(), 1)
             os.dup2(log.fileno(), 2)
-            pipe = os.fdopen(wfd, "wb", buffering=0)
+            out = os.fdopen(wfd, "wb", buffering=0)
 
             def report(stage: str) -> None:
-                send(pipe, {"stage": stage})
+                send(out, {"stage": stage})
 
-            send(pipe, {"result": run_one(module, ip, run, report)})
+            send(out, {"result": run_one(module, ip, run, report)})
         except BaseException:  # noqa: BLE001
             traceback.print_exc()
             code = 70

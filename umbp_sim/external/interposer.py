@@ -14,12 +14,11 @@ from typing import Any
 
 from umbp_sim.capi import interposer_path, kernel_capsule
 
+_STAT_FIELDS = ("routed", "faults", "moved", "resident", "mappings", "sim_fds")
+
 
 class _Stats(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_ulong)
-        for name in ("routed", "faults", "moved", "resident", "mappings", "sim_fds")
-    ]
+    _fields_ = [(name, ctypes.c_ulong) for name in _STAT_FIELDS]
 
 
 @dataclass(frozen=True)
@@ -81,4 +80,4 @@ class Interposer:
     def stats(self) -> InterposerStats:
         s = _Stats()
         self.lib.umbp_sim_interposer_get_stats(ctypes.byref(s))
-        return InterposerStats(*(int(getattr(s, f)) for f, _ in _Stats._fields_))
+        return InterposerStats(*(int(getattr(s, f)) for f in _STAT_FIELDS))

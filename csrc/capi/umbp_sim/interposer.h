@@ -39,12 +39,12 @@ extern "C" {
 #define UMBP_SIM_INTERPOSER_API __attribute__((visibility("default")))
 
 typedef struct umbp_sim_interposer_stats {
-  unsigned long routed;    /* calls answered by the Kernel */
-  unsigned long faults;    /* SIGSEGVs on simulated mappings handled */
-  unsigned long moved;     /* runs whose real pages were moved (resident limit reached) */
-  unsigned long resident;  /* bytes of real memory behind simulated mappings */
-  unsigned long mappings;  /* live simulated mappings */
-  unsigned long sim_fds;   /* live simulated fds */
+  unsigned long routed;   /* calls answered by the Kernel */
+  unsigned long faults;   /* SIGSEGVs on simulated mappings handled */
+  unsigned long moved;    /* runs whose real pages were moved (resident limit reached) */
+  unsigned long resident; /* bytes of real memory behind simulated mappings */
+  unsigned long mappings; /* live simulated mappings */
+  unsigned long sim_fds;  /* live simulated fds */
 } umbp_sim_interposer_stats;
 
 UMBP_SIM_INTERPOSER_API int umbp_sim_interposer_version(void);

@@ -80,12 +80,11 @@ static inline umbp_sim_result umbp_sim_mmap(const umbp_sim_kernel* k, void* addr
                                             int prot, int flags, int fd, long offset) {
   return k->ops->mmap(k->self, addr, length, prot, flags, fd, offset);
 }
-static inline umbp_sim_result umbp_sim_munmap(const umbp_sim_kernel* k, void* addr,
-                                              size_t length) {
+static inline umbp_sim_result umbp_sim_munmap(const umbp_sim_kernel* k, void* addr, size_t length) {
   return k->ops->munmap(k->self, addr, length);
 }
-static inline umbp_sim_result umbp_sim_madvise(const umbp_sim_kernel* k, void* addr,
-                                               size_t length, int advice) {
+static inline umbp_sim_result umbp_sim_madvise(const umbp_sim_kernel* k, void* addr, size_t length,
+                                               int advice) {
   return k->ops->madvise(k->self, addr, length, advice);
 }
 static inline umbp_sim_result umbp_sim_mbind(const umbp_sim_kernel* k, void* addr, size_t length,
