@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <link.h>
 #include <signal.h>
@@ -154,11 +155,87 @@ bool g_handler_installed = false;
 uintptr_t align_down(uintptr_t v, uintptr_t a) { return v / a * a; }
 uintptr_t align_up(uintptr_t v, uintptr_t a) { return (v + a - 1) / a * a; }
 
+// Objects that forward an interposed call to us from someone else's: sanitizer runtimes
+// (libasan's mmap interceptor calls the next mmap, ours). Their caller is the real caller.
+Range g_forwarders[kMaxRanges];
+std::atomic<int> g_nforwarders{0};
+Range g_self{0, 0};  // this library's code
+
+bool in(const Range* rs, int n, uintptr_t r) {
+  for (int i = 0; i < n; ++i)
+    if (r >= rs[i].lo && r < rs[i].hi) return true;
+  return false;
+}
+
 bool caller_ok(void* ret) {
   const auto r = reinterpret_cast<uintptr_t>(ret);
-  for (int i = 0, n = g_ncallers.load(std::memory_order_acquire); i < n; ++i)
-    if (r >= g_callers[i].lo && r < g_callers[i].hi) return true;
+  const int n = g_ncallers.load(std::memory_order_acquire);
+  if (in(g_callers, n, r)) return true;
+  const int nf = g_nforwarders.load(std::memory_order_acquire);
+  if (nf == 0 || !in(g_forwarders, nf, r)) return false;
+  // Called through a forwarder: the first frame outside it and outside us is the caller.
+  void* frames[16];
+  const int depth = backtrace(frames, 16);
+  for (int i = 0; i < depth; ++i) {
+    const auto f = reinterpret_cast<uintptr_t>(frames[i]);
+    if ((f >= g_self.lo && f < g_self.hi) || in(g_forwarders, nf, f)) continue;
+    return in(g_callers, n, f);
+  }
   return false;
+}
+
+// Executable segments of the loaded objects whose name matches `pred`, into `out`.
+template <typename Pred>
+int collect_ranges(Pred pred, Range* out, std::atomic<int>* count) {
+  struct Ctx {
+    Pred* pred;
+    Range* out;
+    std::atomic<int>* count;
+    int added;
+  } ctx{&pred, out, count, 0};
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, size_t, void* data) -> int {
+        auto* c = static_cast<Ctx*>(data);
+        if (!info->dlpi_name || !(*c->pred)(info)) return 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+          const int n = c->count->load();
+          if (n >= kMaxRanges) break;
+          const uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+          c->out[n] = Range{lo, lo + ph.p_memsz};
+          c->count->store(n + 1, std::memory_order_release);
+          ++c->added;
+        }
+        return 0;
+      },
+      &ctx);
+  return ctx.added;
+}
+
+void find_forwarders() {
+  if (g_nforwarders.load() > 0) return;
+  collect_ranges(
+      [](dl_phdr_info* info) {
+        const char* base = strrchr(info->dlpi_name, '/');
+        base = base ? base + 1 : info->dlpi_name;
+        return strncmp(base, "libasan", 7) == 0 || strncmp(base, "libtsan", 7) == 0 ||
+               strncmp(base, "libubsan", 8) == 0 || strncmp(base, "liblsan", 7) == 0 ||
+               strncmp(base, "libclang_rt.", 12) == 0;
+      },
+      g_forwarders, &g_nforwarders);
+  Dl_info me;
+  if (dladdr(reinterpret_cast<void*>(&find_forwarders), &me) && me.dli_fbase) {
+    std::atomic<int> one{0};
+    Range r[kMaxRanges];
+    const auto base = reinterpret_cast<uintptr_t>(me.dli_fbase);
+    collect_ranges([base](dl_phdr_info* info) { return info->dlpi_addr == base; }, r, &one);
+    if (one.load() > 0) g_self = r[0];
+  }
+  if (g_nforwarders.load() > 0) {
+    void* warm[2];
+    backtrace(warm, 2);  // loads the unwinder now, not inside an interposed call
+  }
 }
 
 // The Kernel when this call is the allocator's (wrapped: its object; preload: its caller).
@@ -585,6 +662,7 @@ int umbp_sim_interposer_activate(const umbp_sim_kernel* kernel) {
   g_kernel_copy = *kernel;
   g_page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   g_simulated = (kernel->ops->flags & UMBP_SIM_KERNEL_SIMULATED) != 0;
+  find_forwarders();
   if (g_simulated) install_handler();
   g_kernel.store(&g_kernel_copy, std::memory_order_release);
   return 0;
@@ -600,28 +678,8 @@ void umbp_sim_interposer_deactivate(void) {
 }
 
 int umbp_sim_interposer_add_caller_object(const char* path) {
-  struct Ctx {
-    const char* path;
-    int added;
-  } ctx{path, 0};
-  dl_iterate_phdr(
-      [](struct dl_phdr_info* info, size_t, void* data) -> int {
-        auto* c = static_cast<Ctx*>(data);
-        if (!info->dlpi_name || strcmp(info->dlpi_name, c->path) != 0) return 0;
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
-          const int n = g_ncallers.load();
-          if (n >= kMaxRanges) break;
-          const uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
-          g_callers[n] = Range{lo, lo + ph.p_memsz};
-          g_ncallers.store(n + 1, std::memory_order_release);
-          ++c->added;
-        }
-        return 0;
-      },
-      &ctx);
-  return ctx.added;
+  return collect_ranges([path](dl_phdr_info* info) { return strcmp(info->dlpi_name, path) == 0; },
+                        g_callers, &g_ncallers);
 }
 
 void umbp_sim_interposer_enter(void) { ++t_scope; }

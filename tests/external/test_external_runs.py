@@ -130,3 +130,13 @@ def test_not_an_allocator_could_not_run(capi_probe: str) -> None:
         open_allocator(parse_allocator_spec(capi_probe))
     with pytest.raises(CouldNotRun, match=r"no_such_module_xyz: ModuleNotFoundError"):
         open_allocator(parse_allocator_spec("no_such_module_xyz"))
+
+
+def test_memory_cgroup_oom_kill_is_a_real_sigkill(tiny: ExternalRunner) -> None:
+    m = machine("ample")
+    m.memcg_max = 1 << 30
+    o = tiny.run(Run(m.validate(), AllocCall(2 << 30)))
+    assert o.result == "crash"
+    assert o.crash is not None
+    assert (o.crash["signal"], o.crash["stage"], o.crash["simulated"]) == ("SIGKILL", "alloc", True)
+    assert "madvise(" in o.trace[-1] and "SIGKILL" in o.trace[-1]

@@ -33,7 +33,9 @@ ip = Interposer()
 
 
 def _run(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, LD_PRELOAD=interposer_path())
+    # After what is preloaded already (the asan configuration preloads its runtime first).
+    preload = (os.environ.get("LD_PRELOAD", "") + " " + interposer_path()).strip()
+    env = dict(os.environ, LD_PRELOAD=preload)
     return subprocess.run(
         [sys.executable, "-c", PRELUDE + textwrap.dedent(code), *args],
         env=env, capture_output=True, text=True, timeout=timeout,

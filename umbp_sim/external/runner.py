@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from typing import Any, Protocol
 
 from umbp_sim.allocator_spec import AllocatorSpec
@@ -63,17 +64,22 @@ class ExternalRunner:
         payload = {"kind": spec.kind, "name": spec.name, "path": spec.path or ""}
         child_env = dict(os.environ)
         child_env.update(env or {})
+        # The server's own stderr (the allocator's import) goes to a file: a pipe nobody reads
+        # could fill up and stop it.
+        self._stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "umbp_sim.external.child", json.dumps(payload)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self._stderr,
             env=child_env,
         )
         try:
             hello = recv(self.proc.stdout)  # type: ignore[arg-type]
         except EOFError:
-            err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+            self.proc.wait()
+            self._stderr.seek(0)
+            err = self._stderr.read().decode(errors="replace")
             self.close()
             last = err.strip().splitlines()[-1] if err.strip() else "no output"
             raise CouldNotRun(
@@ -102,7 +108,7 @@ class ExternalRunner:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        for f in (self.proc.stdout, self.proc.stderr, self.proc.stdin):
+        for f in (self.proc.stdout, self.proc.stdin, self._stderr):
             if f and not f.closed:
                 f.close()
 
