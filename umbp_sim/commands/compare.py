@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         runs += list(matrix.quick())
     elif args.matrix == "full":
         runs += list(matrix.full())
+    runs = list({r.label: r for r in runs}.values())  # the matrix's groups overlap
     if args.pattern:
         glob = args.pattern if any(c in args.pattern for c in "*?[") else f"*{args.pattern}*"
         runs = [r for r in runs if fnmatch.fnmatch(r.label, glob)]
