@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from umbp_sim.external.build import compile_command, include_dirs
+from umbp_sim.external.build import compile_command, compiler_env, include_dirs
 
 HERE = Path(__file__).resolve().parent
 TINY_SOURCE = HERE / "tiny_allocator.cpp"
@@ -24,7 +24,10 @@ def tiny_builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     wrap = compile_command(
         [str(TINY_SOURCE)], str(wrapped), defines=["TINY_MODULE_NAME=tiny_wrapped"]
     )
-    procs = [subprocess.Popen(c, stderr=subprocess.PIPE, text=True) for c in (plain, wrap)]
+    procs = [
+        subprocess.Popen(c, stderr=subprocess.PIPE, text=True, env=compiler_env())
+        for c in (plain, wrap)
+    ]
     for p in procs:
         _, err = p.communicate()
         assert p.returncode == 0, err
@@ -36,5 +39,5 @@ def capi_probe(tmp_path_factory: pytest.TempPathFactory) -> str:
     out = tmp_path_factory.mktemp("capi") / "capi_probe.so"
     cmd = ["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]
     cmd += [f"-I{include_dirs()[0]}", str(HERE / "capi_probe.c"), "-o", str(out)]
-    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True, env=compiler_env())
     return str(out)

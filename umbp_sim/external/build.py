@@ -31,6 +31,14 @@ class BuildError(UmbpSimError):
     exit_code = 65
 
 
+def compiler_env() -> dict[str, str]:
+    """This environment without preloaded libraries (a sanitizer runtime preloaded into the
+    compiler reports the compiler's own leaks and fails the build)."""
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    return env
+
+
 def include_dirs() -> list[str]:
     dirs = [get_include(), sysconfig.get_paths()["include"]]
     try:
@@ -82,7 +90,7 @@ def build_allocator(
     cmd = compile_command(sources, output, includes, defines, extra, cxx)
     if shutil.which(cmd[0]) is None:
         raise BuildError(f"{cmd[0]}: compiler not found (set CXX)")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=compiler_env())
     if proc.returncode != 0:
         out = (proc.stderr or proc.stdout).strip()
         raise BuildError(f"compiling {output} failed:\n{shlex.join(cmd)}\n{out}")
