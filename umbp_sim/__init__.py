@@ -44,6 +44,7 @@ from umbp_sim.allocator import (
     UMBPHostMemAllocator,
     UMBPShmAllocation,
 )
+from umbp_sim.capi import get_include, interposer_path
 from umbp_sim.errors import SimulatedCrash, UmbpSimError
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import HugePool, Machine, Node
@@ -72,6 +73,8 @@ __all__ = [
     "UMBPHostMemAllocator",
     "UMBPShmAllocation",
     "UmbpSimError",
+    "get_include",
+    "interposer_path",
     "simulate",
     "__version__",
     "_native",

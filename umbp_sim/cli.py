@@ -66,6 +66,8 @@ COMMANDS: dict[str, str] = {
     "replay": "replay",
     "preflight": "preflight",
     "profiles": "profiles",
+    "build-allocator": "build_allocator",
+    "compare": "compare",
 }
 
 

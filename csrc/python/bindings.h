@@ -10,5 +10,6 @@ void bind_linux(pybind11::module_& m);      // LinuxKernel
 void bind_allocator(pybind11::module_& m);  // HostMemAllocator, backings, handles
 void bind_sim(pybind11::module_& m);        // SimKernel
 void bind_faults(pybind11::module_& m);     // FaultyKernel, TracingKernel
+void bind_capi(pybind11::module_& m);       // Kernel <-> capsule of the C ABI
 
 }  // namespace umbp::bindings

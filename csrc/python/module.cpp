@@ -7,4 +7,5 @@ PYBIND11_MODULE(_native, m) {
   umbp::bindings::bind_allocator(m);
   umbp::bindings::bind_sim(m);
   umbp::bindings::bind_faults(m);
+  umbp::bindings::bind_capi(m);
 }

@@ -7,7 +7,8 @@ import fnmatch
 import json
 import sys
 
-from umbp_sim.profiles import FIELD_PROFILE, canonical_profile
+from umbp_sim.allocator_spec import parse_allocator_spec
+from umbp_sim.profiles import FIELD_PROFILE
 from umbp_sim.scenario.bundled import bundled_scenarios_dir
 from umbp_sim.scenario.runner import ScenarioResult, run_scenario
 from umbp_sim.scenario.schema import Scenario, find_scenarios, load_scenario
@@ -23,8 +24,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--allocator",
         default=None,
         metavar="NAME",
-        help="allocator profile for scenarios that name none ([scenario].allocator): "
-        "mori-624002c (default, alias mori: the field's) or umbp-sim",
+        help="allocator for scenarios that name none ([scenario].allocator): a profile, "
+        "mori-624002c (default, alias mori: the field's) or umbp-sim; or an external build "
+        "(a built .so with mori's Python API, or an importable module such as mori.umbp), "
+        "which runs every one-alloc scenario in its own process (not the sglang and steps ones)",
     )
 
 
@@ -51,8 +54,18 @@ def run(args: argparse.Namespace) -> int:
     paths = args.paths or [bundled_scenarios_dir()]
     scenarios = [load_scenario(p) for p in find_scenarios(paths)]
     scenarios = [s for s in scenarios if _selected(s, args.pattern)]
-    profile = canonical_profile(args.allocator) if args.allocator else FIELD_PROFILE
-    results = [run_scenario(s, profile) for s in scenarios]
+    spec = parse_allocator_spec(args.allocator or FIELD_PROFILE)
+    if spec.kind == "builtin":
+        results = [run_scenario(s, spec.name) for s in scenarios]
+    else:
+        from umbp_sim.external.runner import open_allocator
+        from umbp_sim.external.scenario import run_scenario_external
+
+        runner = open_allocator(spec)
+        try:
+            results = [run_scenario_external(s, runner) for s in scenarios]
+        finally:
+            runner.close()
     failed = [r for r in results if not r.passed]
     if args.json:
         doc = {

@@ -1,0 +1,175 @@
+// The C ABI over the Kernel seam: one static ops table, one heap object per handle holding a
+// shared_ptr to the kernel and a reference count (the capsule and any C user share it).
+#include "capi/kernel_capi.h"
+
+#include <sys/types.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "kernel/faulty_kernel.h"
+#include "kernel/sim_kernel.h"
+#include "kernel/syscall_format.h"
+#include "kernel/tracing_kernel.h"
+
+namespace umbp::capi {
+namespace {
+
+struct Handle {
+  umbp_sim_kernel c;
+  KernelPtr kernel;
+  std::atomic<long> refs{1};
+};
+
+Kernel& K(void* self) { return *static_cast<Handle*>(self)->kernel; }
+
+umbp_sim_result to_c(const SysResult& r) { return umbp_sim_result{r.value, r.error, r.signal}; }
+
+// The next layer down of a wrapper kernel, or nullptr.
+Kernel* inner_of(Kernel* k) {
+  if (auto* t = dynamic_cast<TracingKernel*>(k)) return t->inner().get();
+  if (auto* f = dynamic_cast<FaultyKernel*>(k)) return f->inner().get();
+  return nullptr;
+}
+
+template <typename T>
+T* find_layer(Kernel* k) {
+  for (; k; k = inner_of(k))
+    if (auto* t = dynamic_cast<T*>(k)) return t;
+  return nullptr;
+}
+
+size_t c_page_size(void* self) { return K(self).page_size(); }
+
+umbp_sim_result c_mmap(void* self, void* addr, size_t length, int prot, int flags, int fd,
+                       long offset) {
+  return to_c(K(self).mmap(addr, length, prot, flags, fd, static_cast<off_t>(offset)));
+}
+umbp_sim_result c_munmap(void* self, void* addr, size_t length) {
+  return to_c(K(self).munmap(addr, length));
+}
+umbp_sim_result c_madvise(void* self, void* addr, size_t length, int advice) {
+  return to_c(K(self).madvise(addr, length, advice));
+}
+umbp_sim_result c_mbind(void* self, void* addr, size_t length, int mode,
+                        const unsigned long* nodemask, unsigned long maxnode, unsigned flags) {
+  return to_c(K(self).mbind(addr, length, mode, nodemask, maxnode, flags));
+}
+umbp_sim_result c_memfd_create(void* self, const char* name, unsigned flags) {
+  return to_c(K(self).memfd_create(name, flags));
+}
+umbp_sim_result c_ftruncate(void* self, int fd, long length) {
+  return to_c(K(self).ftruncate(fd, static_cast<off_t>(length)));
+}
+umbp_sim_result c_close(void* self, int fd) { return to_c(K(self).close(fd)); }
+
+umbp_sim_result c_read_file(void* self, const char* path, char** data) {
+  FileResult r = K(self).read_file(path ? path : "");
+  if (!r.ok()) {
+    if (data) *data = nullptr;
+    return umbp_sim_result{-1, r.error, 0};
+  }
+  if (data) {
+    char* buf = static_cast<char*>(std::malloc(r.data.size() + 1));
+    if (!buf) return umbp_sim_result{-1, ENOMEM, 0};
+    std::memcpy(buf, r.data.data(), r.data.size());
+    buf[r.data.size()] = '\0';
+    *data = buf;
+  }
+  return umbp_sim_result{static_cast<long>(r.data.size()), 0, 0};
+}
+
+umbp_sim_result c_touch(void* self, void* addr, size_t length, size_t stride) {
+  return to_c(K(self).touch(addr, length, stride));
+}
+
+unsigned long c_mapping_end(void* self, void* addr) {
+  SimKernel* sim = find_layer<SimKernel>(&K(self));
+  if (!sim) return 0;
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  for (const auto& m : sim->mappings())
+    if (a >= m.start && a < m.start + m.length) return m.start + m.length;
+  return 0;
+}
+
+std::string crash_text(Kernel* k) {
+  SimKernel* sim = find_layer<SimKernel>(k);
+  if (!sim) return "";
+  SimCrash c = sim->crash();
+  if (!c.signal) return "";
+  std::string s = std::string(signal_symbol(c.signal)) + " in " + c.where;
+  if (c.node >= 0) s += " (node " + std::to_string(c.node) + ")";
+  if (!c.detail.empty()) s += ": " + c.detail;
+  return s;
+}
+
+size_t c_describe(void* self, int what, char* buf, size_t cap) {
+  std::string s;
+  try {
+    if (what == 0) {
+      s = crash_text(&K(self));
+    } else if (what == 1) {
+      if (auto* t = find_layer<TracingKernel>(&K(self))) s = t->text();
+    }
+  } catch (const std::bad_alloc&) {
+    s.clear();
+  }
+  if (buf && cap) {
+    const size_t n = std::min(cap - 1, s.size());
+    std::memcpy(buf, s.data(), n);
+    buf[n] = '\0';
+  }
+  return s.size();
+}
+
+void c_retain(void* self) { static_cast<Handle*>(self)->refs.fetch_add(1); }
+void c_release(void* self) {
+  auto* h = static_cast<Handle*>(self);
+  if (h->refs.fetch_sub(1) == 1) delete h;
+}
+
+umbp_sim_kernel_ops make_ops(unsigned flags) {
+  umbp_sim_kernel_ops o{};
+  o.abi_version = UMBP_SIM_KERNEL_ABI_VERSION;
+  o.flags = flags;
+  o.page_size = c_page_size;
+  o.mmap = c_mmap;
+  o.munmap = c_munmap;
+  o.madvise = c_madvise;
+  o.mbind = c_mbind;
+  o.memfd_create = c_memfd_create;
+  o.ftruncate = c_ftruncate;
+  o.close = c_close;
+  o.read_file = c_read_file;
+  o.touch = c_touch;
+  o.mapping_end = c_mapping_end;
+  o.describe = c_describe;
+  o.retain = c_retain;
+  o.release = c_release;
+  return o;
+}
+
+const umbp_sim_kernel_ops kRealOps = make_ops(0);
+const umbp_sim_kernel_ops kSimOps = make_ops(UMBP_SIM_KERNEL_SIMULATED);
+
+}  // namespace
+
+umbp_sim_kernel* make_c_kernel(KernelPtr kernel) {
+  auto* h = new Handle;
+  const bool simulated = find_layer<SimKernel>(kernel.get()) != nullptr;
+  h->kernel = std::move(kernel);
+  h->c.ops = simulated ? &kSimOps : &kRealOps;
+  h->c.self = h;
+  return &h->c;
+}
+
+KernelPtr kernel_of(const umbp_sim_kernel* handle) {
+  return static_cast<Handle*>(handle->self)->kernel;
+}
+
+}  // namespace umbp::capi

@@ -1,0 +1,68 @@
+/* The interposer's control API (libumbp_sim_interpose.so, umbp_sim.interposer_path()).
+ *
+ * The interposer routes an allocator's OS calls to a umbp_sim_kernel: mmap, munmap, madvise,
+ * mbind, syscall(SYS_mbind | SYS_memfd_create), memfd_create, ftruncate, close,
+ * sysconf(_SC_PAGESIZE) and opens of /proc and /sys paths (open, openat, fopen and their 64-bit
+ * and fortified forms: what std::ifstream reaches). Two ways to attach:
+ *   - LD_PRELOAD=libumbp_sim_interpose.so: a call is the allocator's when it comes from a
+ *     registered caller object (umbp_sim_interposer_add_caller_object) on a thread inside
+ *     umbp_sim_interposer_enter()/leave(); opens of /proc and /sys count when the thread is
+ *     inside, whoever calls (std::ifstream calls from libstdc++);
+ *   - link time: the allocator's objects linked with -Wl,--wrap=SYMBOL for each symbol above and
+ *     against this library (`umbp-sim build-allocator`): every wrapped call is the allocator's
+ *     while its thread is inside enter()/leave().
+ * Everything else goes to the real kernel untouched. A fd the Kernel created (memfd_create) is
+ * only ever passed to the Kernel, whoever calls, so a simulated fd never reaches a real syscall.
+ *
+ * On a simulated kernel (UMBP_SIM_KERNEL_SIMULATED) the real pages of every simulated mapping
+ * are PROT_NONE; a touch faults (SIGSEGV), the handler asks the Kernel (touch) and makes the
+ * range accessible, or, when the Kernel answers with a signal, prints the crash and the syscall
+ * trace to stderr and ends the process with that real signal. Other SIGSEGVs go to the handler
+ * that was installed before (Python's faulthandler). Sequential touches are granted in growing
+ * runs (up to 8 MiB, reported to the Kernel as touched when granted); real memory behind
+ * simulated mappings is bounded by the resident limit: past it, the pages of the oldest runs are
+ * moved (mremap) to the new one, so their old contents are not kept.
+ */
+#ifndef UMBP_SIM_INTERPOSER_H
+#define UMBP_SIM_INTERPOSER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "umbp_sim/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define UMBP_SIM_INTERPOSER_VERSION 1
+#define UMBP_SIM_INTERPOSER_API __attribute__((visibility("default")))
+
+typedef struct umbp_sim_interposer_stats {
+  unsigned long routed;   /* calls answered by the Kernel */
+  unsigned long faults;   /* SIGSEGVs on simulated mappings handled */
+  unsigned long moved;    /* runs whose real pages were moved (resident limit reached) */
+  unsigned long resident; /* bytes of real memory behind simulated mappings */
+  unsigned long mappings; /* live simulated mappings */
+  unsigned long sim_fds;  /* live simulated fds */
+} umbp_sim_interposer_stats;
+
+UMBP_SIM_INTERPOSER_API int umbp_sim_interposer_version(void);
+/* Route to `kernel` from now on (retains it). 0, or an errno (EINVAL: ABI version mismatch). */
+UMBP_SIM_INTERPOSER_API int umbp_sim_interposer_activate(const umbp_sim_kernel* kernel);
+/* Back to the real kernel for everything (releases the kernel; handlers restored). */
+UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_deactivate(void);
+/* Calls from the loaded object at `path` (as in /proc/self/maps) are the allocator's.
+ * Returns the number of executable segments registered (0: not loaded). */
+UMBP_SIM_INTERPOSER_API int umbp_sim_interposer_add_caller_object(const char* path);
+UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_enter(void);
+UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_leave(void);
+/* Real bytes kept behind simulated mappings (default 32 MiB, at least 8 MiB). */
+UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_set_resident_limit(size_t bytes);
+UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_get_stats(umbp_sim_interposer_stats* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* UMBP_SIM_INTERPOSER_H */

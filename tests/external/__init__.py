@@ -1,0 +1,1 @@
+"""Tests of external allocators (issue 14): the C ABI, the interposer, compare."""

@@ -1,0 +1,43 @@
+"""Builds of the test allocator (tests/external/tiny_allocator.cpp), once per session: a plain
+extension module (run with the interposer preloaded) and a `umbp-sim build-allocator` build."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from umbp_sim.external.build import compile_command, compiler_env, include_dirs
+
+HERE = Path(__file__).resolve().parent
+TINY_SOURCE = HERE / "tiny_allocator.cpp"
+
+
+@pytest.fixture(scope="session")
+def tiny_builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """{"preload": path, "wrap": path} of the test allocator, built in parallel."""
+    d = tmp_path_factory.mktemp("tiny")
+    preload, wrapped = d / "tiny_umbp.so", d / "tiny_wrapped.so"
+    plain = ["c++", "-std=c++17", "-O1", "-fPIC", "-shared", "-DTINY_MODULE_NAME=tiny_umbp"]
+    plain += [f"-I{i}" for i in include_dirs()] + [str(TINY_SOURCE), "-o", str(preload)]
+    wrap = compile_command(
+        [str(TINY_SOURCE)], str(wrapped), defines=["TINY_MODULE_NAME=tiny_wrapped"]
+    )
+    procs = [
+        subprocess.Popen(c, stderr=subprocess.PIPE, text=True, env=compiler_env())
+        for c in (plain, wrap)
+    ]
+    for p in procs:
+        _, err = p.communicate()
+        assert p.returncode == 0, err
+    return {"preload": str(preload), "wrap": str(wrapped)}
+
+
+@pytest.fixture(scope="session")
+def capi_probe(tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("capi") / "capi_probe.so"
+    cmd = ["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]
+    cmd += [f"-I{include_dirs()[0]}", str(HERE / "capi_probe.c"), "-o", str(out)]
+    subprocess.run(cmd, check=True, env=compiler_env())
+    return str(out)

@@ -1,0 +1,137 @@
+"""umbp-sim compare / build-allocator / --allocator SPEC parsing: exit codes, reports, JSON."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from umbp_sim.allocator_spec import AllocatorSpec, AllocatorSpecError, parse_allocator_spec
+from umbp_sim.cli import main
+from umbp_sim.commands.compare import _progress
+from umbp_sim.external import matrix
+
+
+def test_builtin_against_itself_finds_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "umbp-sim", "umbp-sim"]) == 0
+    out = capsys.readouterr()
+    runs = len({r.label for r in [*matrix.quick(), *matrix.scenario_runs()]})
+    assert out.out == f"compared umbp-sim (A) with umbp-sim (B) over {runs} runs\nno differences\n"
+    assert out.err == ""  # no progress bar when stderr is not a terminal
+
+
+def test_the_test_allocator_differs_where_it_was_made_to(
+    tiny_builds: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["compare", "umbp-sim", tiny_builds["wrap"], "--no-scenarios", "--json"]
+    assert main([*argv, "-k", "*pool-on-node0 k6.8.0*"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["a"] == "umbp-sim" and doc["b"] == tiny_builds["wrap"]
+    assert not doc["same"] and doc["differing_runs"] > 0
+    diffs = doc["differences"]
+    by_run = {c: {d["run"]: (d["a"], d["b"]) for d in items} for c, items in diffs.items()}
+    # umbp-sim demotes a hugetlb buffer whose populate hits EFAULT; the test allocator touches
+    # the pages by hand and dies of SIGBUS inside alloc (as mori does in the field).
+    key = "[pool-on-node0 k6.8.0] alloc(size=4194304, AnonymousHugetlb, hugepage_size=2097152, "
+    assert by_run["outcome"][key + "numa_node=1, prefault=True)"] == (
+        "ok Anonymous", "crash SIGBUS in alloc",
+    )  # fmt: skip
+    # hugepage_size=1: a default-size hugetlb buffer there (whose munmap of 3 MiB then fails:
+    # a leak), a demotion here.
+    one = key.replace("4194304", "3145728").replace("2097152", "1") + "numa_node=-1, prefault=True)"
+    assert by_run["backing"][one] == ("Anonymous", "AnonymousHugetlb")
+    assert by_run["alignment"][one] == (4096, 1)
+    assert by_run["leak"][one] == ({"mappings": 0, "fds": 0}, {"mappings": 1, "fds": 0})
+    # node 63: its bit is beyond maxnode-1 in the test allocator's mask.
+    n63 = key.replace("AnonymousHugetlb", "Anonymous") + "numa_node=63, prefault=True)"
+    a, b = by_run["warning text"][n63]
+    assert b == ["mbind(node=63) failed: Invalid argument"]
+    assert set(diffs) <= {
+        "outcome", "backing", "mapped_size", "alignment", "crash", "leak", "warning count",
+        "warning text",
+    }  # fmt: skip
+
+
+def test_report_groups_by_class(
+    tiny_builds: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["compare", tiny_builds["preload"], "umbp-sim", "--no-scenarios", "--examples", "1"]
+    assert main([*argv, "-k", "*ample k6.8.0*numa_node=63*"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"compared {tiny_builds['preload']} (A) with umbp-sim (B) over 4 runs"
+    assert out[1] == "4 runs differ"
+    assert "warning text: 4 runs" in out
+    assert "  ... 3 more (--json for all)" in out
+
+
+def test_an_allocator_that_cannot_run_is_exit_2(
+    capi_probe: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["compare", "umbp-sim", capi_probe, "--matrix", "none"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"umbp-sim compare: {capi_probe}: ImportError: {capi_probe}: not a ")
+
+
+def test_bad_spec_is_one_usage_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "umbp-sim", str(tmp_path / "nope.so")]) == 64
+    assert capsys.readouterr().err == (
+        f"umbp-sim compare: --allocator '{tmp_path / 'nope.so'}': no such file\n"
+    )
+    text = tmp_path / "x.so"
+    text.write_text("not elf")
+    assert main(["compare", str(text), "umbp-sim"]) == 64
+    assert "not a shared object (ELF)" in capsys.readouterr().err
+
+
+def test_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty = Tty()
+    monkeypatch.setattr("sys.stderr", tty)
+    show = _progress(4)
+    assert show is not None
+    for i in range(1, 5):
+        show(i)
+    assert tty.getvalue().endswith("\r[" + "#" * 30 + "] 4/4\n")
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert _progress(4) is None
+
+
+def test_build_allocator_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build-allocator", str(tmp_path / "a.cpp"), "-o", str(tmp_path / "a.so")]) == 65
+    assert (
+        capsys.readouterr().err
+        == f"umbp-sim build-allocator: {tmp_path / 'a.cpp'}: no such source file\n"
+    )
+    src = tmp_path / "bad.cpp"
+    src.write_text("this is not C++\n")
+    assert main(["build-allocator", str(src), "-o", str(tmp_path / "bad.so")]) == 65
+    err = capsys.readouterr().err
+    assert err.startswith(f"umbp-sim build-allocator: compiling {tmp_path / 'bad.so'} failed:\n")
+    assert "-Wl,--wrap=mmap" in err and "error" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "spec"),
+    [
+        ("umbp-sim", AllocatorSpec("builtin", "umbp-sim")),
+        ("mori-624002c", AllocatorSpec("builtin", "mori-624002c")),
+        ("mori", AllocatorSpec("builtin", "mori-624002c")),
+        ("mori.umbp", AllocatorSpec("module", "mori.umbp")),
+    ],
+)
+def test_parse_allocator_spec(text: str, spec: AllocatorSpec) -> None:
+    assert parse_allocator_spec(text) == spec
+
+
+def test_parse_allocator_spec_paths_and_errors(tiny_builds: dict[str, str]) -> None:
+    s = parse_allocator_spec(tiny_builds["preload"])
+    assert (s.kind, s.path) == ("shared-object", tiny_builds["preload"])
+    with pytest.raises(AllocatorSpecError, match=r"^--allocator 'not a spec!': not a built-in"):
+        parse_allocator_spec("not a spec!")
+    assert AllocatorSpecError("x").exit_code == 64

@@ -1,0 +1,63 @@
+"""``--allocator SPEC``: which allocator a command runs.
+
+A SPEC is one of
+- a built-in profile of umbp-sim's own allocator: ``umbp-sim`` (today's behaviour),
+  ``mori-624002c`` (mori's behaviour at that commit; alias ``mori``);
+- a path to a built shared object: a Python extension module with mori's API
+  (``UMBPHostMemAllocator``, ``UMBPHostBufferBacking``), prebuilt (run with the interposer
+  preloaded) or built with ``umbp-sim build-allocator`` (linked against it);
+- the name of an importable module with mori's Python API, e.g. ``mori.umbp``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from umbp_sim.errors import UmbpSimError
+
+BUILTIN_PROFILES = ("umbp-sim", "mori-624002c")
+BUILTIN_ALIASES = {"mori": "mori-624002c"}
+
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+class AllocatorSpecError(UmbpSimError):
+    """A SPEC that names no allocator (usage error: exit 64)."""
+
+    exit_code = 64
+
+
+@dataclass(frozen=True)
+class AllocatorSpec:
+    kind: str  # "builtin" | "module" | "shared-object"
+    name: str  # profile name, module name, or the path as given
+    path: str | None = None  # absolute path of a shared object
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def parse_allocator_spec(text: str) -> AllocatorSpec:
+    """The allocator ``text`` names; AllocatorSpecError (one line naming it) if none."""
+    t = text.strip()
+    if t in BUILTIN_PROFILES:
+        return AllocatorSpec("builtin", t)
+    if t in BUILTIN_ALIASES:
+        return AllocatorSpec("builtin", BUILTIN_ALIASES[t])
+    looks_like_path = "/" in t or t.endswith(".so") or ".so." in t
+    if looks_like_path:
+        if not os.path.isfile(t):
+            raise AllocatorSpecError(f"--allocator {text!r}: no such file")
+        with open(t, "rb") as f:
+            if f.read(4) != b"\x7fELF":
+                raise AllocatorSpecError(f"--allocator {text!r}: not a shared object (ELF)")
+        return AllocatorSpec("shared-object", t, os.path.abspath(t))
+    if _MODULE_NAME.match(t):
+        return AllocatorSpec("module", t)
+    known = ", ".join(BUILTIN_PROFILES + tuple(BUILTIN_ALIASES))
+    raise AllocatorSpecError(
+        f"--allocator {text!r}: not a built-in profile ({known}), a module name or a path to a "
+        "shared object"
+    )

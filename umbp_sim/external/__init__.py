@@ -1,0 +1,1 @@
+"""External allocators as systems under test: the interposer, one subprocess per run, outcomes."""

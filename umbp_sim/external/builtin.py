@@ -1,0 +1,99 @@
+"""A ``Run`` on umbp-sim's own allocator, in this process: the reference side of ``compare``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
+from umbp_sim.errors import SimulatedCrash
+from umbp_sim.external.outcome import Outcome, Run
+from umbp_sim.sim import build_kernel
+from umbp_sim.trace import instrument
+
+_LOGGERS = ("umbp_sim.allocator",)
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def make_allocator(kernel: Any, profile: str) -> UMBPHostMemAllocator:
+    """The built-in allocator with a policy profile (``umbp_sim.profiles``)."""
+    return UMBPHostMemAllocator(kernel=kernel, profile=profile)
+
+
+def _fields(h: Any) -> dict[str, Any]:
+    return {
+        "valid": bool(h),
+        "ptr": int(h.ptr),
+        "requested_size": int(h.requested_size),
+        "mapped_size": int(h.mapped_size),
+        "backing": h.actual_backing.name,
+        "alignment": int(h.actual_alignment),
+    }
+
+
+def run_builtin(run: Run, profile: str = "umbp-sim") -> Outcome:
+    """One run of the built-in allocator on a fresh simulated host."""
+    stack = instrument(build_kernel(run.machine), run.plan)
+    collect = _Collect()
+    loggers = [logging.getLogger(n) for n in _LOGGERS]
+    for log in loggers:
+        log.addHandler(collect)
+    stage = "alloc"
+    out = Outcome(result="invalid")
+    try:
+        allocator = make_allocator(stack.kernel, profile)
+        c = run.call
+        try:
+            h = allocator.alloc(
+                c.size, getattr(UMBPHostBufferBacking, c.backing), c.hugepage_size,
+                c.numa_node, c.prefault,
+            )  # fmt: skip
+        except SimulatedCrash:
+            raise
+        except Exception as e:  # noqa: BLE001 - the allocator's exception is the outcome
+            out.result = "error"
+            out.error = f"{type(e).__name__}: {e}"
+            h = None
+        if h is not None:
+            out.handle = _fields(h)
+            out.result = "ok" if h else "invalid"
+            if run.write and h:
+                stage = "write"
+                r = stack.kernel.touch(int(h.ptr), 1, 1)
+                if r.signal:
+                    raise SimulatedCrash(_sig(r.signal), "user write")
+            if run.free:
+                stage = "free"
+                allocator.free(h)
+                out.free_ok = True
+    except SimulatedCrash as e:
+        out.result = "crash"
+        out.crash = {"signal": e.signal, "stage": stage, "simulated": True, "detail": e.detail}
+    finally:
+        for log in loggers:
+            log.removeHandler(collect)
+    out.warnings = list(collect.messages)
+    out.trace = [r.text() for r in stack.tracing.records()]
+    if out.result != "crash":  # a dead process leaks nothing
+        out.leaks = {
+            "mappings": len(stack.tracing.live_mappings()),
+            "fds": len(stack.tracing.open_fds()),
+        }
+    return out
+
+
+def _sig(num: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"

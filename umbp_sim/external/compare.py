@@ -1,0 +1,129 @@
+"""Compare two allocators' outcomes run by run, differences grouped by class."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from umbp_sim.external.outcome import Outcome, Run
+from umbp_sim.external.runner import AllocatorRunner
+
+# The classes of difference, in report order.
+CLASSES = (
+    "outcome",
+    "backing",
+    "mapped_size",
+    "alignment",
+    "crash",
+    "leak",
+    "warning count",
+    "warning text",
+)
+
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+
+
+def _normalized(warnings: list[str]) -> list[str]:
+    """Warnings without addresses (they differ from run to run, not between allocators)."""
+    return [_ADDRESS.sub("0x...", w) for w in warnings]
+
+
+def _summary(o: Outcome) -> str:
+    if o.result == "crash" and o.crash:
+        return f"crash {o.crash['signal']} in {o.crash['stage']}"
+    if o.result == "ok" and o.handle:
+        return f"ok {o.handle['backing']}"
+    if o.result in ("error", "could-not-run"):
+        return f"{o.result}: {o.error}"
+    return o.result
+
+
+def differences(a: Outcome, b: Outcome) -> dict[str, tuple[Any, Any]]:
+    """{class: (a's value, b's value)} for every class in which the two outcomes differ."""
+    out: dict[str, tuple[Any, Any]] = {}
+    if a.result != b.result:
+        out["outcome"] = (_summary(a), _summary(b))
+    ha, hb = a.handle, b.handle
+    if a.result == b.result == "ok" and ha and hb:
+        for cls, key in (("backing", "backing"), ("mapped_size", "mapped_size")):
+            if ha[key] != hb[key]:
+                out[cls] = (ha[key], hb[key])
+        if ha["alignment"] != hb["alignment"]:
+            out["alignment"] = (ha["alignment"], hb["alignment"])
+    if a.result == b.result == "crash" and a.crash and b.crash:
+        ca = (a.crash["signal"], a.crash["stage"])
+        cb = (b.crash["signal"], b.crash["stage"])
+        if ca != cb:
+            out["crash"] = (" in ".join(ca), " in ".join(cb))
+    if a.leaks != b.leaks:
+        out["leak"] = (dict(a.leaks), dict(b.leaks))
+    if len(a.warnings) != len(b.warnings):
+        out["warning count"] = (len(a.warnings), len(b.warnings))
+    elif _normalized(a.warnings) != _normalized(b.warnings):
+        out["warning text"] = (a.warnings, b.warnings)
+    return out
+
+
+@dataclass
+class Comparison:
+    a: str
+    b: str
+    runs: int = 0
+    differing_runs: int = 0
+    by_class: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def same(self) -> bool:
+        return self.differing_runs == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "a": self.a,
+            "b": self.b,
+            "runs": self.runs,
+            "differing_runs": self.differing_runs,
+            "same": self.same,
+            "differences": {c: self.by_class[c] for c in CLASSES if c in self.by_class},
+        }
+
+    def report(self, examples: int = 5) -> str:
+        lines = [f"compared {self.a} (A) with {self.b} (B) over {self.runs} runs"]
+        if self.same:
+            lines.append("no differences")
+            return "\n".join(lines) + "\n"
+        lines.append(f"{self.differing_runs} runs differ")
+        for cls in CLASSES:
+            items = self.by_class.get(cls)
+            if not items:
+                continue
+            lines.append(f"\n{cls}: {len(items)} runs")
+            for item in items[:examples]:
+                lines.append(f"  {item['run']}")
+                lines.append(f"    A: {item['a']}")
+                lines.append(f"    B: {item['b']}")
+            if len(items) > examples:
+                lines.append(f"  ... {len(items) - examples} more (--json for all)")
+        return "\n".join(lines) + "\n"
+
+
+def compare(
+    a: AllocatorRunner,
+    b: AllocatorRunner,
+    runs: Iterable[Run],
+    progress: Callable[[int], None] | None = None,
+) -> Comparison:
+    result = Comparison(str(a.spec), str(b.spec))
+    for i, run in enumerate(runs, 1):
+        oa, ob = a.run(run), b.run(run)
+        result.runs += 1
+        diff = differences(oa, ob)
+        if diff:
+            result.differing_runs += 1
+            for cls, (va, vb) in diff.items():
+                result.by_class.setdefault(cls, []).append({"run": run.label, "a": va, "b": vb})
+        if progress:
+            progress(i)
+    return result

@@ -1,0 +1,113 @@
+"""The runs ``umbp-sim compare`` puts both allocators through.
+
+The bundled scenarios (those that make one ``alloc``) plus a request matrix over backings x sizes
+x hugepage sizes x nodes x prefault x pool states x kernel versions x fault plans on every
+syscall. ``quick`` (the default) crosses the dimensions in groups around the field's cases so a
+comparison takes seconds; ``full`` is the complete product (long: tens of thousands of runs).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+from umbp_sim.external.outcome import BACKINGS, AllocCall, Run
+from umbp_sim.faults import FaultPlan
+from umbp_sim.machine import Machine
+
+KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
+PAGE = 4096
+
+SIZES = {
+    "0": 0,
+    "1": 1,
+    "page-1": PAGE - 1,
+    "page": PAGE,
+    "3MiB": 3 * MiB,
+    "1GiB": GiB,
+    "huge": 1 * TiB,
+    "2^63": 1 << 63,
+}
+HUGEPAGE_SIZES = {"1": 1, "4096": 4096, "2MiB": 2 * MiB, "3MiB": 3 * MiB, "1GiB": GiB}
+NODES = {"-1": -1, "0": 0, "1": 1, "63": 63, "out-of-range": 4, "2^31-1": 2**31 - 1}
+KERNELS = ("3.10.0", "4.9.0", "5.10.0", "6.8.0")
+POOLS = ("no-pool", "pool-on-node0", "ample")
+# One fault per syscall the allocators make, on its first call.
+FAULTS = {
+    "mmap": "ENOMEM",
+    "munmap": "EINVAL",
+    "madvise": "EAGAIN",
+    "mbind": "EIO",
+    "memfd_create": "EMFILE",
+    "ftruncate": "ENOSPC",
+    "close": "EIO",
+}
+
+
+def machine(pool: str, kernel: str = "6.8.0") -> Machine:
+    """A 2-node host: no hugepages, the field's 'pool all on node 0', or pools on both."""
+    per_node: list[dict[int | str, int]]
+    if pool == "no-pool":
+        per_node = [{}, {}]
+    elif pool == "pool-on-node0":
+        per_node = [{"2MiB": 64, "1GiB": 1}, {}]
+    elif pool == "ample":
+        per_node = [{"2MiB": 1024, "1GiB": 2}, {"2MiB": 1024, "1GiB": 2}]
+    else:
+        raise ValueError(f"unknown pool state {pool!r}")
+    m = Machine.x86_64(
+        nodes=2, mem_per_node="64GiB", hugepages_per_node=per_node, kernel_version=kernel
+    )
+    m.name = f"{pool} k{kernel}"
+    return m
+
+
+def fault_plan(op: str) -> FaultPlan:
+    return FaultPlan.from_rules([{"op": op, "errno": FAULTS[op], "nth": 1}])
+
+
+def _run(pool: str, call: AllocCall, kernel: str = "6.8.0", fault: str | None = None) -> Run:
+    plan = fault_plan(fault) if fault else None
+    label = f"[{pool} k{kernel}{' ' + fault + ':' + FAULTS[fault] if fault else ''}] {call.label()}"
+    return Run(machine(pool, kernel), call, plan=plan, label=label)
+
+
+def quick() -> Iterator[Run]:
+    size = 4 * MiB
+    for b, s, p, pool in itertools.product(BACKINGS, SIZES.values(), (True, False), POOLS):
+        yield _run(pool, AllocCall(s, b, prefault=p))
+    for b, hp, p, pool in itertools.product(
+        ("AnonymousHugetlb", "AnonymousShmHugetlb"), HUGEPAGE_SIZES.values(), (True, False), POOLS
+    ):  # 3 MiB: not a multiple of any hugepage size (rounding and unmapping show)
+        yield _run(pool, AllocCall(3 * MiB, b, hugepage_size=hp, prefault=p))
+    for b, n, pool in itertools.product(BACKINGS, NODES.values(), POOLS):
+        yield _run(pool, AllocCall(size, b, numa_node=n))
+    for b, k, p, pool in itertools.product(BACKINGS, KERNELS, (True, False), POOLS):
+        yield _run(pool, AllocCall(size, b, numa_node=1, prefault=p), kernel=k)
+    for b, op in itertools.product(BACKINGS, FAULTS):
+        yield _run("ample", AllocCall(size, b, numa_node=0), fault=op)
+
+
+def full() -> Iterator[Run]:
+    for b, s, hp, n, p, pool, k in itertools.product(
+        BACKINGS, SIZES.values(), HUGEPAGE_SIZES.values(), NODES.values(), (True, False), POOLS,
+        KERNELS,
+    ):  # fmt: skip
+        for fault in (None, *FAULTS):
+            yield _run(pool, AllocCall(s, b, hp, n, p), kernel=k, fault=fault)
+
+
+def scenario_runs() -> Iterator[Run]:
+    """The bundled scenarios whose request is one alloc, as runs."""
+    from umbp_sim.scenario.bundled import bundled_scenarios_dir
+    from umbp_sim.scenario.runner import _alloc_args, build_machine
+    from umbp_sim.scenario.schema import find_scenarios, load_scenario
+
+    for path in find_scenarios([str(bundled_scenarios_dir())]):
+        scn = load_scenario(path)
+        if scn.request_kind != "alloc" or scn.env:
+            continue
+        call = AllocCall(*_alloc_args(scn.request))
+        plan = FaultPlan.from_dict({"faults": scn.faults, "fault_seed": scn.fault_seed})
+        label = f"scenario {scn.label}"
+        yield Run(build_machine(scn), call, plan=plan if scn.faults else None, label=label)

@@ -1,0 +1,106 @@
+"""What one run of an allocator is (a simulated host, a fault plan, a request) and what came of it.
+
+The same ``Run`` goes to the built-in allocator (in process) and to an external build (in a
+forked child under the interposer); both answer with an ``Outcome``, so ``compare`` can put them
+side by side field by field.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from umbp_sim.faults import FaultPlan
+from umbp_sim.machine import Machine
+
+BACKINGS = ("Anonymous", "AnonymousHugetlb", "AnonymousShm", "AnonymousShmHugetlb")
+
+
+@dataclass(frozen=True)
+class AllocCall:
+    """``alloc(size, backing, hugepage_size, numa_node, prefault)`` with mori's defaults."""
+
+    size: int
+    backing: str = "Anonymous"
+    hugepage_size: int = 2 << 20
+    numa_node: int = -1
+    prefault: bool = True
+
+    def label(self) -> str:
+        return (
+            f"alloc(size={self.size}, {self.backing}, hugepage_size={self.hugepage_size}, "
+            f"numa_node={self.numa_node}, prefault={self.prefault})"
+        )
+
+
+@dataclass(frozen=True)
+class Run:
+    """One process's life: allocate, write the first byte as a user would, free."""
+
+    machine: Machine
+    call: AllocCall
+    plan: FaultPlan | None = None
+    write: bool = True  # write the buffer's first byte after alloc (the user's first touch)
+    free: bool = True
+    label: str = ""
+
+
+@dataclass
+class Outcome:
+    """What an allocator did in one run, as data.
+
+    ``result`` is "ok" (a valid handle), "invalid" (a falsy handle), "error" (alloc raised:
+    ``error`` holds the exception), "crash" (the process died: ``crash`` holds signal and stage)
+    or "could-not-run" (the harness failed: ``error`` says why).
+    """
+
+    result: str
+    handle: dict[str, Any] | None = None  # valid, requested_size, mapped_size, backing, alignment
+    crash: dict[str, Any] | None = None  # signal, stage, detail
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
+    leaks: dict[str, int] = field(default_factory=lambda: {"mappings": 0, "fds": 0})
+    free_ok: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_LOG_PREFIX = re.compile(r"^(\[[^\]]*\]\s*)+")
+_WARNING = re.compile(r"\bwarn(ing)?\b", re.IGNORECASE)
+
+
+def warning_lines(text: str) -> list[str]:
+    """Warnings in an allocator's log (stderr): lines that say warn/warning, prefixes removed
+    (spdlog's ``[time] [pid] [umbp] [warning]``); umbp-sim's own crash report is not one."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("umbp-sim:") or not _WARNING.search(line):
+            continue
+        line = _LOG_PREFIX.sub("", line.strip())
+        line = re.sub(r"^\w+ \[warning\]\s*", "", line)
+        out.append(line)
+    return out
+
+
+_CRASH = re.compile(r"^umbp-sim: simulated (SIG\w+|a signal) \(([^)]*)\): (.*)$", re.MULTILINE)
+
+
+def crash_report(text: str) -> tuple[str | None, str]:
+    """(signal, detail) from the interposer's crash report in a child's stderr, if any."""
+    m = _CRASH.search(text)
+    if not m:
+        return None, ""
+    return m.group(1), m.group(3)
+
+
+def trace_from_report(text: str) -> list[str]:
+    """The syscall trace the interposer printed before the process died."""
+    start = text.find("umbp-sim: syscall trace:\n")
+    if start < 0:
+        return []
+    body = text[start + len("umbp-sim: syscall trace:\n") :]
+    end = body.find("umbp-sim: end of trace")
+    return [ln for ln in (body if end < 0 else body[:end]).splitlines() if ln]

@@ -1,0 +1,65 @@
+"""A scenario file on an external allocator: what ``run --allocator PATH`` needs.
+
+Only one-alloc scenarios without environment settings can run on an external build (steps use
+umbp-sim's registry API, sglang requests its Python layer). Counters live in the child's
+simulated host and are not reported: a scenario that expects counters says so in its result.
+"""
+
+from __future__ import annotations
+
+from umbp_sim.external.outcome import AllocCall, Outcome, Run
+from umbp_sim.external.runner import AllocatorRunner
+from umbp_sim.faults import FaultPlan
+from umbp_sim.scenario.runner import (
+    Observed,
+    ScenarioResult,
+    _alloc_args,
+    build_machine,
+    compare,
+)
+from umbp_sim.scenario.schema import Scenario
+
+
+def runnable(scn: Scenario) -> bool:
+    return scn.request_kind == "alloc" and not scn.env
+
+
+def to_run(scn: Scenario) -> Run:
+    plan = FaultPlan.from_dict({"faults": scn.faults, "fault_seed": scn.fault_seed})
+    call = AllocCall(*_alloc_args(scn.request))
+    # A scenario observes the allocation; the user's first write is not part of it.
+    return Run(build_machine(scn), call, plan=plan if scn.faults else None, write=False)
+
+
+def to_observed(run: Run, o: Outcome) -> Observed:
+    """The scenario runner's view of an external run."""
+    obs = Observed(outcome="failed", warnings=list(o.warnings), trace="\n".join(o.trace[-40:]))
+    if o.result == "crash" and o.crash:
+        obs.outcome, obs.signal = "crashed", o.crash["signal"]
+        obs.error = f"killed by {o.crash['signal']} during {o.crash['stage']}: {o.crash['detail']}"
+        return obs
+    if o.result == "ok" and o.handle:
+        backing = o.handle["backing"]
+        obs.outcome = "ok" if backing == run.call.backing else "demoted"
+        obs.actual_backing, obs.mapped_size = backing, o.handle["mapped_size"]
+    elif o.result in ("error", "could-not-run"):
+        obs.error = o.error
+    obs.leaks = [f"{n} {what}" for what, n in o.leaks.items() if n]
+    return obs
+
+
+def run_scenario_external(scn: Scenario, runner: AllocatorRunner) -> ScenarioResult:
+    """Run ``scn`` on ``runner``'s allocator and compare with what the file expects."""
+    if not runnable(scn):
+        why = "sglang request" if scn.request_kind == "sglang" else (
+            "steps use umbp-sim's registry API" if scn.request_kind == "steps" else "[env] set"
+        )  # fmt: skip
+        return ScenarioResult(
+            scn, Observed(outcome="not run"), [f"not run on {runner.spec}: {why}"]
+        )
+    run = to_run(scn)
+    obs = to_observed(run, runner.run(run))
+    mismatches = compare({k: v for k, v in scn.expect.items() if k != "counters"}, obs)
+    if scn.expect.get("counters"):
+        mismatches.append(f"counters: not available from {runner.spec} (its host is in the child)")
+    return ScenarioResult(scn, obs, mismatches)
