@@ -92,7 +92,7 @@ def test_replay_prints_the_bars(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     section = out.split("memory per node:\n")[1].splitlines()
     assert section[0] == (
-        "request: 1.0 GiB of 2 MiB hugepages (AnonymousHugetlb) on node 1 -> demoted"
+        "request: 1.0 GiB of 2 MiB hugepages (AnonymousHugetlb) on node 1 -> crashed"
     )
     assert [line.split("[")[0].strip() for line in section[1:4]] == ["node 0", "node 1*", "request"]
     assert section[2].endswith("short 1.0 GiB")

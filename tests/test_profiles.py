@@ -91,7 +91,7 @@ def test_difference_table_names_every_differing_field_with_moris_lines():
 def test_profiles_command(capsys):
     assert main(["profiles"]) == 0
     assert "populate_failure" in capsys.readouterr().out
-    assert main(["run", "--allocator", "nope"]) == 64
+    assert main(["run", "--allocator", "no such allocator"]) == 64
 
 
 # ---- row 1: POPULATE EFAULT on hugetlb ----------------------------------------------------------

@@ -37,6 +37,7 @@ EXIT_CODES: dict[int, str] = {
     EX_SOFTWARE: "an internal error: a bug in umbp-sim (one line; UMBP_SIM_TRACEBACK=1 prints "
     "the traceback)",
     EX_CANTCREAT: "an output file cannot be written (collect's tarball, replay's --html page)",
+    130: "interrupted (Ctrl-C)",
 }
 
 
