@@ -72,9 +72,11 @@ def test_cli_prints_the_shipped_scripts(capsys: pytest.CaptureFixture[str]) -> N
         cli.main(["collect", "--script", "bash"])
     assert ei.value.code == 64
     assert "argument --script: invalid choice: 'bash'" in capsys.readouterr().err
-    assert cli.main(["collect"]) == 64
-    assert capsys.readouterr().err == (
-        "umbp-sim collect: -o/--output is required (or --script to print the collector)\n"
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["collect"])
+    assert ei.value.code == 64
+    assert capsys.readouterr().err.endswith(
+        "umbp-sim collect: error: the following arguments are required: -o/--output (or --script)\n"
     )
 
 
@@ -227,3 +229,16 @@ def test_umbp_sim_collect_pid_runs_the_python_collector(tmp_path: Path) -> None:
     m = manifest(out)
     assert m["tool"] == "umbp-sim collect.py" and m["pid"] == os.getpid()
     assert load_dump(out)[0].name
+
+
+def test_python_collector_in_process_matches_collect(tmp_path: Path) -> None:
+    """The same script imported as a module (what coverage sees of it)."""
+    from umbp_sim.collect_scripts import collect as script_module
+
+    out = tmp_path / "in.tar.xz"
+    assert script_module.main(["-o", str(out), "--name=in", f"--pid={os.getpid()}"]) == 0
+    ref = tmp_path / "ref.tar"
+    collect(str(ref), "in")
+    assert steady(load_dump(out)[0]) == steady(load_dump(ref)[0])
+    assert script_module.main(["--name", "a/b"]) == 64
+    assert script_module.main(["-o"]) == 64

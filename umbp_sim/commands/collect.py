@@ -10,13 +10,7 @@ import argparse
 import subprocess
 import sys
 
-from umbp_sim.errors import UmbpSimError
-
 HELP = "dump this host's /proc and /sys (memory, hugepages, NUMA, limits) into a tarball"
-
-
-class CollectUsageError(UmbpSimError):
-    exit_code = 64
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("py", "sh"),
         help="print the stand-alone collector (py: python3 stdlib only, sh: POSIX sh) and exit",
     )
+    parser.set_defaults(_collect_parser=parser)  # -o is required unless --script
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(script_text(args.script))
         return 0
     if not args.output:
-        raise CollectUsageError("-o/--output is required (or --script to print the collector)")
+        args._collect_parser.error(
+            "the following arguments are required: -o/--output (or --script)"
+        )
     if args.pid is not None:
         return _collect_pid(args)
     from umbp_sim.collect import collect

@@ -246,7 +246,7 @@ def _cell(text: str | None, width: int) -> str:
 
 def render_fleet_text(report: FleetReport) -> str:
     header = ("host", "dump", "outcome", "backing", "cause", "smallest fix")
-    widths = (24, 24, 14, 19, 64, 80)
+    widths = (24, 32, 14, 19, 64, 80)
     lines: list[tuple[str | None, ...]] = [header]
     for r in report.rows:
         cause = r.error if r.outcome == "unreadable" else r.cause

@@ -5,9 +5,9 @@
 
 The real allocation runs in a child process (``python -m umbp_sim.diagnose.verify``): the
 real kernel (``LinuxKernel``), the request's allocator profile, the same size, backing,
-hugepage size, node and prefault; the child measures the buffer from ``/proc/self/smaps``
-(KernelPageSize; RSS as Rss plus the hugetlb pages) and ``/proc/self/numa_maps`` (the nodes
-its pages are on), frees it and prints JSON. A child killed by a signal is ``crashed``.
+hugepage size, node and prefault; the child measures the buffer (page size: smaps'
+KernelPageSize; RSS: its resident bytes by mincore(2); nodes: the numa_maps entry holding it),
+frees it and prints JSON. A child killed by a signal is ``crashed``.
 
 Compared, in this order: outcome, backing, node (the node the buffer is bound to, -1 none; and
 when bound, every page must be on it), page size, RSS. A request predicted to be OOM-killed is
@@ -238,6 +238,21 @@ def _smaps_entry(addr: int) -> dict[str, int]:
     return fields
 
 
+def _resident(addr: int, length: int) -> int:
+    """Bytes of [addr, addr+length) in memory (mincore(2)): smaps' Rss would count a
+    neighbouring mapping the kernel merged with the buffer's."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    page = os.sysconf("SC_PAGE_SIZE")
+    n = (length + page - 1) // page
+    vec = (ctypes.c_ubyte * n)()
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    if libc.mincore(addr, length, vec) != 0:
+        raise OSError(ctypes.get_errno(), "mincore")
+    return sum(b & 1 for b in bytes(vec)) * page
+
+
 def _pages_on(addr: int) -> dict[int, int]:
     """{node: pages} of the numa_maps entry that holds ``addr`` (the last one starting below)."""
     best: tuple[int, list[str]] | None = None
@@ -284,13 +299,13 @@ def child_main(spec: dict[str, Any]) -> dict[str, Any]:
         pages = _pages_on(h.ptr)
         got = h.actual_backing.name
         demoted = spec["backing"] in HUGETLB and got not in HUGETLB
-        rss = sm.get("Rss", 0) + sm.get("Private_Hugetlb", 0) + sm.get("Shared_Hugetlb", 0)
+        rss = _resident(h.ptr, h.mapped_size)
         return {
             "outcome": "demoted" if demoted else "ok",
             "backing": got,
             "node": h.numa_node,
             "page_size": sm.get("KernelPageSize", 0) * 1024 or None,
-            "rss": rss * 1024,
+            "rss": rss,
             "pages_on": {str(k): v for k, v in pages.items() if v},
             "error": None,
         }
