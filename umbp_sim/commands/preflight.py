@@ -86,7 +86,8 @@ def run_verify(args: argparse.Namespace, request) -> int:  # type: ignore[no-unt
         raise VerifyError("--verify cannot be combined with --root: it allocates on this host")
     cap = args.verify_max_size or DEFAULT_MAX_SIZE
     check_request(request, cap)
-    d = diagnose(*live_host(), request)
+    machine, facts = live_host()
+    d = diagnose(machine, facts, request)
     if is_oom_kill(d) and not args.force:
         print(render_json(d) if args.json else render_text(d))
         raise VerifyError(refusal(d))
