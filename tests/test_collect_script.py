@@ -81,7 +81,10 @@ def test_cli_prints_the_shipped_scripts(capsys: pytest.CaptureFixture[str]) -> N
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_script_dump_is_the_same_machine_as_collect(tmp_path: Path, kind: str) -> None:
+def test_script_dump_is_the_same_machine_as_collect(
+    tmp_path: Path, kind: str, nr_hugepages: object
+) -> None:
+    # nr_hugepages (unused): its lock keeps other tests' pools still between the two collections
     ref = tmp_path / "ref.tar.gz"
     res = collect(str(ref), "here")
     out = tmp_path / "script.tar.gz"
@@ -231,8 +234,8 @@ def test_umbp_sim_collect_pid_runs_the_python_collector(tmp_path: Path) -> None:
     assert load_dump(out)[0].name
 
 
-def test_python_collector_in_process_matches_collect(tmp_path: Path) -> None:
-    """The same script imported as a module (what coverage sees of it)."""
+def test_python_collector_in_process_matches_collect(tmp_path: Path, nr_hugepages: object) -> None:
+    """The same script imported as a module (what coverage sees of it); the pool lock held."""
     from umbp_sim.collect_scripts import collect as script_module
 
     out = tmp_path / "in.tar.xz"

@@ -169,3 +169,13 @@ def test_progress_only_on_a_terminal() -> None:
     assert tty.getvalue() == "\r[#######.......................] 1/4 hosts"
     show(4, 4)
     assert tty.getvalue().endswith("\r[##############################] 4/4 hosts\r\x1b[K")
+
+
+def test_one_extracted_dump_beside_tarballs_is_a_fleet(tmp_path: Path) -> None:
+    one = tmp_path / "one"
+    shutil.copytree(REPLAY / HOSTS[1], one / HOSTS[1])
+    assert not is_fleet([str(one)])  # NAME/proc/meminfo alone: one dump, as `collect` unpacks
+    assert expand_dumps([str(one)]) == [str(one)]
+    as_tar(REPLAY / HOSTS[2], one / "other.tar.gz", HOSTS[2])
+    assert is_fleet([str(one)])
+    assert expand_dumps([str(one)]) == [str(one / HOSTS[1]), str(one / "other.tar.gz")]

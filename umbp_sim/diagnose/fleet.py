@@ -43,8 +43,13 @@ class FleetError(UmbpSimError):
     exit_code = EX_NOINPUT
 
 
+def _looks_like_dump_file(name: str) -> bool:
+    return name.endswith(TAR_SUFFIXES) or name.endswith("meminfo")
+
+
 def _is_dump_dir(path: str) -> bool:
-    """A dump directory: proc/meminfo at its root or one level down (``NAME/proc/meminfo``)."""
+    """A dump directory: proc/meminfo at its root, or one level down (``NAME/proc/meminfo``)
+    when NAME is its only directory and nothing beside it looks like another dump."""
     if os.path.isfile(os.path.join(path, "proc", "meminfo")):
         return True
     try:
@@ -52,7 +57,9 @@ def _is_dump_dir(path: str) -> bool:
     except OSError:
         return False
     subdirs = [e for e in entries if os.path.isdir(os.path.join(path, e))]
-    return len(subdirs) == 1 and os.path.isfile(os.path.join(path, subdirs[0], "proc", "meminfo"))
+    if len(subdirs) != 1 or any(_looks_like_dump_file(e) for e in entries):
+        return False
+    return os.path.isfile(os.path.join(path, subdirs[0], "proc", "meminfo"))
 
 
 def _dumps_in(directory: str) -> list[str]:
@@ -63,7 +70,7 @@ def _dumps_in(directory: str) -> list[str]:
         if os.path.isdir(p):
             if _is_dump_dir(p):
                 out.append(p)
-        elif entry.endswith(TAR_SUFFIXES) or entry.endswith("meminfo"):
+        elif _looks_like_dump_file(entry):
             out.append(p)
     return out
 

@@ -136,13 +136,16 @@ def perform(d: Any, timeout: float = 300.0) -> Side:
         "allocator": d.request.allocator,
     }
     # cwd "/": `-m` must import the installed package, not a source tree's (no _native there).
-    proc = subprocess.run(
-        [sys.executable, "-m", "umbp_sim.diagnose.verify", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        cwd="/",
-        timeout=timeout,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "umbp_sim.diagnose.verify", json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            cwd="/",
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise UmbpSimError(f"--verify: the child process took over {timeout:.0f} s") from None
     if proc.returncode < 0:
         sig = signal.Signals(-proc.returncode).name
         return Side("crashed", error=f"the child process was killed by {sig}")
@@ -314,5 +317,4 @@ def child_main(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("MORI_UMBP_LOG_LEVEL", "error")
     print(json.dumps(child_main(json.loads(sys.argv[1]))))
