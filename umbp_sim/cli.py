@@ -30,12 +30,15 @@ EXIT_CODES: dict[int, str] = {
     "request gets what it asks for; replay, inspect, collect: done",
     1: "a negative answer: run: a scenario failed or none matched; probe: a backing did not "
     "get what it asked for; preflight: the request is demoted (or not bound to its node)",
-    2: "preflight: the request fails or kills the process",
+    2: "preflight: the request fails or kills the process (replay of several dumps: the worst "
+    "host's 0/1/2)",
+    3: "preflight --verify: the real allocation on this host disagrees with the prediction",
     EX_USAGE: "bad usage: an unknown flag, a bad argument or environment value (one line names it)",
     EX_DATAERR: "bad input data: a scenario file, dump, meminfo file or fault rule (one line "
     "names the file and key)",
     EX_SOFTWARE: "an internal error: a bug in umbp-sim (one line; UMBP_SIM_TRACEBACK=1 prints "
     "the traceback)",
+    66: "replay: a DUMP|DIR|GLOB argument names no dump",
     EX_CANTCREAT: "an output file cannot be written (collect's tarball, replay's --html page)",
     130: "interrupted (Ctrl-C)",
 }

@@ -15,11 +15,30 @@ HELP = "check a request against the live host (or --root DUMP) in simulation: ex
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from umbp_sim.diagnose.request import add_request_arguments
+    from umbp_sim.diagnose.request import _size_arg, add_request_arguments
 
     parser.add_argument("--root", metavar="DUMP", help="a dump instead of the live host")
     add_request_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    v = parser.add_argument_group(
+        "--verify: perform the request for real (umbp_sim/diagnose/verify.py)"
+    )
+    v.add_argument(
+        "--verify",
+        action="store_true",
+        help="then allocate it on this host in a child process (freed) and compare: exit 3 "
+        "when prediction and reality disagree",
+    )
+    v.add_argument(
+        "--verify-max-size",
+        type=_size_arg,
+        default=None,
+        metavar="SIZE",
+        help="largest request --verify performs (default 1GiB)",
+    )
+    v.add_argument(
+        "--force", action="store_true", help="--verify even a request predicted to be OOM-killed"
+    )
 
 
 def live_host():  # type: ignore[no-untyped-def]
@@ -40,7 +59,41 @@ def run(args: argparse.Namespace) -> int:
     from umbp_sim.dump import load_dump
 
     request = request_from_args(args)
+    if args.verify:
+        return run_verify(args, request)
     machine, facts = load_dump(args.root) if args.root else live_host()
     d = diagnose(machine, facts, request)
     print_diagnosis(d, args.json)
     return d.exit_code
+
+
+def run_verify(args: argparse.Namespace, request) -> int:  # type: ignore[no-untyped-def]
+    import json
+
+    from umbp_sim.diagnose import diagnose
+    from umbp_sim.diagnose.report import render_json, render_text
+    from umbp_sim.diagnose.verify import (
+        DEFAULT_MAX_SIZE,
+        VerifyError,
+        check_request,
+        is_oom_kill,
+        refusal,
+        render_verify_text,
+        verify,
+    )
+
+    if args.root:
+        raise VerifyError("--verify cannot be combined with --root: it allocates on this host")
+    cap = args.verify_max_size or DEFAULT_MAX_SIZE
+    check_request(request, cap)
+    machine, facts = live_host()
+    d = diagnose(machine, facts, request)
+    if is_oom_kill(d) and not args.force:
+        print(render_json(d) if args.json else render_text(d))
+        raise VerifyError(refusal(d))
+    v = verify(d, cap, args.force)
+    if args.json:
+        print(json.dumps({**json.loads(render_json(d)), "verify": v.to_json()}, indent=1))
+    else:
+        print(render_text(d) + "\n\n" + render_verify_text(v))
+    return v.exit_code

@@ -1,0 +1,247 @@
+"""The stand-alone collectors (``umbp-sim collect --script py|sh``): the same dump as collect.
+
+Run as a host without umbp-sim would: ``python3 -I -S collect.py`` (no site packages) and
+``dash collect.sh`` (Debian's /bin/sh).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import os
+import resource
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from umbp_sim import cli
+from umbp_sim.collect import collect
+from umbp_sim.collect_scripts import script_text
+from umbp_sim.dump import load_dump
+from umbp_sim.machine import Machine
+
+KINDS = ("py", "sh")
+
+
+def script(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / f"collect.{kind}"
+    path.write_text(script_text(kind))
+    return path
+
+
+def run_script(tmp_path: Path, kind: str, *args: str) -> subprocess.CompletedProcess[str]:
+    path = script(tmp_path, kind)
+    cmd = [sys.executable, "-I", "-S", str(path)] if kind == "py" else ["dash", str(path)]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, cwd=tmp_path)
+
+
+def steady(m: Machine) -> Machine:
+    """The machine without the figures that move between two collections (free memory)."""
+    nodes = [dataclasses.replace(n, mem_free=None) for n in m.nodes]
+    return dataclasses.replace(
+        m, nodes=nodes, mem_free=None, mem_available=None, committed_as=0, name="x"
+    )
+
+
+def manifest(path: Path) -> dict:
+    with tarfile.open(path) as tar:
+        member = next(n for n in tar.getnames() if n.endswith("/umbp-sim-collect.json"))
+        return json.load(tar.extractfile(member))  # type: ignore[arg-type]
+
+
+def test_cli_prints_the_shipped_scripts(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["collect", "--script"]) == 0
+    py = capsys.readouterr().out
+    assert py == script_text("py") and py.startswith("#!/usr/bin/env python3\n")
+    assert cli.main(["collect", "--script", "sh"]) == 0
+    sh = capsys.readouterr().out
+    assert sh == script_text("sh") and sh.startswith("#!/bin/sh\n")
+    # the python collector imports the standard library only (it runs where umbp-sim is not)
+    imported = set()
+    for node in ast.walk(ast.parse(py)):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+    assert imported and imported <= set(sys.stdlib_module_names)
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["collect", "--script", "bash"])
+    assert ei.value.code == 64
+    assert "argument --script: invalid choice: 'bash'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["collect"])
+    assert ei.value.code == 64
+    assert capsys.readouterr().err.endswith(
+        "umbp-sim collect: error: the following arguments are required: -o/--output (or --script)\n"
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_script_dump_is_the_same_machine_as_collect(
+    tmp_path: Path, kind: str, nr_hugepages: object
+) -> None:
+    # nr_hugepages (unused): its lock keeps other tests' pools still between the two collections
+    ref = tmp_path / "ref.tar.gz"
+    res = collect(str(ref), "here")
+    out = tmp_path / "script.tar.gz"
+    proc = run_script(tmp_path, kind, "-o", str(out), "--name", "here")
+    assert proc.returncode == 0, proc.stderr
+    m = manifest(out)
+    assert proc.stderr == (
+        f"wrote {out}: here/, {len(m['collected'])} files, {len(m['missing'])} missing "
+        "(listed in here/umbp-sim-collect.json)\n"
+    )
+    machine, facts = load_dump(out)
+    ref_machine, ref_facts = load_dump(ref)
+    assert steady(machine) == steady(ref_machine)
+    assert facts.rlimit_as == ref_facts.rlimit_as and facts.memcg_max == ref_facts.memcg_max
+    assert facts.mem_total == ref_facts.mem_total
+    # the same files, the same gaps, the same notes; plus what was left out
+    assert m["collected"] == sorted(res.collected)
+    assert m["missing"] == dict(sorted(res.missing.items()))
+    assert m["notes"] == res.notes
+    assert m["tool"] == f"umbp-sim collect.{kind}" and m["pid"] is None
+    assert m["left_out"] == [
+        "environment variables (/proc/*/environ): never read",
+        "command lines (/proc/*/cmdline): never read",
+    ]
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+    assert all(n == "here" or n.startswith("here/") for n in names)
+    for rel in m["collected"]:
+        assert f"here/{rel}" in names
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pid_records_what_the_server_saw_and_no_secrets(tmp_path: Path, kind: str) -> None:
+    secret_env, secret_arg = "UMBP_SECRET_TOKEN_4242", "umbp-secret-argument-7777"
+
+    def limit_as() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+    wait = "import sys, time; print('up', flush=True); time.sleep(60)"
+    server = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", wait, secret_arg],
+        env={"PATH": os.environ["PATH"], "SECRET": secret_env},
+        preexec_fn=limit_as,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and server.stdout.readline() == "up\n"
+        out = tmp_path / "server.tar"
+        proc = run_script(tmp_path, kind, "-o", str(out), "--name", "srv", "--pid", str(server.pid))
+        assert proc.returncode == 0, proc.stderr
+        machine, facts = load_dump(out)
+        blob = out.read_bytes()
+        with tarfile.open(out) as tar:
+            status = tar.extractfile(f"srv/proc/{server.pid}/status").read().decode()  # type: ignore[union-attr]
+            numa = tar.extractfile(f"srv/proc/{server.pid}/numa_maps").read().decode()  # type: ignore[union-attr]
+            cgroup = tar.extractfile(f"srv/proc/{server.pid}/cgroup").read().decode()  # type: ignore[union-attr]
+        live_status = Path(f"/proc/{server.pid}/status").read_text()
+        live_cgroup = Path(f"/proc/{server.pid}/cgroup").read_text()
+    finally:
+        server.kill()
+        server.wait()
+        server.stdout.close()  # type: ignore[union-attr]
+    assert machine.rlimit_as == 8 << 30 and facts.rlimit_as == 8 << 30  # the server's limit
+    assert secret_env.encode() not in blob and secret_arg.encode() not in blob
+    assert b"file=" not in blob
+    assert cgroup == live_cgroup
+    mems = [
+        ln for ln in live_status.splitlines() if ln.startswith(("Mems_allowed", "Cpus_allowed"))
+    ]
+    assert status.splitlines() == mems and any(ln.startswith("Mems_allowed:") for ln in mems)
+    assert numa and all(len(line.split()) >= 2 for line in numa.splitlines())
+    m = manifest(out)
+    assert m["pid"] == server.pid
+    assert f"proc/{server.pid}/numa_maps" in m["collected"]
+    assert f"proc/self/limits: from /proc/{server.pid}/limits (the server process)" in m["notes"]
+    assert m["left_out"] == [
+        "environment variables (/proc/*/environ): never read",
+        "command lines (/proc/*/cmdline): never read",
+        f"proc/{server.pid}/status: all but Mems_allowed, Mems_allowed_list, Cpus_allowed, "
+        "Cpus_allowed_list",
+        f"proc/{server.pid}/numa_maps: file names",
+    ]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fake_root_with_cgroup_v2_limits_matches_collect(tmp_path: Path, kind: str) -> None:
+    root = tmp_path / "root"
+    files = {
+        "proc/meminfo": "MemTotal: 1048576 kB\nHugepagesize: 2048 kB\n",
+        "proc/self/cgroup": "0::/job/step\n",
+        "proc/self/mountinfo": "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+        "sys/fs/cgroup/job/memory.max": "4294967296\n",
+        "sys/fs/cgroup/job/step/memory.max": "max\n",
+        "sys/fs/cgroup/job/step/hugetlb.2MB.max": "2097152\n",
+        "sys/fs/cgroup/hugetlb.2MB.max": "1048576\n",
+        "sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages": "3\n",
+        "proc/sys/kernel/osrelease": "5.15.0\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    ref = tmp_path / "ref.tar"
+    res = collect(str(ref), "fake", root=str(root))
+    out = tmp_path / "fake.tar"
+    proc = run_script(tmp_path, kind, "-o", str(out), "--name", "fake", "--root", str(root))
+    assert proc.returncode == 0, proc.stderr
+    m, _ = load_dump(out)
+    assert m == load_dump(ref)[0]
+    assert m.memcg_max == 4 << 30  # the parent's limit binds
+    assert m.hugetlb_cgroup_max == {2 << 20: 1 << 20}  # the root's is smaller
+    man = manifest(out)
+    assert man["collected"] == sorted(res.collected)
+    assert man["notes"] == res.notes
+    assert set(man["missing"]) == set(res.missing)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bad_usage_and_unwritable_output_are_one_line(tmp_path: Path, kind: str) -> None:
+    prog = f"collect.{kind}"
+    usage = f"usage: {prog} [-o FILE.tar.gz] [--name NAME] [--pid PID]\n"
+    proc = run_script(tmp_path, kind, "--pid", "12x")
+    assert (proc.returncode, proc.stderr) == (
+        64,
+        f"{prog}: --pid: '12x' is not a process id\n{usage}",
+    )
+    proc = run_script(tmp_path, kind, "--pid", "999999999")
+    assert (proc.returncode, proc.stderr) == (
+        64,
+        f"{prog}: --pid 999999999: no such process\n{usage}",
+    )
+    proc = run_script(tmp_path, kind, "--frobnicate")
+    assert (proc.returncode, proc.stderr) == (64, f"{prog}: --frobnicate: unknown option\n{usage}")
+    out = tmp_path / "no" / "dir.tar.gz"
+    proc = run_script(tmp_path, kind, "-o", str(out))
+    assert proc.returncode == 73
+    assert proc.stderr.startswith(f"{prog}: -o {out}: cannot write")
+    assert len(proc.stderr.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"collect.{kind}"]
+
+
+def test_umbp_sim_collect_pid_runs_the_python_collector(tmp_path: Path) -> None:
+    out = tmp_path / "srv.tar"
+    assert cli.main(["collect", "-o", str(out), "--name", "srv", "--pid", str(os.getpid())]) == 0
+    m = manifest(out)
+    assert m["tool"] == "umbp-sim collect.py" and m["pid"] == os.getpid()
+    assert load_dump(out)[0].name
+
+
+def test_python_collector_in_process_matches_collect(tmp_path: Path, nr_hugepages: object) -> None:
+    """The same script imported as a module (what coverage sees of it); the pool lock held."""
+    from umbp_sim.collect_scripts import collect as script_module
+
+    out = tmp_path / "in.tar.xz"
+    assert script_module.main(["-o", str(out), "--name=in", f"--pid={os.getpid()}"]) == 0
+    ref = tmp_path / "ref.tar"
+    collect(str(ref), "in")
+    assert steady(load_dump(out)[0]) == steady(load_dump(ref)[0])
+    assert script_module.main(["--name", "a/b"]) == 64
+    assert script_module.main(["-o"]) == 64

@@ -1,0 +1,181 @@
+"""``umbp-sim replay DIR_OR_GLOB ...``: one request replayed on many dumps, a row per host."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from umbp_sim import cli
+from umbp_sim.diagnose import diagnose
+from umbp_sim.diagnose.fleet import (
+    FleetReport,
+    expand_dumps,
+    is_fleet,
+    render_fleet_text,
+    replay_fleet,
+    replay_host,
+    tty_progress,
+)
+from umbp_sim.diagnose.request import Request
+from umbp_sim.dump import load_dump
+
+DATA = Path(__file__).parent / "data"
+REPLAY = DATA / "replay"
+HOSTS = ("dpdk-socket0-4.18.0", "no-pool-512g", "report1-7.05GB", "pool-on-node0-6.8.0")
+REQUEST = ["--size", "8GiB", "--backing", "hugetlb", "--numa-node", "0"]
+
+
+def as_tar(src: Path, out: Path, name: str) -> Path:
+    with tarfile.open(out, "w:gz") as tar:
+        for f in sorted(src.rglob("*")):
+            if f.is_file():
+                data = f.read_bytes()
+                info = tarfile.TarInfo(f"{name}/{f.relative_to(src)}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return out
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Path:
+    """Two dump directories, two tarballs, a bare meminfo, a README that is not a dump."""
+    d = tmp_path / "fleet"
+    d.mkdir()
+    shutil.copytree(REPLAY / HOSTS[0], d / HOSTS[0])
+    shutil.copytree(REPLAY / HOSTS[1], d / HOSTS[1])
+    as_tar(REPLAY / HOSTS[2], d / f"{HOSTS[2]}.tar.gz", HOSTS[2])
+    as_tar(REPLAY / HOSTS[3], d / f"{HOSTS[3]}.tar.gz", HOSTS[3])
+    shutil.copy(REPLAY / HOSTS[1] / "proc" / "meminfo", d / "z-bare-meminfo")
+    (d / "notes.txt").write_text("not a dump\n")
+    (d / "empty-dir").mkdir()
+    return d
+
+
+def single(path: Path) -> dict:
+    m, f = load_dump(path)
+    return diagnose(m, f, Request(kind="raw", size=8 << 30, numa_node=0)).to_json()
+
+
+def test_directory_of_dumps_a_row_per_host_in_order(
+    fleet: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.main(["replay", str(fleet), *REQUEST, "--json"])
+    out = json.loads(capsys.readouterr().out)
+    dumps = [Path(h["dump"]).name for h in out["hosts"]]
+    assert dumps == [
+        HOSTS[0],
+        HOSTS[1],
+        f"{HOSTS[3]}.tar.gz",
+        f"{HOSTS[2]}.tar.gz",
+        "z-bare-meminfo",
+    ]
+    by = {Path(h["dump"]).name: h for h in out["hosts"]}
+    # each row is what the single-dump replay says
+    for name in dumps:
+        row, d = by[name], single(fleet / name)
+        assert row["outcome"].split(",")[0] == d["outcome"]
+        assert row["actual_backing"] == d["actual_backing"]
+        assert row["fix"] == ("; ".join(d["fixes"][0]["commands"]) if d["fixes"] else None)
+        assert row["cause"] is None or row["cause"] in d["causes"]
+    assert by[HOSTS[0]]["outcome"] == "crashed" and by[HOSTS[0]]["exit_code"] == 2
+    assert by[HOSTS[0]]["cause"].startswith("the reservation is global")
+    assert by[HOSTS[1]]["outcome"] == "demoted" and by[HOSTS[1]]["actual_backing"] == "Anonymous"
+    assert by[HOSTS[1]]["fix"] == (
+        "echo 4096 > /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages"
+    )
+    ok = by[f"{HOSTS[2]}.tar.gz"]
+    assert (ok["outcome"], ok["cause"], ok["fix"], ok["exit_code"]) == ("ok", None, None, 0)
+    assert out["summary"] == {"ok": 1, "demoted": 3, "crashed": 1}
+    assert out["exit_code"] == code == 2  # the worst host
+    assert out["allocator"] == "mori-624002c"
+
+
+def test_text_table_and_summary(fleet: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["replay", str(fleet / "*.tar.gz"), str(fleet / HOSTS[1]), *REQUEST])
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[0].startswith("replay of alloc(8589934592 bytes, backing AnonymousHugetlb")
+    assert lines[0].endswith(" on 3 hosts")
+    assert lines[2].split() == ["host", "dump", "outcome", "backing", "cause", "smallest", "fix"]
+    assert lines[3].split()[:4] == [HOSTS[3], f"{HOSTS[3]}.tar.gz", "demoted", "Anonymous"]
+    assert lines[4].split()[:4] == [HOSTS[2], f"{HOSTS[2]}.tar.gz", "ok", "AnonymousHugetlb"]
+    assert lines[5].split()[:4] == [HOSTS[1], HOSTS[1], "demoted", "Anonymous"]
+    assert lines[-1] == "summary: 1 ok, 2 demoted (exit 1: the worst host)"
+    assert code == 1
+
+
+def test_unreadable_dump_is_a_row_and_the_worst_exit(
+    fleet: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.main(["replay", str(fleet / "notes.txt"), str(fleet / HOSTS[1]), *REQUEST, "--json"])
+    out = json.loads(capsys.readouterr().out)
+    bad = out["hosts"][0]
+    assert bad["outcome"] == "unreadable" and bad["exit_code"] == 65
+    assert bad["error"].startswith(f"{fleet / 'notes.txt'}:1: ")
+    assert out["summary"] == {"demoted": 1, "unreadable": 1}
+    assert code == 65
+
+
+def test_arguments_without_dumps_are_one_line(
+    fleet: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for arg, why in (
+        (str(fleet / "*.nothing"), "no file matches"),
+        (str(fleet / "empty-dir"), "a directory with no dumps in it"),
+        (str(fleet / "absent"), "no such file or directory"),
+    ):
+        code = cli.main(["replay", arg, str(fleet / HOSTS[1]), *REQUEST])
+        assert code == 66
+        assert capsys.readouterr().err == f"umbp-sim replay: {arg}: {why}\n"
+
+
+def test_single_dump_keeps_the_single_report(capsys: pytest.CaptureFixture[str]) -> None:
+    assert not is_fleet([str(REPLAY / HOSTS[1])])
+    assert is_fleet([str(REPLAY)]) and is_fleet([str(REPLAY / "*")])
+    assert is_fleet([str(REPLAY / HOSTS[1]), str(REPLAY / HOSTS[2])])
+    assert cli.main(["replay", str(REPLAY / HOSTS[1]), *REQUEST, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["outcome"] == "demoted"
+
+
+def test_parallel_equals_serial_and_progress(fleet: Path) -> None:
+    paths = expand_dumps([str(fleet), str(REPLAY)])
+    assert len(paths) == 5 + len([p for p in REPLAY.iterdir() if p.is_dir()])
+    request = Request(kind="raw", size=8 << 30, numa_node=0)
+    seen: list[tuple[int, int]] = []
+    par = replay_fleet(paths, request, jobs=2, progress=lambda d, t: seen.append((d, t)))
+    ser = replay_fleet(paths, request, jobs=1)
+    assert [r.to_json() for r in par.rows] == [r.to_json() for r in ser.rows]
+    assert seen == [(i, len(paths)) for i in range(1, len(paths) + 1)]
+    assert replay_host(paths[0], request) == ser.rows[0]
+    assert render_fleet_text(par) == render_fleet_text(ser)
+    assert FleetReport(request).exit_code == 0
+
+
+def test_progress_only_on_a_terminal() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert tty_progress(io.StringIO()) is None
+    tty = Tty()
+    show = tty_progress(tty)
+    assert show is not None
+    show(1, 4)
+    assert tty.getvalue() == "\r[#######.......................] 1/4 hosts"
+    show(4, 4)
+    assert tty.getvalue().endswith("\r[##############################] 4/4 hosts\r\x1b[K")
+
+
+def test_one_extracted_dump_beside_tarballs_is_a_fleet(tmp_path: Path) -> None:
+    one = tmp_path / "one"
+    shutil.copytree(REPLAY / HOSTS[1], one / HOSTS[1])
+    assert not is_fleet([str(one)])  # NAME/proc/meminfo alone: one dump, as `collect` unpacks
+    assert expand_dumps([str(one)]) == [str(one)]
+    as_tar(REPLAY / HOSTS[2], one / "other.tar.gz", HOSTS[2])
+    assert is_fleet([str(one)])
+    assert expand_dumps([str(one)]) == [str(one / HOSTS[1]), str(one / "other.tar.gz")]

@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+"""umbp-sim's host collector, stand-alone: the system's python3 (3.6 or later), stdlib only.
+
+    python3 collect.py [-o FILE.tar.gz] [--name NAME] [--pid PID]
+
+Writes the tarball ``umbp-sim collect`` writes (``umbp-sim replay FILE`` reads it): /proc/meminfo,
+the vm sysctls, the kernel release, the limits, /sys/kernel/mm/hugepages, the NUMA nodes and the
+effective cgroup limits, under ``NAME/``, with ``NAME/umbp-sim-collect.json`` listing what was
+collected, what was missing and why, and what was left out.
+
+``--pid PID``: the limits, cgroup and NUMA policy are the ones that process saw (its
+/proc/PID/limits, /proc/PID/cgroup, the Mems_allowed lines of /proc/PID/status and its
+numa_maps without file names), not this script's. Never read: environment variables
+(/proc/*/environ) and command lines (/proc/*/cmdline), of any process.
+
+Exit 0 written, 64 bad usage, 73 the output cannot be written. Nothing else is fatal.
+"""
+
+import io
+import json
+import os
+import re
+import sys
+import tarfile
+import time
+
+PROG = "collect.py"
+TOOL = "umbp-sim collect.py"
+MANIFEST = "umbp-sim-collect.json"
+V1_UNLIMITED = 1 << 62
+MAX_READ = 4 << 20
+STATUS_KEYS = ("Mems_allowed", "Mems_allowed_list", "Cpus_allowed", "Cpus_allowed_list")
+NUMA_TOKEN = re.compile(
+    r"^(?:N[0-9]+|anon|dirty|active|mapped|mapmax|swapcache|writeback|kernelpagesize_kB)="
+    r"[0-9]+$|^(?:huge|heap|stack)$"
+)
+USAGE = "usage: collect.py [-o FILE.tar.gz] [--name NAME] [--pid PID]"
+
+
+class Usage(Exception):
+    pass
+
+
+class Collector:
+    def __init__(self, root, name):
+        self.root = root
+        self.name = name
+        self.files = {}
+        self.collected = []
+        self.missing = {}
+        self.notes = []
+
+    def host(self, path):
+        return os.path.join(self.root, path.lstrip("/"))
+
+    def read(self, path, rel=None):
+        """Bytes of host ``path``; None (recorded as missing under ``rel``) when unreadable."""
+        try:
+            # Small reads: /proc/sys handlers allocate a buffer of the requested size.
+            with open(self.host(path), "rb", buffering=0) as f:
+                chunks = []
+                size = 0
+                while size < MAX_READ:
+                    chunk = f.read(65536)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    size += len(chunk)
+                return b"".join(chunks)
+        except OSError as e:
+            self.missing[rel or path.lstrip("/")] = e.strerror or type(e).__name__
+            return None
+
+    def add(self, rel, data):
+        self.files[rel] = data
+        self.collected.append(rel)
+
+    def copy(self, path, rel=None):
+        rel = rel or path.lstrip("/")
+        data = self.read(path, rel)
+        if data is not None:
+            self.add(rel, data)
+        return data
+
+    def listdir(self, path):
+        try:
+            return sorted(os.listdir(self.host(path)))
+        except OSError as e:
+            self.missing[path.lstrip("/")] = e.strerror or type(e).__name__
+            return []
+
+    def copy_tree(self, path):
+        """Every readable regular file under ``path`` (write-only files such as demote skip)."""
+        for entry in self.listdir(path):
+            sub = path + "/" + entry
+            full = self.host(sub)
+            if os.path.islink(full):
+                continue
+            if os.path.isdir(full):
+                self.copy_tree(sub)
+            elif os.access(full, os.R_OK) and os.stat(full).st_mode & 0o444:
+                self.copy(sub)
+
+
+def mountinfo_cgroup(text):
+    """(cgroup2 mount point, {v1 controller: mount point})."""
+    v2 = None
+    v1 = {}
+    for line in text.splitlines():
+        left, _, right = line.partition(" - ")
+        parts, rparts = left.split(), right.split()
+        if len(parts) < 5 or len(rparts) < 3:
+            continue
+        if rparts[0] == "cgroup2" and v2 is None:
+            v2 = parts[4]
+        elif rparts[0] == "cgroup":
+            for opt in rparts[2].split(","):
+                v1.setdefault(opt, parts[4])
+    return v2, v1
+
+
+def proc_cgroups(text):
+    """(v2 path, {v1 controller: path}) from /proc/PID/cgroup."""
+    v2 = None
+    v1 = {}
+    for line in text.splitlines():
+        hid, _, rest = line.partition(":")
+        ctrls, _, path = rest.partition(":")
+        if hid == "0" and ctrls == "":
+            v2 = path
+        else:
+            for c in ctrls.split(","):
+                v1[c] = path
+    return v2, v1
+
+
+def ancestors(path):
+    out = []
+    p = path.rstrip("/") or "/"
+    while True:
+        out.append(p)
+        if p == "/":
+            return out
+        p = os.path.dirname(p) or "/"
+
+
+def read_limit(c, path):
+    """int, None for no limit, "absent" when the file cannot be read or parsed."""
+    try:
+        with open(c.host(path)) as f:
+            text = f.read().strip()
+    except OSError:
+        return "absent"
+    if text == "max":
+        return None
+    if re.match(r"^[0-9]+$", text):
+        v = int(text)
+        return None if v >= V1_UNLIMITED else v
+    return "absent"
+
+
+def effective(c, mount, cg, fname):
+    """(smallest limit along cg's ancestors, binding level); None when no level has the file."""
+    best = None
+    for level in ancestors(cg):
+        v = read_limit(c, os.path.join(mount, level.lstrip("/"), fname))
+        if v == "absent":
+            continue
+        if best is None or (v is not None and (best[0] is None or v < best[0])):
+            best = (v, level)
+    return best
+
+
+def hugetlb_name(size):
+    for unit, shift in (("GB", 30), ("MB", 20)):
+        if size >= 1 << shift:
+            return "%d%s" % (size >> shift, unit)
+    return "%dKB" % (size >> 10)
+
+
+def collect_cgroup(c, proc, sizes):
+    raw = c.read(proc + "/cgroup")
+    v2_path, v1_paths = proc_cgroups((raw or b"").decode("utf-8", "replace"))
+    mi = c.read(proc + "/mountinfo")
+    v2_mount, v1_mounts = mountinfo_cgroup((mi or b"").decode("utf-8", "replace"))
+    c.missing.pop((proc + "/cgroup").lstrip("/"), None)
+    c.missing.pop((proc + "/mountinfo").lstrip("/"), None)
+    wanted = [("memory.max", "memory", "memory.limit_in_bytes")]
+    for s in sizes:
+        n = hugetlb_name(s)
+        wanted.append(("hugetlb.%s.max" % n, "hugetlb", "hugetlb.%s.limit_in_bytes" % n))
+    for v2_name, ctrl, v1_name in wanted:
+        rel = "sys/fs/cgroup/" + v2_name
+        found = None
+        how = ""
+        if v2_path is not None and v2_mount is not None:
+            found = effective(c, v2_mount, v2_path, v2_name)
+            how = "cgroup v2 " + v2_path
+        if found is None and ctrl in v1_paths and ctrl in v1_mounts:
+            found = effective(c, v1_mounts[ctrl], v1_paths[ctrl], v1_name)
+            how = "cgroup v1 %s:%s %s" % (ctrl, v1_paths[ctrl], v1_name)
+        if found is None:
+            c.missing[rel] = "no such limit file in the current cgroup or its parents"
+            continue
+        value, level = found
+        c.add(rel, b"max\n" if value is None else ("%d\n" % value).encode())
+        c.notes.append("%s: from %s (binding level %s)" % (rel, how, level))
+
+
+def collect_server(c, pid):
+    """What process ``pid`` saw, under proc/PID/: limits, cgroup, status Mems_allowed, numa_maps."""
+    proc = "/proc/%d" % pid
+    base = "proc/%d/" % pid
+    c.copy(proc + "/limits", base + "limits")
+    c.copy(proc + "/cgroup", base + "cgroup")
+    status = c.read(proc + "/status", base + "status")
+    if status is not None:
+        keep = [
+            line
+            for line in status.decode("utf-8", "replace").splitlines()
+            if line.split(":", 1)[0] in STATUS_KEYS
+        ]
+        c.add(base + "status", "".join(line + "\n" for line in keep).encode())
+    maps = c.read(proc + "/numa_maps", base + "numa_maps")
+    if maps is not None:
+        out = []
+        for line in maps.decode("utf-8", "replace").splitlines():
+            tok = line.split()
+            if len(tok) >= 2:
+                out.append(" ".join(tok[:2] + [t for t in tok[2:] if NUMA_TOKEN.match(t)]))
+        c.add(base + "numa_maps", "".join(line + "\n" for line in out).encode())
+
+
+def collect(out, name, root="/", pid=None):
+    c = Collector(root, name)
+    proc = "/proc/self" if pid is None else "/proc/%d" % pid
+    c.copy("/proc/meminfo")
+    for key in (
+        "nr_hugepages",
+        "nr_overcommit_hugepages",
+        "overcommit_memory",
+        "overcommit_ratio",
+        "overcommit_kbytes",
+    ):
+        c.copy("/proc/sys/vm/" + key)
+    if c.copy("/proc/sys/kernel/osrelease") is None and root == "/":
+        c.add("proc/sys/kernel/osrelease", (os.uname().release + "\n").encode())
+        c.missing.pop("proc/sys/kernel/osrelease", None)
+        c.notes.append("proc/sys/kernel/osrelease: from uname()")
+    c.copy(proc + "/limits", "proc/self/limits")
+    if pid is not None:
+        c.notes.append("proc/self/limits: from /proc/%d/limits (the server process)" % pid)
+    c.copy_tree("/sys/kernel/mm/hugepages")
+    node = "/sys/devices/system/node"
+    for key in ("online", "possible", "has_memory"):
+        c.copy(node + "/" + key)
+    for entry in c.listdir(node):
+        if re.match(r"^node[0-9]+$", entry):
+            for key in ("meminfo", "cpulist", "distance"):
+                c.copy("%s/%s/%s" % (node, entry, key))
+            c.copy_tree("%s/%s/hugepages" % (node, entry))
+    hp = c.host("/sys/kernel/mm/hugepages")
+    sizes = []
+    for d in os.listdir(hp) if os.path.isdir(hp) else []:
+        m = re.match(r"^hugepages-([0-9]{1,15})kB$", d)
+        if m:
+            sizes.append(int(m.group(1)) * 1024)
+    collect_cgroup(c, proc, sorted(sizes))
+    left_out = [
+        "environment variables (/proc/*/environ): never read",
+        "command lines (/proc/*/cmdline): never read",
+    ]
+    if pid is not None:
+        collect_server(c, pid)
+        c.notes.append("cgroup limits: of /proc/%d/cgroup (the server process)" % pid)
+        left_out += [
+            "proc/%d/status: all but %s" % (pid, ", ".join(STATUS_KEYS)),
+            "proc/%d/numa_maps: file names" % pid,
+        ]
+    manifest = {
+        "tool": TOOL,
+        "name": name,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "pid": pid,
+        "collected": sorted(c.collected),
+        "missing": dict(sorted(c.missing.items())),
+        "left_out": left_out,
+        "notes": c.notes,
+    }
+    c.files[MANIFEST] = (json.dumps(manifest, indent=1) + "\n").encode()
+    write_tar(out, name, c.files)
+    return c
+
+
+def write_tar(out, name, files):
+    mode = "w"
+    if out.endswith((".gz", ".tgz")):
+        mode = "w:gz"
+    elif out.endswith((".bz2", ".tbz2")):
+        mode = "w:bz2"
+    elif out.endswith((".xz", ".txz")):
+        mode = "w:xz"
+    buf = io.BytesIO()
+    now = int(time.time())
+    with tarfile.open(fileobj=buf, mode=mode) as tar:
+        dirs = set()
+        for rel in sorted(files):
+            parts = (name + "/" + rel).split("/")
+            for i in range(1, len(parts)):
+                d = "/".join(parts[:i])
+                if d not in dirs:
+                    dirs.add(d)
+                    info = tarfile.TarInfo(d)
+                    info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, now
+                    tar.addfile(info)
+            info = tarfile.TarInfo(name + "/" + rel)
+            info.size, info.mode, info.mtime = len(files[rel]), 0o444, now
+            tar.addfile(info, io.BytesIO(files[rel]))
+    tmp = "%s.tmp%d" % (out, os.getpid())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(buf.getvalue())
+        os.rename(tmp, out)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise OSError("-o %s: cannot write: %s" % (out, e.strerror)) from None
+
+
+def parse_args(argv):
+    opts = {"output": None, "name": None, "pid": None, "root": "/"}
+    flags = {"-o": "output", "--output": "output", "--name": "name", "--pid": "pid"}
+    flags["--root"] = "root"  # tests: a directory laid out like a host
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-h", "--help"):
+            print(USAGE)
+            sys.exit(0)
+        key, eq, value = arg.partition("=")
+        if key not in flags or (not eq and i + 1 >= len(argv)):
+            raise Usage("%s: %s" % (arg, "expects a value" if key in flags else "unknown option"))
+        if not eq:
+            value = argv[i + 1]
+            i += 1
+        opts[flags[key]] = value
+        i += 1
+    name = opts["name"] or os.uname().nodename or "host"
+    if "/" in name or name in (".", ".."):
+        raise Usage("--name: %r is not a usable directory name" % name)
+    opts["name"] = name
+    if opts["pid"] is not None:
+        if not re.match(r"^[1-9][0-9]{0,9}$", opts["pid"]):
+            raise Usage("--pid: %r is not a process id" % opts["pid"])
+        pid = int(opts["pid"])
+        if not os.path.isdir(os.path.join(opts["root"], "proc", str(pid))):
+            raise Usage("--pid %d: no such process" % pid)
+        opts["pid"] = pid
+    opts["output"] = opts["output"] or name + ".tar.gz"
+    return opts
+
+
+def main(argv):
+    try:
+        opts = parse_args(argv)
+    except Usage as e:
+        sys.stderr.write("%s: %s\n%s\n" % (PROG, e, USAGE))
+        return 64
+    try:
+        c = collect(opts["output"], opts["name"], opts["root"], opts["pid"])
+    except OSError as e:
+        sys.stderr.write("%s: %s\n" % (PROG, e))
+        return 73
+    sys.stderr.write(
+        "wrote %s: %s/, %d files, %d missing (listed in %s/%s)\n"
+        % (opts["output"], opts["name"], len(c.collected), len(c.missing), opts["name"], MANIFEST)
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

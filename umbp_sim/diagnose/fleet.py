@@ -1,0 +1,269 @@
+"""Replay one request on many dumps: a row per host, a summary by outcome, the worst exit status.
+
+    paths = expand_dumps(["dumps/", "more/*.tar.gz"])    # FleetError (exit 66) when none match
+    report = replay_fleet(paths, request)                  # parallel: one process per core
+    print(render_fleet_text(report)); json.dumps(report.to_json())
+
+A host's row holds what the single-dump replay says first: the outcome (``demoted``, or ``ok``
+with ``, not bound`` when its NUMA binding was dropped), the backing the buffer got, the first
+cause (the explanation's first line that is not a figure such as "N kB pages needed"; none
+when the host got what it asked) and the first (best-ranked) fix's commands. A dump that
+cannot be read is a row with outcome ``unreadable`` and the reader's one-line error. Exit
+status: the worst host's, where 0 got what it asked, 1 demoted or not bound, 2 failed or
+crashed, 65 unreadable dump.
+"""
+
+from __future__ import annotations
+
+import glob
+import multiprocessing
+import os
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from umbp_sim.diagnose.request import Request
+from umbp_sim.errors import UmbpSimError
+
+EX_DATAERR = 65
+EX_NOINPUT = 66
+TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz")
+OUTCOME_ORDER = ("ok", "ok, not bound", "demoted", "failed", "crashed", "unreadable")
+_GLOB_CHARS = ("*", "?", "[")
+# The figures the explanation starts with (what was needed, what the pools hold): not a cause.
+_FIGURE = re.compile(r"^(?:\d+ kB pages needed|(?:node \d+ has )?HugePages_\w+ \d+ of )")
+
+
+class FleetError(UmbpSimError):
+    """No dump behind an argument (the message names it)."""
+
+    exit_code = EX_NOINPUT
+
+
+def _looks_like_dump_file(name: str) -> bool:
+    return name.endswith(TAR_SUFFIXES) or name.endswith("meminfo")
+
+
+def _is_dump_dir(path: str) -> bool:
+    """A dump directory: proc/meminfo at its root, or one level down (``NAME/proc/meminfo``)
+    when NAME is its only directory and nothing beside it looks like another dump."""
+    if os.path.isfile(os.path.join(path, "proc", "meminfo")):
+        return True
+    try:
+        entries = os.listdir(path)
+    except OSError:
+        return False
+    subdirs = [e for e in entries if os.path.isdir(os.path.join(path, e))]
+    if len(subdirs) != 1 or any(_looks_like_dump_file(e) for e in entries):
+        return False
+    return os.path.isfile(os.path.join(path, subdirs[0], "proc", "meminfo"))
+
+
+def _dumps_in(directory: str) -> list[str]:
+    """The dumps a directory of dumps holds: tarballs, dump directories, ``*meminfo`` files."""
+    out = []
+    for entry in sorted(os.listdir(directory)):
+        p = os.path.join(directory, entry)
+        if os.path.isdir(p):
+            if _is_dump_dir(p):
+                out.append(p)
+        elif _looks_like_dump_file(entry):
+            out.append(p)
+    return out
+
+
+def expand_dumps(args: Iterable[str]) -> list[str]:
+    """Dump paths from arguments: a dump, a directory of dumps, or a glob (each in order)."""
+    paths: list[str] = []
+    for arg in args:
+        if os.path.exists(arg):
+            found = [arg] if not os.path.isdir(arg) or _is_dump_dir(arg) else _dumps_in(arg)
+            if not found:
+                raise FleetError(f"{arg}: a directory with no dumps in it")
+        elif any(c in arg for c in _GLOB_CHARS):
+            found = sorted(glob.glob(arg))
+            if not found:
+                raise FleetError(f"{arg}: no file matches")
+        else:
+            raise FleetError(f"{arg}: no such file or directory")
+        paths.extend(p for p in found if p not in paths)
+    return paths
+
+
+def is_fleet(args: list[str]) -> bool:
+    """More than one dump, a glob, or a directory of dumps (not a single dump)."""
+    if len(args) != 1:
+        return True
+    arg = args[0]
+    if os.path.isdir(arg):
+        return not _is_dump_dir(arg)
+    return not os.path.exists(arg) and any(c in arg for c in _GLOB_CHARS)
+
+
+@dataclass
+class HostRow:
+    dump: str
+    host: str
+    outcome: str
+    backing: str | None
+    cause: str | None
+    fix: str | None
+    exit_code: int
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dump": self.dump,
+            "host": self.host,
+            "outcome": self.outcome,
+            "actual_backing": self.backing,
+            "cause": self.cause,
+            "fix": self.fix,
+            "exit_code": self.exit_code,
+            "error": self.error,
+        }
+
+
+@dataclass
+class FleetReport:
+    request: Request
+    rows: list[HostRow] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return max((r.exit_code for r in self.rows), default=0)
+
+    def summary(self) -> dict[str, int]:
+        counts = Counter(r.outcome for r in self.rows)
+        known = [o for o in OUTCOME_ORDER if o in counts]
+        return {o: counts[o] for o in known + sorted(set(counts) - set(known))}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "request": self.request.describe(),
+            "allocator": self.request.allocator,
+            "hosts": [r.to_json() for r in self.rows],
+            "summary": self.summary(),
+            "exit_code": self.exit_code,
+        }
+
+
+def replay_host(path: str, request: Request) -> HostRow:
+    """One dump's row (the single-dump replay's first answers)."""
+    from umbp_sim.diagnose import diagnose
+    from umbp_sim.dump import load_dump
+
+    try:
+        machine, facts = load_dump(path)
+    except UmbpSimError as e:
+        return HostRow(path, "-", "unreadable", None, None, None, EX_DATAERR, str(e))
+    d = diagnose(machine, facts, request)
+    j = d.to_json()
+    outcome = str(j["outcome"])
+    if outcome == "ok" and not j.get("got_what_was_asked", True):
+        outcome = "ok, not bound"
+    causes = [str(c) for c in j.get("causes") or [] if not _FIGURE.match(str(c))]
+    if d.exit_code == 0:
+        causes = []  # it got what it asked: nothing to blame
+    fixes = j.get("fixes") or []
+    fix = None
+    if fixes:
+        commands = fixes[0].get("commands") or []
+        fix = "; ".join(commands) if commands else str(fixes[0].get("action"))
+    return HostRow(
+        path,
+        machine.name,
+        outcome,
+        j.get("actual_backing"),
+        str(causes[0]) if causes else None,
+        fix,
+        d.exit_code,
+    )
+
+
+_REQUEST: Request | None = None
+
+
+def _init_worker(request: Request) -> None:
+    global _REQUEST
+    _REQUEST = request
+
+
+def _work(item: tuple[int, str]) -> tuple[int, HostRow]:
+    assert _REQUEST is not None
+    return item[0], replay_host(item[1], _REQUEST)
+
+
+def _rows(paths: list[str], request: Request, jobs: int) -> Iterator[tuple[int, HostRow]]:
+    if jobs <= 1 or len(paths) < 2:
+        for i, p in enumerate(paths):
+            yield i, replay_host(p, request)
+        return
+    # fork: the workers inherit the imports (the native module, the simulator) already made.
+    ctx = multiprocessing.get_context("fork")
+    chunk = max(1, min(16, len(paths) // (jobs * 8)))
+    with ctx.Pool(jobs, _init_worker, (request,)) as pool:
+        yield from pool.imap_unordered(_work, enumerate(paths), chunksize=chunk)
+
+
+def replay_fleet(
+    paths: list[str],
+    request: Request,
+    jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> FleetReport:
+    """Replay ``request`` on every dump, ``jobs`` processes (default: every core)."""
+    jobs = jobs or os.cpu_count() or 1
+    # Warm the imports in the parent so forked workers share them.
+    import umbp_sim.diagnose  # noqa: F401
+    import umbp_sim.dump  # noqa: F401
+
+    rows: list[HostRow | None] = [None] * len(paths)
+    for done, (i, row) in enumerate(_rows(paths, request, jobs), 1):
+        rows[i] = row
+        if progress is not None:
+            progress(done, len(paths))
+    return FleetReport(request, [r for r in rows if r is not None])
+
+
+def tty_progress(stream: Any = None) -> Callable[[int, int], None] | None:
+    """A one-line progress bar on ``stream`` (stderr) when it is a terminal, else None."""
+    stream = stream or sys.stderr
+    if not stream.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        width = 30
+        filled = width * done // total
+        stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} hosts")
+        if done == total:
+            stream.write("\r\033[K")
+        stream.flush()
+
+    return show
+
+
+def _cell(text: str | None, width: int) -> str:
+    text = "-" if text is None else text
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_fleet_text(report: FleetReport) -> str:
+    header = ("host", "dump", "outcome", "backing", "cause", "smallest fix")
+    widths = (24, 32, 14, 19, 64, 80)
+    lines: list[tuple[str | None, ...]] = [header]
+    for r in report.rows:
+        cause = r.error if r.outcome == "unreadable" else r.cause
+        dump = os.path.basename(r.dump.rstrip("/"))
+        lines.append((r.host, dump, r.outcome, r.backing, cause, r.fix))
+    cells = [tuple(_cell(c, w) for c, w in zip(line, widths, strict=True)) for line in lines]
+    cols = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    out = [f"replay of {report.request.describe()} on {len(report.rows)} hosts", ""]
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, cols, strict=True)).rstrip() for row in cells]
+    out.append("")
+    summary = ", ".join(f"{n} {o}" for o, n in report.summary().items())
+    out.append(f"summary: {summary} (exit {report.exit_code}: the worst host)")
+    return "\n".join(out)
