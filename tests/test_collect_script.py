@@ -40,11 +40,16 @@ def run_script(tmp_path: Path, kind: str, *args: str) -> subprocess.CompletedPro
 
 
 def steady(m: Machine) -> Machine:
-    """The machine without the figures that move between two collections (free memory)."""
-    nodes = [dataclasses.replace(n, mem_free=None) for n in m.nodes]
+    """The machine without the figures that move between two collections (free memory, the
+    page cache and reclaimable slab)."""
+    nodes = [
+        dataclasses.replace(n, mem_free=None, page_cache=None, slab_reclaimable=None)
+        for n in m.nodes
+    ]
     return dataclasses.replace(
-        m, nodes=nodes, mem_free=None, mem_available=None, committed_as=0, name="x"
-    )
+        m, nodes=nodes, mem_free=None, mem_available=None, committed_as=0, name="x",
+        page_cache=0, slab_reclaimable=0,
+    )  # fmt: skip
 
 
 def manifest(path: Path) -> dict:

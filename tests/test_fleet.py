@@ -85,9 +85,7 @@ def test_directory_of_dumps_a_row_per_host_in_order(
     assert by[HOSTS[0]]["outcome"] == "crashed" and by[HOSTS[0]]["exit_code"] == 2
     assert by[HOSTS[0]]["cause"].startswith("the reservation is global")
     assert by[HOSTS[1]]["outcome"] == "demoted" and by[HOSTS[1]]["actual_backing"] == "Anonymous"
-    assert by[HOSTS[1]]["fix"] == (
-        "echo 4096 > /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages"
-    )
+    assert by[HOSTS[1]]["fix"] == "sysctl -w vm.nr_overcommit_hugepages=4096"
     ok = by[f"{HOSTS[2]}.tar.gz"]
     assert (ok["outcome"], ok["cause"], ok["fix"], ok["exit_code"]) == ("ok", None, None, 0)
     assert out["summary"] == {"ok": 1, "demoted": 3, "crashed": 1}
@@ -99,7 +97,7 @@ def test_text_table_and_summary(fleet: Path, capsys: pytest.CaptureFixture[str])
     code = cli.main(["replay", str(fleet / "*.tar.gz"), str(fleet / HOSTS[1]), *REQUEST])
     text = capsys.readouterr().out
     lines = text.splitlines()
-    assert lines[0].startswith("replay of alloc(8589934592 bytes, backing AnonymousHugetlb")
+    assert lines[0].startswith("replay of alloc(8589934592 bytes = 8GiB, backing AnonymousHugetlb")
     assert lines[0].endswith(" on 3 hosts")
     assert lines[2].split() == ["host", "dump", "outcome", "backing", "cause", "smallest", "fix"]
     assert lines[3].split()[:4] == [HOSTS[3], f"{HOSTS[3]}.tar.gz", "demoted", "Anonymous"]

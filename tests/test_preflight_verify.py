@@ -84,7 +84,8 @@ def test_verify_text_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     tail = text.split("\n\nverify: ")[1].splitlines()
     assert tail[0] == (
-        "alloc(4194304 bytes, backing Anonymous, hugepage_size 2MiB, numa_node -1, prefault on), "
+        "alloc(4194304 bytes = 4MiB, backing Anonymous, hugepage_size 2MiB, numa_node -1, "
+        "prefault on), "
         "allocator mori-624002c, in a child process (freed)"
     )
     assert tail[1].split() == ["predicted", "real", "(this", "host)"]

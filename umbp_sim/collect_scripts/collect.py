@@ -235,7 +235,9 @@ def collect(out, name, root="/", pid=None):
     c = Collector(root, name)
     proc = "/proc/self" if pid is None else "/proc/%d" % pid
     c.copy("/proc/meminfo")
+    c.copy("/proc/zoneinfo")  # the low watermarks: MemAvailable's estimate on old kernels
     for key in (
+        "min_free_kbytes",
         "nr_hugepages",
         "nr_overcommit_hugepages",
         "overcommit_memory",

@@ -129,8 +129,9 @@ copy_tree() {  # every readable regular file under a host directory (no links, n
 
 # ---- memory, sysctls, kernel, limits --------------------------------------------------------
 copy /proc/meminfo
-for key in nr_hugepages nr_overcommit_hugepages overcommit_memory overcommit_ratio \
-    overcommit_kbytes; do
+copy /proc/zoneinfo  # the low watermarks: MemAvailable's estimate on old kernels
+for key in min_free_kbytes nr_hugepages nr_overcommit_hugepages overcommit_memory \
+    overcommit_ratio overcommit_kbytes; do
     copy "/proc/sys/vm/$key"
 done
 if ! copy /proc/sys/kernel/osrelease && [ -z "$ROOT" ]; then

@@ -15,7 +15,8 @@ HELP = "check a request against the live host (or --root DUMP) in simulation: ex
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from umbp_sim.diagnose.request import _size_arg, add_request_arguments
+    from umbp_sim.diagnose.request import add_request_arguments
+    from umbp_sim.flag_types import size_flag
 
     parser.add_argument("--root", metavar="DUMP", help="a dump instead of the live host")
     add_request_arguments(parser)
@@ -31,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     v.add_argument(
         "--verify-max-size",
-        type=_size_arg,
+        type=size_flag,
         default=None,
         metavar="SIZE",
         help="largest request --verify performs (default 1GiB)",
