@@ -58,6 +58,7 @@ class Reason:
     text: str
 
     def to_json(self) -> dict[str, object]:
+        """The reason as a JSON-ready dict (rule, call, errno or signal, its numbers, text)."""
         return {
             "call": self.call,
             "rule": self.rule,
