@@ -114,6 +114,15 @@ class UMBPHostMemAllocator:
         prefault: bool = True,
     ) -> Any:
         """A UMBPHostBufferHandle; falsy when the allocation failed (see the logged warnings)."""
+        n, b, hp, node, pf = self._alloc_args(size, backing, hugepage_size, numa_node, prefault)
+        handle, messages, sig, where = self._native.alloc(n, b, hp, node if node >= 0 else -1, pf)
+        self._finish(messages, sig, where)
+        return handle
+
+    def _alloc_args(
+        self, size: Any, backing: Any, hugepage_size: Any, numa_node: Any, prefault: Any
+    ) -> tuple[int, Any, int, int, bool]:
+        # Strict: wrong types are TypeError, out-of-range values ValueError, naming the argument.
         n = _int_arg("size", size, 0, _SIZE_MAX)
         if not isinstance(backing, UMBPHostBufferBacking):
             raise TypeError(
@@ -123,11 +132,7 @@ class UMBPHostMemAllocator:
         node = _int_arg("numa_node", numa_node, _INT_MIN, _INT_MAX)
         if not isinstance(prefault, (bool, int)) or prefault not in (0, 1):
             raise TypeError(f"prefault must be a bool, got {type(prefault).__name__} {prefault!r}")
-        handle, messages, sig, where = self._native.alloc(
-            n, backing, hp, node if node >= 0 else -1, bool(prefault)
-        )
-        self._finish(messages, sig, where)
-        return handle
+        return n, backing, hp, node, bool(prefault)
 
     def free(self, handle: Any) -> None:
         """Unmap the buffer and invalidate the handle in place; freeing twice is a no-op."""
@@ -218,24 +223,15 @@ class MoriUMBPHostMemAllocator(UMBPHostMemAllocator):
     def __init__(self, kernel: Any = None, profile: str = "mori-624002c") -> None:
         super().__init__(kernel, profile)
 
-    def alloc(
-        self,
-        size: int,
-        backing: Any = Anonymous,
-        hugepage_size: int = 2097152,
-        numa_node: int = -1,
-        prefault: bool = True,
-    ) -> Any:
+    def _alloc_args(
+        self, size: Any, backing: Any, hugepage_size: Any, numa_node: Any, prefault: Any
+    ) -> tuple[int, Any, int, int, bool]:
         n = _pybind_int("size", size, 0, _SIZE_MAX)
         if not isinstance(backing, UMBPHostBufferBacking):
             raise TypeError(f"alloc(): incompatible function arguments (backing={backing!r})")
         hp = _pybind_int("hugepage_size", hugepage_size, 0, _SIZE_MAX)
         node = _pybind_int("numa_node", numa_node, _INT_MIN, _INT_MAX)
-        handle, messages, sig, where = self._native.alloc(
-            n, backing, hp, node if node >= 0 else -1, _pybind_bool(prefault)
-        )
-        self._finish(messages, sig, where)
-        return handle
+        return n, backing, hp, node, _pybind_bool(prefault)
 
     def __getattribute__(self, name: str) -> Any:
         if name in _REGISTRY_METHODS:

@@ -1113,20 +1113,7 @@ void HostMemAllocator::ReleaseShmAllocation(uintptr_t base, CallOutcome* outcome
              ") at the last ReleaseShmAllocation failed: " + ErrName(r.error));
       }
     }
-    if (fd >= 0) {
-      SysResult c = kernel_->close(fd);
-      if (c.signal) {
-        if (outcome) {
-          outcome->signal = c.signal;
-          outcome->where = "close";
-        }
-        return;
-      }
-      if (!c.ok() && !policy_.mori_texts) {
-        Warn("close(" + std::to_string(fd) + ") of the memfd of " + Hex(ptr) +
-             " failed: " + ErrName(c.error));
-      }
-    }
+    if (fd >= 0) CloseOwned(fd, ptr, outcome);
   } catch (...) {
   }
 }
