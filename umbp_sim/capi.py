@@ -16,17 +16,20 @@ from umbp_sim import _native
 
 __all__ = ["get_include", "interposer_path", "kernel_capsule", "kernel_from_capsule"]
 
-_HERE = Path(__file__).resolve().parent
+# The compiled files (the extension, the interposer, the headers) are installed together; in an
+# editable install they sit in site-packages while this module is read from the source tree, so
+# they are found beside the extension, not beside this file.
+_INSTALLED = Path(_native.__file__).resolve().parent
 
 
 def get_include() -> str:
     """The directory holding ``umbp_sim/kernel.h`` and ``umbp_sim/interposer.h``."""
-    return str(_HERE / "include")
+    return str(_INSTALLED / "include")
 
 
 def interposer_path() -> str:
     """Absolute path of the interposer shared object shipped in the wheel."""
-    return str(_HERE / "lib" / "libumbp_sim_interpose.so")
+    return str(_INSTALLED / "lib" / "libumbp_sim_interpose.so")
 
 
 def kernel_capsule(kernel: Any) -> Any:
