@@ -37,6 +37,15 @@ def test_per_node_case_crashes_by_default_and_demotes_with_umbp_sims_fixes(capsy
     assert doc["fixes"] and all(f["outcome_after"].startswith("ok: AnonymousHugetlb")
                                 for f in doc["fixes"])  # fmt: skip
 
+    # one shortage, one sentence: POPULATE_WRITE's EFAULT and then the manual touch's SIGBUS
+    shortage = [c for c in doc["causes"] if "the reservation is global" in c]
+    assert shortage == [
+        "the reservation is global (1024 pages available on the host), so mmap succeeds; the "
+        "pages are taken from node 1 at fault time and it has 0 of the 512 needed (2048 kB "
+        "pages; nr_overcommit_hugepages 0, surplus 0): madvise(MADV_POPULATE_WRITE) returns "
+        "EFAULT, then prefault touch faults on a missing page and the process is killed by SIGBUS"
+    ]
+
     fixed = replay(capsys, *PER_NODE, "--allocator", "umbp-sim")
     assert (fixed["allocator"], fixed["outcome"]) == ("umbp-sim", "demoted")
     assert fixed["with_umbp_sim_fixes"] is None

@@ -16,7 +16,7 @@ puts their numbers into sentences.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from umbp_sim.diagnose.request import Request
 from umbp_sim.diagnose.run import Run
@@ -174,14 +174,35 @@ def _allocator_binding(run: Run, request: Request, machine: Machine) -> list[Cau
 def _kernel(reasons: list[Reason], run: Run) -> list[Cause]:
     out: list[Cause] = []
     reserved = next((r for r in reasons if r.rule == "hugetlb_reserved"), None)
+    last_fault: tuple[Reason, int] | None = None  # the missing-page fault said last, its index
     for r in reasons:
+        if r.rule == "hugetlb_fault_no_page" and last_fault and _same_shortage(last_fault[0], r):
+            # The same shortage met again (mori: POPULATE_WRITE's EFAULT, then its manual touch's
+            # SIGBUS): one sentence, the second consequence appended.
+            prev = out[last_fault[1]]
+            out[last_fault[1]] = replace(prev, text=f"{prev.text}, then {_fault_end(r)}")
+            continue
         text = _sentence(r, reserved, run)
         if text:
             rules: tuple[str, ...] = (r.rule,) if r is not reserved else ()
             if reserved is not None and r.rule == "hugetlb_fault_no_page":
                 rules = ("hugetlb_reserved", r.rule)
+            if r.rule == "hugetlb_fault_no_page":
+                last_fault = (r, len(out))
             out.append(Cause(text, "kernel", rules))
     return out
+
+
+def _same_shortage(a: Reason, b: Reason) -> bool:
+    keys = ("node", "hugepage_size", "pages_needed", "node_free")
+    return all(a.numbers.get(k) == b.numbers.get(k) for k in keys)
+
+
+def _fault_end(r: Reason) -> str:
+    """What a missing hugepage at fault time does to ``r.call``."""
+    if r.errno == "EFAULT":
+        return f"{r.call} returns EFAULT"
+    return f"{r.call} faults on a missing page and the process is killed by SIGBUS"
 
 
 def _sentence(r: Reason, reserved: Reason | None, run: Run) -> str | None:
@@ -206,9 +227,7 @@ def _sentence(r: Reason, reserved: Reason | None, run: Run) -> str | None:
             f"{n['node_free']} of the {n['pages_needed']} needed ({hp} pages; "
             f"nr_overcommit_hugepages {n['surplus_allowed']}, surplus {n['surplus']})"
         )
-        if r.errno == "EFAULT":
-            return text + f": {r.call} returns EFAULT"
-        return text + f": {r.call} faults on a missing page and {kills['SIGBUS']}"
+        return f"{text}: {_fault_end(r)}"
     if r.rule in ("oom", "memcg_oom"):
         need, got = n["bytes_needed"], n["bytes_faulted"]
         if r.rule == "memcg_oom":
