@@ -816,7 +816,8 @@ def test_preflight_9gib_anonymous_with_page_cache(page_cache: Any, capsys: Any) 
     assert real.stdout.strip() == "UMBPHostBufferBacking.Anonymous"
 
 
-def test_host_machine_reader_matches_this_host() -> None:
+def test_host_machine_reader_matches_this_host(nr_hugepages: object) -> None:
+    # The pool lock (nr_hugepages fixture) keeps another run's pool changes out of the reads.
     m = host_machine()
     assert m.validate() is m
     k = build_kernel(m)
