@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from umbp_sim.units import parse_size
 
@@ -62,6 +65,26 @@ class Node:
     distances: list[int] | None = None
 
 
+_MISSING: Any = dataclasses.MISSING
+
+
+def _f(
+    default: Any,
+    unit: str,
+    doc: str,
+    *,
+    factory: Callable[[], Any] | None = None,
+    cxx: str | None = None,
+    cxx_type: str | None = None,
+    dump: str | None,
+) -> Any:
+    """One Machine field and its declaration (read back as ``MACHINE_FIELDS``)."""
+    meta = {"unit": unit, "doc": doc, "cxx": cxx, "cxx_type": cxx_type, "dump": dump}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
 @dataclass
 class Machine:
     """A host as the allocator sees it: arch, page and hugepage sizes, NUMA nodes and their
@@ -73,41 +96,244 @@ class Machine:
     (1024, [0, 1])
     """
 
-    arch: str = "x86_64"
-    page_size: int = 4096
-    # Hugepage sizes registered at boot (directories under /sys/kernel/mm/hugepages).
-    # Empty: a kernel without CONFIG_HUGETLB_PAGE.
-    hugepage_sizes: list[int] = field(default_factory=lambda: [2 * MiB, GiB])
-    default_hugepage_size: int | None = 2 * MiB
-    nodes: list[Node] = field(default_factory=lambda: [Node(0, 16 * GiB)])
-    possible_nodes: list[int] | None = None  # None: the node ids
-    online_nodes: list[int] | None = None  # None: the node ids
-    # Whether /sys/devices/system/node exists (s390 dumps have none).
-    numa_sysfs: bool = True
-    hugepages_reserved: dict[int, int] = field(default_factory=dict)  # size -> pages
-    nr_overcommit_hugepages: dict[int, int] = field(default_factory=dict)  # size -> pages
-    overcommit_memory: int = 0
-    overcommit_ratio: int = 50
-    overcommit_kbytes: int = 0
-    swap_total: int = 0
-    mem_total: int | None = None  # None: sum of node mem_total
-    mem_free: int | None = None  # None: sum of node mem_free
-    mem_available: int | None = None  # None: estimated as si_mem_available does
-    # Whether /proc/meminfo prints MemAvailable (None: kernel 3.14+; RHEL 7's 3.10 has it).
-    mem_available_line: bool | None = None
-    # Reclaimable memory (bytes): the file LRU (Active(file) + Inactive(file)) and SReclaimable.
-    # Linux reclaims both before the OOM killer runs; MemAvailable counts them.
-    page_cache: int = 0
-    slab_reclaimable: int = 0
-    watermark_low: int | None = None  # Σ zones' low watermarks, bytes (/proc/zoneinfo); None: 0
-    committed_as: int = 0  # bytes committed by other processes at start
-    admin_reserve_kbytes: int = 8192
-    user_reserve_kbytes: int = 131072
-    rlimit_as: int | None = None  # bytes; None: unlimited
-    memcg_max: int | None = None  # memory.max in bytes; None: "max"
-    hugetlb_cgroup_max: dict[int, int] = field(default_factory=dict)  # size -> bytes
-    kernel_version: str = "6.18.0"
-    name: str = "sim"
+    # One declaration per field: its unit, what it means, the SimConfig field it fills
+    # (csrc/kernel/sim_config.h, with that field's type in _native.pyi) and the file of a dump
+    # that carries it. The scenario keys, the C++ binding check and the dump round trip all read
+    # this table (``MACHINE_FIELDS``); ARCHITECTURE.md says how.
+    arch: str = _f(
+        "x86_64",
+        "",
+        "architecture; with page_size picks the hugepage sizes",
+        dump="sys/kernel/mm/hugepages (the sizes; proc/cpuinfo for i386)",
+    )
+    page_size: int = _f(
+        4096,
+        "bytes",
+        "base page size",
+        cxx="page_size",
+        cxx_type="int",
+        dump="sys/kernel/mm/hugepages (the sizes)",
+    )
+    hugepage_sizes: list[int] = _f(
+        None,
+        "bytes",
+        "hugepage sizes registered at boot; empty: no CONFIG_HUGETLB_PAGE",
+        factory=lambda: [2 * MiB, GiB],
+        cxx="hugepage_sizes",
+        cxx_type="list[int]",
+        dump="sys/kernel/mm/hugepages/hugepages-<N>kB",
+    )
+    default_hugepage_size: int | None = _f(
+        2 * MiB,
+        "bytes",
+        "Hugepagesize of /proc/meminfo; None only without hugepage sizes",
+        cxx="default_hugepage_size",
+        cxx_type="int",
+        dump="proc/meminfo Hugepagesize",
+    )
+    nodes: list[Node] = _f(
+        None,
+        "",
+        "the NUMA nodes: memory, CPUs, hugepage pools, distances",
+        factory=lambda: [Node(0, 16 * GiB)],
+        cxx="nodes",
+        cxx_type="list[SimNodeConfig]",
+        dump="sys/devices/system/node/nodeN",
+    )
+    possible_nodes: list[int] | None = _f(
+        None,
+        "node ids",
+        "/sys/devices/system/node/possible; None: the node ids",
+        cxx="possible_nodes",
+        cxx_type="list[int]",
+        dump="sys/devices/system/node/possible",
+    )
+    online_nodes: list[int] | None = _f(
+        None,
+        "node ids",
+        "/sys/devices/system/node/online; None: the node ids",
+        cxx="online_nodes",
+        cxx_type="list[int]",
+        dump="sys/devices/system/node/online",
+    )
+    numa_sysfs: bool = _f(
+        True,
+        "",
+        "whether /sys/devices/system/node exists (not on s390)",
+        cxx="numa_sysfs",
+        cxx_type="bool",
+        dump="sys/devices/system/node",
+    )
+    hugepages_reserved: dict[int, int] = _f(
+        None,
+        "size -> pages",
+        "HugePages_Rsvd other processes hold at start",
+        factory=dict,
+        cxx="hugepages_reserved",
+        cxx_type="dict[int, int]",
+        dump="sys/kernel/mm/hugepages/hugepages-<N>kB/resv_hugepages",
+    )
+    nr_overcommit_hugepages: dict[int, int] = _f(
+        None,
+        "size -> pages",
+        "surplus pages the kernel may allocate at mmap",
+        factory=dict,
+        cxx="nr_overcommit_hugepages",
+        cxx_type="dict[int, int]",
+        dump="sys/kernel/mm/hugepages/hugepages-<N>kB/nr_overcommit_hugepages",
+    )
+    overcommit_memory: int = _f(
+        0,
+        "mode",
+        "vm.overcommit_memory (0, 1 or 2)",
+        cxx="overcommit_memory",
+        cxx_type="int",
+        dump="proc/sys/vm/overcommit_memory",
+    )
+    overcommit_ratio: int = _f(
+        50,
+        "percent",
+        "vm.overcommit_ratio",
+        cxx="overcommit_ratio",
+        cxx_type="int",
+        dump="proc/sys/vm/overcommit_ratio",
+    )
+    overcommit_kbytes: int = _f(
+        0,
+        "kB",
+        "vm.overcommit_kbytes (0: the ratio applies)",
+        cxx="overcommit_kbytes",
+        cxx_type="int",
+        dump="proc/sys/vm/overcommit_kbytes",
+    )
+    swap_total: int = _f(
+        0, "bytes", "SwapTotal", cxx="swap_total", cxx_type="int", dump="proc/meminfo SwapTotal"
+    )
+    mem_total: int | None = _f(
+        None,
+        "bytes",
+        "MemTotal; None: the sum of the nodes'",
+        cxx="mem_total",
+        cxx_type="int",
+        dump="proc/meminfo MemTotal",
+    )
+    mem_free: int | None = _f(
+        None,
+        "bytes",
+        "MemFree; None: the sum of the nodes'",
+        cxx="mem_free",
+        cxx_type="int",
+        dump="proc/meminfo MemFree",
+    )
+    mem_available: int | None = _f(
+        None,
+        "bytes",
+        "MemAvailable; None: estimated as si_mem_available does",
+        cxx="mem_available",
+        cxx_type="int",
+        dump="proc/meminfo MemAvailable (else estimated)",
+    )
+    mem_available_line: bool | None = _f(
+        None,
+        "",
+        "whether /proc/meminfo prints MemAvailable; None: kernel 3.14+",
+        cxx="show_mem_available",
+        cxx_type="bool",
+        dump="proc/meminfo MemAvailable",
+    )
+    page_cache: int = _f(
+        0,
+        "bytes",
+        "the file LRU (Active(file) + Inactive(file)): reclaimed before the OOM "
+        "killer runs, counted in MemAvailable; spread over the nodes by MemTotal",
+        dump="proc/meminfo Active(file), Inactive(file)",
+    )
+    slab_reclaimable: int = _f(
+        0, "bytes", "SReclaimable (reclaimed like page_cache)", dump="proc/meminfo SReclaimable"
+    )
+    watermark_low: int | None = _f(
+        None,
+        "bytes",
+        "sum of the zones' low watermarks (/proc/zoneinfo); None: 0",
+        cxx="watermark_low",
+        cxx_type="int",
+        dump="proc/zoneinfo low",
+    )
+    committed_as: int = _f(
+        0,
+        "bytes",
+        "Committed_AS of other processes at start",
+        cxx="committed_as",
+        cxx_type="int",
+        dump="proc/meminfo Committed_AS",
+    )
+    admin_reserve_kbytes: int = _f(
+        8192,
+        "kB",
+        "vm.admin_reserve_kbytes",
+        cxx="admin_reserve_kbytes",
+        cxx_type="int",
+        dump="proc/sys/vm/admin_reserve_kbytes",
+    )
+    user_reserve_kbytes: int = _f(
+        131072,
+        "kB",
+        "vm.user_reserve_kbytes",
+        cxx="user_reserve_kbytes",
+        cxx_type="int",
+        dump="proc/sys/vm/user_reserve_kbytes",
+    )
+    rlimit_as: int | None = _f(
+        None,
+        "bytes",
+        "RLIMIT_AS (ulimit -v); None: unlimited",
+        cxx="rlimit_as",
+        cxx_type="int",
+        dump="proc/self/limits",
+    )
+    memcg_max: int | None = _f(
+        None,
+        "bytes",
+        "the memory cgroup's memory.max; None: max",
+        cxx="memcg_max",
+        cxx_type="int",
+        dump="sys/fs/cgroup/memory.max",
+    )
+    hugetlb_cgroup_max: dict[int, int] = _f(
+        None,
+        "size -> bytes",
+        "hugetlb.<size>.max, enforced at fault time",
+        factory=dict,
+        cxx="hugetlb_cgroup_max",
+        cxx_type="dict[int, int]",
+        dump="sys/fs/cgroup/hugetlb.<size>.max",
+    )
+    hugetlb_cgroup_rsvd_max: dict[int, int] = _f(
+        None,
+        "size -> bytes",
+        "hugetlb.<size>.rsvd.max, enforced at mmap (reservation) time",
+        factory=dict,
+        cxx="hugetlb_cgroup_rsvd_max",
+        cxx_type="dict[int, int]",
+        dump="sys/fs/cgroup/hugetlb.<size>.rsvd.max",
+    )
+    root: bool = _f(
+        True,
+        "",
+        "the process has CAP_SYS_ADMIN / CAP_SYS_NICE (admin reserve, MPOL_MF_MOVE_ALL)",
+        cxx="root",
+        cxx_type="bool",
+        dump=None,
+    )
+    kernel_version: str = _f(
+        "6.18.0",
+        "",
+        "kernel release; decides which calls exist",
+        cxx="kernel_release",
+        cxx_type="str",
+        dump="proc/sys/kernel/osrelease",
+    )
+    name: str = _f("sim", "", "the host's name", dump="the dump's file or directory name")
 
     # ---- derived facts -------------------------------------------------------------------
     def node_ids(self) -> list[int]:
@@ -187,6 +413,7 @@ class Machine:
             ("hugepages_reserved", self.hugepages_reserved),
             ("nr_overcommit_hugepages", self.nr_overcommit_hugepages),
             ("hugetlb_cgroup_max", self.hugetlb_cgroup_max),
+            ("hugetlb_cgroup_rsvd_max", self.hugetlb_cgroup_rsvd_max),
         ):
             for size, v in table.items():
                 if size not in self.hugepage_sizes:
@@ -232,8 +459,9 @@ class Machine:
             fits(f"hugepages_reserved[{size}]", v, size)
         for size, v in self.nr_overcommit_hugepages.items():
             fits(f"nr_overcommit_hugepages[{size}]", v, size)
-        for size, v in self.hugetlb_cgroup_max.items():
-            fits(f"hugetlb_cgroup_max[{size}]", v)
+        for key in sorted(_SIZE_VALUED_FIELDS):
+            for size, v in getattr(self, key).items():
+                fits(f"{key}[{size}]", v)
         fits("overcommit_ratio", self.overcommit_ratio, top=MAX_INT + 1)
         if self.overcommit_ratio < 0:
             raise MachineError(f"overcommit_ratio: negative ({self.overcommit_ratio})")
@@ -320,9 +548,9 @@ class Machine:
                 raise MachineError(f"{key}: not a Machine field")
             if key in _SIZE_FIELDS and value is not None:
                 value = parse_size(value, key)  # type: ignore[arg-type]
-            if key in _SIZE_KEYED_FIELDS and isinstance(value, dict):
+            if key in SIZE_TABLE_FIELDS and isinstance(value, dict):
                 value = {
-                    parse_size(k, key): (parse_size(v, key) if key == "hugetlb_cgroup_max" else v)
+                    parse_size(k, key): (parse_size(v, key) if key in _SIZE_VALUED_FIELDS else v)
                     for k, v in value.items()
                 }
             setattr(self, key, value)
@@ -342,20 +570,46 @@ class Machine:
         return cls.build(arch="arm64", page_size=ps, **kw)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class FieldSpec:
+    """One Machine field as declared: name, Python type, unit, default, meaning, the SimConfig
+    field it fills (None: Python only) with that field's type, and the dump file carrying it
+    (None: a dump cannot say; the loader notes the default it takes)."""
+
+    name: str
+    type: str
+    unit: str
+    default: object
+    doc: str
+    cxx: str | None
+    cxx_type: str | None
+    dump: str | None
+
+
+def _specs() -> tuple[FieldSpec, ...]:
+    out = []
+    for f in dataclasses.fields(Machine):
+        default = f.default if f.default is not _MISSING else f.default_factory()  # type: ignore[misc]
+        out.append(FieldSpec(f.name, str(f.type), default=default, **f.metadata))
+    return tuple(out)
+
+
+MACHINE_FIELDS: tuple[FieldSpec, ...] = _specs()
+# SimConfig fields Python fills that are no Machine field: parts of kernel_version, and the VM
+# the simulated process already has (left 0: the allocator's mappings are all it has).
+SIM_CONFIG_DERIVED = {"kernel_major": "int", "kernel_minor": "int", "base_vm": "int"}
+_FIELD_NAMES = {f.name for f in MACHINE_FIELDS}
+# Sizes given as "2MiB" strings: bytes-valued numbers, and {size: ...} tables.
 _SIZE_FIELDS = {
-    "page_cache",
-    "slab_reclaimable",
-    "watermark_low",
-    "mem_total",
-    "mem_free",
-    "mem_available",
-    "committed_as",
-    "rlimit_as",
-    "memcg_max",
-    "swap_total",
+    f.name for f in MACHINE_FIELDS if f.unit == "bytes" and f.type in ("int", "int | None")
 }
-_FIELD_NAMES = {f.name for f in dataclasses.fields(Machine)}
-_SIZE_KEYED_FIELDS = {"hugepages_reserved", "nr_overcommit_hugepages", "hugetlb_cgroup_max"}
+SIZE_TABLE_FIELDS = {f.name for f in MACHINE_FIELDS if f.unit.startswith("size ->")}
+_SIZE_VALUED_FIELDS = {f.name for f in MACHINE_FIELDS if f.unit == "size -> bytes"}
+
+# The keys of a scenario's [machine] table: Machine.build's keywords, every Machine field
+# (``nodes`` is build's node count there) and the scenario runner's free_hugepages_per_node.
+BUILD_KEYWORDS = frozenset(inspect.signature(Machine.build).parameters) - {"cls", "kw"}
+SCENARIO_MACHINE_KEYS = frozenset(_FIELD_NAMES | BUILD_KEYWORDS | {"free_hugepages_per_node"})
 
 # kernel-model.md section 8.
 _ARM64_SIZES = {

@@ -20,17 +20,24 @@ from typing import Any
 import tomli_w
 
 from umbp_sim.faults import FaultPlan
-from umbp_sim.machine import Machine, default_hugepage_sizes, pmd_size
+from umbp_sim.machine import (
+    MACHINE_FIELDS,
+    SIZE_TABLE_FIELDS,
+    Machine,
+    default_hugepage_sizes,
+    pmd_size,
+)
 from umbp_sim.units import format_size
 
 ENV_VAR = "UMBP_SIM_SAVE_FAILURES"
 
-# Machine fields written when they differ from a fresh Machine's.
-_PLAIN_FIELDS = (
-    "overcommit_memory", "overcommit_ratio", "overcommit_kbytes", "swap_total", "committed_as",
-    "rlimit_as", "memcg_max", "kernel_version", "possible_nodes", "online_nodes", "numa_sysfs",
-)  # fmt: skip
-_SIZE_TABLES = ("hugepages_reserved", "nr_overcommit_hugepages", "hugetlb_cgroup_max")
+# Every other Machine field (MACHINE_FIELDS) is written when it differs from a fresh Machine's;
+# these are written as [machine] build keys instead.
+_BUILT = {"arch", "page_size", "hugepage_sizes", "default_hugepage_size", "nodes", "name"}
+_SIZE_TABLES = tuple(sorted(SIZE_TABLE_FIELDS))
+_PLAIN_FIELDS = tuple(
+    f.name for f in MACHINE_FIELDS if f.name not in _BUILT and f.name not in SIZE_TABLE_FIELDS
+)
 
 
 class UnwritableMachine(ValueError):
