@@ -154,8 +154,10 @@ def round_trip(m: Machine, tmp: Path) -> tuple[Machine, list[str]]:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dumpable_machines())
-def test_machine_render_parse_is_the_identity(tmp_path_factory: pytest.TempPathFactory, m: Machine) -> None:  # fmt: skip
-    loaded, notes = round_trip(m, tmp_path_factory.mktemp("dump"))
+def test_machine_render_parse_is_the_identity(
+    tmp_path_factory: pytest.TempPathFactory, m: Machine
+) -> None:
+    loaded, _ = round_trip(m, tmp_path_factory.mktemp("dump"))
     before, after = effective(m), effective(loaded)
     for f in MACHINE_FIELDS:
         if f.name in NOT_IN_A_DUMP:
