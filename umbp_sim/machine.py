@@ -16,7 +16,6 @@ import copy
 import dataclasses
 import inspect
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,20 +67,12 @@ class Node:
 _MISSING: Any = dataclasses.MISSING
 
 
-def _f(
-    default: Any,
-    unit: str,
-    doc: str,
-    *,
-    factory: Callable[[], Any] | None = None,
-    cxx: str | None = None,
-    cxx_type: str | None = None,
-    dump: str | None,
-) -> Any:
-    """One Machine field and its declaration (read back as ``MACHINE_FIELDS``)."""
-    meta = {"unit": unit, "doc": doc, "cxx": cxx, "cxx_type": cxx_type, "dump": dump}
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
+def _f(default: Any, unit: str, doc: str, cxx_type: str | None, dump: str | None) -> Any:
+    """One Machine field and its declaration (read back as ``MACHINE_FIELDS``); a callable
+    ``default`` is a factory (a fresh list or dict per Machine)."""
+    meta = {"unit": unit, "doc": doc, "cxx_type": cxx_type, "dump": dump}
+    if callable(default):
+        return field(default_factory=default, metadata=meta)
     return field(default=default, metadata=meta)
 
 
@@ -96,244 +87,86 @@ class Machine:
     (1024, [0, 1])
     """
 
-    # One declaration per field: its unit, what it means, the SimConfig field it fills
-    # (csrc/kernel/sim_config.h, with that field's type in _native.pyi) and the file of a dump
-    # that carries it. The scenario keys, the C++ binding check and the dump round trip all read
-    # this table (``MACHINE_FIELDS``); ARCHITECTURE.md says how.
-    arch: str = _f(
-        "x86_64",
-        "",
-        "architecture; with page_size picks the hugepage sizes",
-        dump="sys/kernel/mm/hugepages (the sizes; proc/cpuinfo for i386)",
-    )
-    page_size: int = _f(
-        4096,
-        "bytes",
-        "base page size",
-        cxx="page_size",
-        cxx_type="int",
-        dump="sys/kernel/mm/hugepages (the sizes)",
-    )
-    hugepage_sizes: list[int] = _f(
-        None,
-        "bytes",
-        "hugepage sizes registered at boot; empty: no CONFIG_HUGETLB_PAGE",
-        factory=lambda: [2 * MiB, GiB],
-        cxx="hugepage_sizes",
-        cxx_type="list[int]",
-        dump="sys/kernel/mm/hugepages/hugepages-<N>kB",
-    )
-    default_hugepage_size: int | None = _f(
-        2 * MiB,
-        "bytes",
-        "Hugepagesize of /proc/meminfo; None only without hugepage sizes",
-        cxx="default_hugepage_size",
-        cxx_type="int",
-        dump="proc/meminfo Hugepagesize",
-    )
-    nodes: list[Node] = _f(
-        None,
-        "",
-        "the NUMA nodes: memory, CPUs, hugepage pools, distances",
-        factory=lambda: [Node(0, 16 * GiB)],
-        cxx="nodes",
-        cxx_type="list[SimNodeConfig]",
-        dump="sys/devices/system/node/nodeN",
-    )
-    possible_nodes: list[int] | None = _f(
-        None,
-        "node ids",
-        "/sys/devices/system/node/possible; None: the node ids",
-        cxx="possible_nodes",
-        cxx_type="list[int]",
-        dump="sys/devices/system/node/possible",
-    )
-    online_nodes: list[int] | None = _f(
-        None,
-        "node ids",
-        "/sys/devices/system/node/online; None: the node ids",
-        cxx="online_nodes",
-        cxx_type="list[int]",
-        dump="sys/devices/system/node/online",
-    )
-    numa_sysfs: bool = _f(
-        True,
-        "",
-        "whether /sys/devices/system/node exists (not on s390)",
-        cxx="numa_sysfs",
-        cxx_type="bool",
-        dump="sys/devices/system/node",
-    )
-    hugepages_reserved: dict[int, int] = _f(
-        None,
-        "size -> pages",
-        "HugePages_Rsvd other processes hold at start",
-        factory=dict,
-        cxx="hugepages_reserved",
-        cxx_type="dict[int, int]",
-        dump="sys/kernel/mm/hugepages/hugepages-<N>kB/resv_hugepages",
-    )
-    nr_overcommit_hugepages: dict[int, int] = _f(
-        None,
-        "size -> pages",
-        "surplus pages the kernel may allocate at mmap",
-        factory=dict,
-        cxx="nr_overcommit_hugepages",
-        cxx_type="dict[int, int]",
-        dump="sys/kernel/mm/hugepages/hugepages-<N>kB/nr_overcommit_hugepages",
-    )
-    overcommit_memory: int = _f(
-        0,
-        "mode",
-        "vm.overcommit_memory (0, 1 or 2)",
-        cxx="overcommit_memory",
-        cxx_type="int",
-        dump="proc/sys/vm/overcommit_memory",
-    )
-    overcommit_ratio: int = _f(
-        50,
-        "percent",
-        "vm.overcommit_ratio",
-        cxx="overcommit_ratio",
-        cxx_type="int",
-        dump="proc/sys/vm/overcommit_ratio",
-    )
-    overcommit_kbytes: int = _f(
-        0,
-        "kB",
-        "vm.overcommit_kbytes (0: the ratio applies)",
-        cxx="overcommit_kbytes",
-        cxx_type="int",
-        dump="proc/sys/vm/overcommit_kbytes",
-    )
-    swap_total: int = _f(
-        0, "bytes", "SwapTotal", cxx="swap_total", cxx_type="int", dump="proc/meminfo SwapTotal"
-    )
-    mem_total: int | None = _f(
-        None,
-        "bytes",
-        "MemTotal; None: the sum of the nodes'",
-        cxx="mem_total",
-        cxx_type="int",
-        dump="proc/meminfo MemTotal",
-    )
-    mem_free: int | None = _f(
-        None,
-        "bytes",
-        "MemFree; None: the sum of the nodes'",
-        cxx="mem_free",
-        cxx_type="int",
-        dump="proc/meminfo MemFree",
-    )
-    mem_available: int | None = _f(
-        None,
-        "bytes",
-        "MemAvailable; None: estimated as si_mem_available does",
-        cxx="mem_available",
-        cxx_type="int",
-        dump="proc/meminfo MemAvailable (else estimated)",
-    )
-    mem_available_line: bool | None = _f(
-        None,
-        "",
-        "whether /proc/meminfo prints MemAvailable; None: kernel 3.14+",
-        cxx="show_mem_available",
-        cxx_type="bool",
-        dump="proc/meminfo MemAvailable",
-    )
-    page_cache: int = _f(
-        0,
-        "bytes",
-        "the file LRU (Active(file) + Inactive(file)): reclaimed before the OOM "
-        "killer runs, counted in MemAvailable; spread over the nodes by MemTotal",
-        dump="proc/meminfo Active(file), Inactive(file)",
-    )
-    slab_reclaimable: int = _f(
-        0, "bytes", "SReclaimable (reclaimed like page_cache)", dump="proc/meminfo SReclaimable"
-    )
-    watermark_low: int | None = _f(
-        None,
-        "bytes",
-        "sum of the zones' low watermarks (/proc/zoneinfo); None: 0",
-        cxx="watermark_low",
-        cxx_type="int",
-        dump="proc/zoneinfo low",
-    )
-    committed_as: int = _f(
-        0,
-        "bytes",
-        "Committed_AS of other processes at start",
-        cxx="committed_as",
-        cxx_type="int",
-        dump="proc/meminfo Committed_AS",
-    )
-    admin_reserve_kbytes: int = _f(
-        8192,
-        "kB",
-        "vm.admin_reserve_kbytes",
-        cxx="admin_reserve_kbytes",
-        cxx_type="int",
-        dump="proc/sys/vm/admin_reserve_kbytes",
-    )
-    user_reserve_kbytes: int = _f(
-        131072,
-        "kB",
-        "vm.user_reserve_kbytes",
-        cxx="user_reserve_kbytes",
-        cxx_type="int",
-        dump="proc/sys/vm/user_reserve_kbytes",
-    )
-    rlimit_as: int | None = _f(
-        None,
-        "bytes",
-        "RLIMIT_AS (ulimit -v); None: unlimited",
-        cxx="rlimit_as",
-        cxx_type="int",
-        dump="proc/self/limits",
-    )
-    memcg_max: int | None = _f(
-        None,
-        "bytes",
-        "the memory cgroup's memory.max; None: max",
-        cxx="memcg_max",
-        cxx_type="int",
-        dump="sys/fs/cgroup/memory.max",
-    )
-    hugetlb_cgroup_max: dict[int, int] = _f(
-        None,
-        "size -> bytes",
-        "hugetlb.<size>.max, enforced at fault time",
-        factory=dict,
-        cxx="hugetlb_cgroup_max",
-        cxx_type="dict[int, int]",
-        dump="sys/fs/cgroup/hugetlb.<size>.max",
-    )
-    hugetlb_cgroup_rsvd_max: dict[int, int] = _f(
-        None,
-        "size -> bytes",
-        "hugetlb.<size>.rsvd.max, enforced at mmap (reservation) time",
-        factory=dict,
-        cxx="hugetlb_cgroup_rsvd_max",
-        cxx_type="dict[int, int]",
-        dump="sys/fs/cgroup/hugetlb.<size>.rsvd.max",
-    )
-    root: bool = _f(
-        True,
-        "",
-        "the process has CAP_SYS_ADMIN / CAP_SYS_NICE (admin reserve, MPOL_MF_MOVE_ALL)",
-        cxx="root",
-        cxx_type="bool",
-        dump=None,
-    )
-    kernel_version: str = _f(
-        "6.18.0",
-        "",
-        "kernel release; decides which calls exist",
-        cxx="kernel_release",
-        cxx_type="str",
-        dump="proc/sys/kernel/osrelease",
-    )
-    name: str = _f("sim", "", "the host's name", dump="the dump's file or directory name")
+    # One declaration per field: default, unit, meaning, the type of the SimConfig field of the
+    # same name it fills (csrc/kernel/sim_config.h; None: Python only; SIM_CONFIG_NAMES renames)
+    # and the file of a dump that carries it (None: a dump cannot say). MACHINE_FIELDS reads it
+    # back; the scenario keys, to_sim_config, the binding check and the dump round trip use it.
+    # fmt: off
+    arch: str = _f("x86_64", "", "architecture; with page_size picks the hugepage sizes", None,
+                   "sys/kernel/mm/hugepages (the sizes; proc/cpuinfo for i386)")
+    page_size: int = _f(4096, "bytes", "base page size", "int",
+                        "sys/kernel/mm/hugepages (the sizes)")
+    # Hugepage sizes registered at boot (directories under /sys/kernel/mm/hugepages).
+    hugepage_sizes: list[int] = _f(lambda: [2 * MiB, GiB], "bytes",
+                                   "hugepage sizes; empty: a kernel without CONFIG_HUGETLB_PAGE",
+                                   "list[int]", "sys/kernel/mm/hugepages/hugepages-<N>kB")
+    default_hugepage_size: int | None = _f(2 * MiB, "bytes", "Hugepagesize of /proc/meminfo; "
+                                           "None only without hugepage sizes", "int",
+                                           "proc/meminfo Hugepagesize")
+    nodes: list[Node] = _f(lambda: [Node(0, 16 * GiB)], "", "the NUMA nodes: memory, CPUs, "
+                           "hugepage pools, distances", "list[SimNodeConfig]",
+                           "sys/devices/system/node/nodeN")
+    possible_nodes: list[int] | None = _f(None, "node ids", "possible nodes; None: the node ids",
+                                          "list[int]", "sys/devices/system/node/possible")
+    online_nodes: list[int] | None = _f(None, "node ids", "online nodes; None: the node ids",
+                                        "list[int]", "sys/devices/system/node/online")
+    numa_sysfs: bool = _f(True, "", "whether /sys/devices/system/node exists (not on s390)",
+                          "bool", "sys/devices/system/node")
+    hugepages_reserved: dict[int, int] = _f(dict, "size -> pages", "HugePages_Rsvd other "
+                                            "processes hold at start", "dict[int, int]",
+                                            "sys/kernel/mm/hugepages/*/resv_hugepages")
+    nr_overcommit_hugepages: dict[int, int] = _f(dict, "size -> pages", "surplus pages the "
+                                                 "kernel may allocate at mmap", "dict[int, int]",
+                                                 "sys/kernel/mm/hugepages/*/nr_overcommit_hugepages")
+    overcommit_memory: int = _f(0, "mode", "vm.overcommit_memory (0, 1 or 2)", "int",
+                                "proc/sys/vm/overcommit_memory")
+    overcommit_ratio: int = _f(50, "percent", "vm.overcommit_ratio", "int",
+                               "proc/sys/vm/overcommit_ratio")
+    overcommit_kbytes: int = _f(0, "kB", "vm.overcommit_kbytes (0: the ratio applies)", "int",
+                                "proc/sys/vm/overcommit_kbytes")
+    swap_total: int = _f(0, "bytes", "SwapTotal", "int", "proc/meminfo SwapTotal")
+    mem_total: int | None = _f(None, "bytes", "MemTotal; None: the sum of the nodes'", "int",
+                               "proc/meminfo MemTotal")
+    mem_free: int | None = _f(None, "bytes", "MemFree; None: the sum of the nodes'", "int",
+                              "proc/meminfo MemFree")
+    mem_available: int | None = _f(None, "bytes", "MemAvailable; None: estimated as "
+                                   "si_mem_available does", "int",
+                                   "proc/meminfo MemAvailable (else estimated)")
+    # RHEL 7's 3.10 prints MemAvailable (backported).
+    mem_available_line: bool | None = _f(None, "", "whether /proc/meminfo prints MemAvailable; "
+                                         "None: kernel 3.14+", "bool",
+                                         "proc/meminfo MemAvailable")
+    # Linux reclaims both before the OOM killer runs; MemAvailable counts them.
+    page_cache: int = _f(0, "bytes", "the file LRU (Active(file) + Inactive(file)), spread over "
+                         "the nodes by MemTotal", None,
+                         "proc/meminfo Active(file), Inactive(file)")
+    slab_reclaimable: int = _f(0, "bytes", "SReclaimable (reclaimed like page_cache)", None,
+                               "proc/meminfo SReclaimable")
+    watermark_low: int | None = _f(None, "bytes", "sum of the zones' low watermarks; None: 0",
+                                   "int", "proc/zoneinfo low")
+    committed_as: int = _f(0, "bytes", "Committed_AS of other processes at start", "int",
+                           "proc/meminfo Committed_AS")
+    admin_reserve_kbytes: int = _f(8192, "kB", "vm.admin_reserve_kbytes", "int",
+                                   "proc/sys/vm/admin_reserve_kbytes")
+    user_reserve_kbytes: int = _f(131072, "kB", "vm.user_reserve_kbytes", "int",
+                                  "proc/sys/vm/user_reserve_kbytes")
+    rlimit_as: int | None = _f(None, "bytes", "RLIMIT_AS (ulimit -v); None: unlimited", "int",
+                               "proc/self/limits")
+    memcg_max: int | None = _f(None, "bytes", "the memory cgroup's memory.max; None: max", "int",
+                               "sys/fs/cgroup/memory.max")
+    hugetlb_cgroup_max: dict[int, int] = _f(dict, "size -> bytes", "hugetlb.<size>.max, "
+                                            "enforced at fault time", "dict[int, int]",
+                                            "sys/fs/cgroup/hugetlb.<size>.max")
+    hugetlb_cgroup_rsvd_max: dict[int, int] = _f(dict, "size -> bytes", "hugetlb.<size>.rsvd.max"
+                                                 ", enforced at mmap (reservation) time",
+                                                 "dict[int, int]",
+                                                 "sys/fs/cgroup/hugetlb.<size>.rsvd.max")
+    root: bool = _f(True, "", "the process has CAP_SYS_ADMIN / CAP_SYS_NICE (admin reserve, "
+                    "MPOL_MF_MOVE_ALL)", "bool", None)
+    kernel_version: str = _f("6.18.0", "", "kernel release; decides which calls exist", "str",
+                             "proc/sys/kernel/osrelease")
+    name: str = _f("sim", "", "the host's name", None, "the dump's file or directory name")
+    # fmt: on
 
     # ---- derived facts -------------------------------------------------------------------
     def node_ids(self) -> list[int]:
@@ -586,11 +419,16 @@ class FieldSpec:
     dump: str | None
 
 
+# Machine fields whose SimConfig field has another name.
+SIM_CONFIG_NAMES = {"mem_available_line": "show_mem_available", "kernel_version": "kernel_release"}
+
+
 def _specs() -> tuple[FieldSpec, ...]:
     out = []
     for f in dataclasses.fields(Machine):
         default = f.default if f.default is not _MISSING else f.default_factory()  # type: ignore[misc]
-        out.append(FieldSpec(f.name, str(f.type), default=default, **f.metadata))
+        cxx = SIM_CONFIG_NAMES.get(f.name, f.name) if f.metadata["cxx_type"] else None
+        out.append(FieldSpec(f.name, str(f.type), default=default, cxx=cxx, **f.metadata))
     return tuple(out)
 
 

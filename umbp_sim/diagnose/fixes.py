@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from umbp_sim.backing import SHM_BACKINGS
 from umbp_sim.diagnose.explain import gib, kb, pages_needed
 from umbp_sim.diagnose.request import Request
 from umbp_sim.diagnose.run import Run, simulate_request
@@ -238,7 +239,7 @@ def candidates(machine: Machine, request: Request, run: Run) -> list[Fix]:
         )
     if (
         request.kind == "raw"
-        and backing in ("AnonymousShm", "AnonymousShmHugetlb")
+        and backing in SHM_BACKINGS
         and any(r.rule.startswith("memfd") for r in o.reasons)
     ):
         out.append(

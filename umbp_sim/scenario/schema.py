@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from umbp_sim.backing import BACKINGS, OUTCOMES
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.machine import SCENARIO_MACHINE_KEYS
 from umbp_sim.units import SizeError, parse_size
@@ -31,8 +32,6 @@ class ScenarioError(UmbpSimError):
     exit_code = 65
 
 
-OUTCOMES = ("ok", "demoted", "failed", "crashed")
-BACKINGS = ("Anonymous", "AnonymousHugetlb", "AnonymousShm", "AnonymousShmHugetlb")
 STEP_OPS = ("alloc", "free", "acquire", "release", "lookup", "set_nr_hugepages")
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head", "page_first_kv_split")
 
