@@ -188,13 +188,8 @@ _RESOLVE: dict[str, Callable[[Machine], object]] = {
 
 
 def _plain(value: object) -> object:
-    return (
-        list(value)
-        if isinstance(value, list)
-        else dict(value)
-        if isinstance(value, dict)
-        else value
-    )
+    """A copy of a list or dict (pybind11 converts it), anything else as it is."""
+    return type(value)(value) if isinstance(value, (list, dict)) else value
 
 
 def _node_configs(machine: Machine) -> list[_native.SimNodeConfig]:
@@ -325,8 +320,10 @@ class SimHost:
         return {**self.kernel.render_all(), **limit_files(self.machine)}
 
     def read(self, path: str) -> str:
-        """One rendered file, as the kernel would show it now: ``host.read("/proc/meminfo")``."""
-        return self.kernel.read_file(path)
+        """One rendered file, as the kernel would show it now: ``host.read("/proc/meminfo")``
+        (or one of ``limit_files``)."""
+        fixed = limit_files(self.machine).get(path)
+        return fixed if fixed is not None else self.kernel.read_file(path)
 
     def render(self, directory: str | os.PathLike[str]) -> list[Path]:
         """Write the rendered files under ``directory`` (``dir/proc/meminfo``, ...)."""
