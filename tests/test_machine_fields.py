@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import umbp_sim
 from umbp_sim import _native
 from umbp_sim.dump import load_dump
+from umbp_sim.explore.schedule_to_scenario import write_scenario
 from umbp_sim.machine import (
     BUILD_KEYWORDS,
     MACHINE_FIELDS,
@@ -25,7 +26,8 @@ from umbp_sim.machine import (
     Machine,
     MiB,
 )
-from umbp_sim.scenario.schema import MACHINE_KEYS
+from umbp_sim.scenario.runner import build_machine
+from umbp_sim.scenario.schema import MACHINE_KEYS, load_scenario
 from umbp_sim.sim import SimHost, to_sim_config
 from umbp_sim.strategies import machines
 
@@ -117,7 +119,7 @@ def effective(m: Machine) -> dict[str, Any]:
 
 
 @st.composite
-def dumpable_machines(draw: st.DrawFn) -> Machine:
+def dumpable_machines(draw: st.DrawFn, cpus: bool = True) -> Machine:
     """strategies.machines, plus the fields it leaves at their defaults, in a dump's units."""
     m = draw(machines())
     kb = st.integers(0, 1 << 20).map(lambda n: n * KiB)
@@ -141,7 +143,7 @@ def dumpable_machines(draw: st.DrawFn) -> Machine:
         possible_nodes=sorted(set(m.node_ids()) | set(extra_nodes)) if extra_nodes else None,
     )
     for n in m.nodes:
-        n.cpus = draw(st.sampled_from(["", f"{n.id * 4}-{n.id * 4 + 3}"]))
+        n.cpus = draw(st.sampled_from(["", f"{n.id * 4}-{n.id * 4 + 3}"])) if cpus else ""
     return m
 
 
@@ -185,3 +187,18 @@ def test_limits_round_trip_through_a_dump(tmp_path: Path) -> None:
     assert files["/proc/self/limits"].splitlines()[1].split() == [
         "Max", "address", "space", "8589934592", "8589934592", "bytes",
     ]  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dumpable_machines(cpus=False), st.booleans())
+def test_every_field_round_trips_through_a_scenario_file(
+    tmp_path_factory: pytest.TempPathFactory, m: Machine, root: bool
+) -> None:
+    """The [machine] table writer (explore/schedule_to_scenario.py) drops no field."""
+    m.root = root
+    path = tmp_path_factory.mktemp("scn") / "m.toml"
+    step = {"op": "alloc", "id": "a", "size": 4096}
+    write_scenario(
+        path, name="n", description="d", machine=m, steps=[step], expect={"outcome": "ok"}
+    )
+    assert build_machine(load_scenario(path)) == m

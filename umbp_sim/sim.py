@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -357,6 +358,7 @@ class SimHost:
 
 _VIEWS: dict[str, SimHost] = {}
 _MAX_VIEWS = 8
+_VIEWS_LOCK = threading.Lock()
 
 
 def host_view(machine: Machine) -> SimHost:
@@ -365,11 +367,12 @@ def host_view(machine: Machine) -> SimHost:
     asks several). Never run an allocator on it nor change it; ``SimHost(machine)`` is a host
     of one's own."""
     key = repr(machine)
-    host = _VIEWS.get(key)
-    if host is None:
-        if len(_VIEWS) >= _MAX_VIEWS:
-            del _VIEWS[next(iter(_VIEWS))]
-        host = _VIEWS[key] = SimHost(machine.copy())
+    with _VIEWS_LOCK:
+        host = _VIEWS.get(key)
+        if host is None:
+            if len(_VIEWS) >= _MAX_VIEWS:
+                del _VIEWS[next(iter(_VIEWS))]
+            host = _VIEWS[key] = SimHost(machine.copy())
     return host
 
 
