@@ -328,3 +328,31 @@ def test_fixture_32intel64_100gb_does_not_fit_in_ram(capsys) -> None:  # type: i
     assert not_helping(doc)["sysctl -w vm.nr_hugepages=47684"].startswith(
         "crashed: killed by SIGKILL"
     )
+
+
+@pytest.mark.torch  # start_host_pool makes torch tensors
+def test_a_replay_builds_one_question_kernel_per_machine_state(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The questions about the dumped host's starting state (explain's host check, the fix
+    candidates) share one SimKernel (umbp_sim.sim.host_view); every other kernel is one
+    simulation run (the request, then each fix tried). Before host_view: 13 for this replay,
+    a kernel per question; now 12."""
+    import umbp_sim.scenario.runner as runner
+    from umbp_sim import _native, sim
+
+    built: list[int] = []
+    runs: list[int] = []
+
+    class CountingKernel(_native.SimKernel):  # type: ignore[misc]
+        def __init__(self, config: object) -> None:
+            built.append(1)
+            super().__init__(config)
+
+    def counting_simulate(machine):  # type: ignore[no-untyped-def]
+        runs.append(1)
+        return sim.simulate(machine)
+
+    monkeypatch.setattr(_native, "SimKernel", CountingKernel)
+    monkeypatch.setattr(runner, "simulate", counting_simulate)
+    monkeypatch.setattr(sim, "_VIEWS", {})
+    replay(capsys, D / "no-pool-512g", *LLAMA, "--hicache-size", "100")
+    assert len(runs) == 11 and len(built) == len(runs) + 1

@@ -84,7 +84,7 @@ CASES = [
     ("two schedules", valid(extra='[[faults]]\nop = "mmap"\nerrno = "ENOMEM"\nnth = 1\nevery = 2\n'), r"^faults\[0\]\.every: use only one of nth, calls, every, first$"),
     ("second rule bad", valid(extra='[[faults]]\nop = "mmap"\nerrno = "ENOMEM"\n[[faults]]\nop = "close"\n'), r"^faults\[1\]"),
     # [machine]
-    ("unknown [machine] key", valid(machine=MACHINE + "hugepage = 3\n"), r"^\[machine\]\.hugepage: unknown key \(allowed: arch, "),
+    ("unknown [machine] key", valid(machine=MACHINE + "hugepage = 3\n"), r"^\[machine\]\.hugepage: unknown key \(allowed: admin_reserve_kbytes, arch, "),
     ("dump not found", valid(machine='[machine]\ndump = "nope.tar.bz2"\n'), r"^\[machine\]\.dump: no such file: .*/nope\.tar\.bz2$"),
     ("dump not a string", valid(machine="[machine]\ndump = 3\n"), r"^\[machine\]\.dump: must be a string, not 3$"),
     # [env]

@@ -168,7 +168,6 @@ class LinuxKernel(Kernel):
 
 class SimConfig:
     admin_reserve_kbytes: int
-    arch: str
     base_vm: int
     committed_as: int
     default_hugepage_size: int
@@ -178,7 +177,6 @@ class SimConfig:
     hugetlb_cgroup_rsvd_max: dict[int, int]
     kernel_major: int
     kernel_minor: int
-    kernel_patch: int
     kernel_release: str
     mem_available: int
     show_mem_available: bool

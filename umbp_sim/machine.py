@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from umbp_sim.units import parse_size
 
@@ -62,6 +64,18 @@ class Node:
     distances: list[int] | None = None
 
 
+_MISSING: Any = dataclasses.MISSING
+
+
+def _f(default: Any, unit: str, doc: str, cxx_type: str | None, dump: str | None) -> Any:
+    """One Machine field and its declaration (read back as ``MACHINE_FIELDS``); a callable
+    ``default`` is a factory (a fresh list or dict per Machine)."""
+    meta = {"unit": unit, "doc": doc, "cxx_type": cxx_type, "dump": dump}
+    if callable(default):
+        return field(default_factory=default, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
 @dataclass
 class Machine:
     """A host as the allocator sees it: arch, page and hugepage sizes, NUMA nodes and their
@@ -73,41 +87,86 @@ class Machine:
     (1024, [0, 1])
     """
 
-    arch: str = "x86_64"
-    page_size: int = 4096
+    # One declaration per field: default, unit, meaning, the type of the SimConfig field of the
+    # same name it fills (csrc/kernel/sim_config.h; None: Python only; SIM_CONFIG_NAMES renames)
+    # and the file of a dump that carries it (None: a dump cannot say). MACHINE_FIELDS reads it
+    # back; the scenario keys, to_sim_config, the binding check and the dump round trip use it.
+    # fmt: off
+    arch: str = _f("x86_64", "", "architecture; with page_size picks the hugepage sizes", None,
+                   "sys/kernel/mm/hugepages (the sizes; proc/cpuinfo for i386)")
+    page_size: int = _f(4096, "bytes", "base page size", "int",
+                        "sys/kernel/mm/hugepages (the sizes)")
     # Hugepage sizes registered at boot (directories under /sys/kernel/mm/hugepages).
-    # Empty: a kernel without CONFIG_HUGETLB_PAGE.
-    hugepage_sizes: list[int] = field(default_factory=lambda: [2 * MiB, GiB])
-    default_hugepage_size: int | None = 2 * MiB
-    nodes: list[Node] = field(default_factory=lambda: [Node(0, 16 * GiB)])
-    possible_nodes: list[int] | None = None  # None: the node ids
-    online_nodes: list[int] | None = None  # None: the node ids
-    # Whether /sys/devices/system/node exists (s390 dumps have none).
-    numa_sysfs: bool = True
-    hugepages_reserved: dict[int, int] = field(default_factory=dict)  # size -> pages
-    nr_overcommit_hugepages: dict[int, int] = field(default_factory=dict)  # size -> pages
-    overcommit_memory: int = 0
-    overcommit_ratio: int = 50
-    overcommit_kbytes: int = 0
-    swap_total: int = 0
-    mem_total: int | None = None  # None: sum of node mem_total
-    mem_free: int | None = None  # None: sum of node mem_free
-    mem_available: int | None = None  # None: estimated as si_mem_available does
-    # Whether /proc/meminfo prints MemAvailable (None: kernel 3.14+; RHEL 7's 3.10 has it).
-    mem_available_line: bool | None = None
-    # Reclaimable memory (bytes): the file LRU (Active(file) + Inactive(file)) and SReclaimable.
+    hugepage_sizes: list[int] = _f(lambda: [2 * MiB, GiB], "bytes",
+                                   "hugepage sizes; empty: a kernel without CONFIG_HUGETLB_PAGE",
+                                   "list[int]", "sys/kernel/mm/hugepages/hugepages-<N>kB")
+    default_hugepage_size: int | None = _f(2 * MiB, "bytes", "Hugepagesize of /proc/meminfo; "
+                                           "None only without hugepage sizes", "int",
+                                           "proc/meminfo Hugepagesize")
+    nodes: list[Node] = _f(lambda: [Node(0, 16 * GiB)], "", "the NUMA nodes: memory, CPUs, "
+                           "hugepage pools, distances", "list[SimNodeConfig]",
+                           "sys/devices/system/node/nodeN")
+    possible_nodes: list[int] | None = _f(None, "node ids", "possible nodes; None: the node ids",
+                                          "list[int]", "sys/devices/system/node/possible")
+    online_nodes: list[int] | None = _f(None, "node ids", "online nodes; None: the node ids",
+                                        "list[int]", "sys/devices/system/node/online")
+    numa_sysfs: bool = _f(True, "", "whether /sys/devices/system/node exists (not on s390)",
+                          "bool", "sys/devices/system/node")
+    hugepages_reserved: dict[int, int] = _f(dict, "size -> pages", "HugePages_Rsvd other "
+                                            "processes hold at start", "dict[int, int]",
+                                            "sys/kernel/mm/hugepages/*/resv_hugepages")
+    nr_overcommit_hugepages: dict[int, int] = _f(dict, "size -> pages", "surplus pages the "
+                                                 "kernel may allocate at mmap", "dict[int, int]",
+                                                 "sys/kernel/mm/hugepages/*/nr_overcommit_hugepages")
+    overcommit_memory: int = _f(0, "mode", "vm.overcommit_memory (0, 1 or 2)", "int",
+                                "proc/sys/vm/overcommit_memory")
+    overcommit_ratio: int = _f(50, "percent", "vm.overcommit_ratio", "int",
+                               "proc/sys/vm/overcommit_ratio")
+    overcommit_kbytes: int = _f(0, "kB", "vm.overcommit_kbytes (0: the ratio applies)", "int",
+                                "proc/sys/vm/overcommit_kbytes")
+    swap_total: int = _f(0, "bytes", "SwapTotal", "int", "proc/meminfo SwapTotal")
+    mem_total: int | None = _f(None, "bytes", "MemTotal; None: the sum of the nodes'", "int",
+                               "proc/meminfo MemTotal")
+    mem_free: int | None = _f(None, "bytes", "MemFree; None: the sum of the nodes'", "int",
+                              "proc/meminfo MemFree")
+    mem_available: int | None = _f(None, "bytes", "MemAvailable; None: estimated as "
+                                   "si_mem_available does", "int",
+                                   "proc/meminfo MemAvailable (else estimated)")
+    # RHEL 7's 3.10 prints MemAvailable (backported).
+    mem_available_line: bool | None = _f(None, "", "whether /proc/meminfo prints MemAvailable; "
+                                         "None: kernel 3.14+", "bool",
+                                         "proc/meminfo MemAvailable")
     # Linux reclaims both before the OOM killer runs; MemAvailable counts them.
-    page_cache: int = 0
-    slab_reclaimable: int = 0
-    watermark_low: int | None = None  # Σ zones' low watermarks, bytes (/proc/zoneinfo); None: 0
-    committed_as: int = 0  # bytes committed by other processes at start
-    admin_reserve_kbytes: int = 8192
-    user_reserve_kbytes: int = 131072
-    rlimit_as: int | None = None  # bytes; None: unlimited
-    memcg_max: int | None = None  # memory.max in bytes; None: "max"
-    hugetlb_cgroup_max: dict[int, int] = field(default_factory=dict)  # size -> bytes
-    kernel_version: str = "6.18.0"
-    name: str = "sim"
+    page_cache: int = _f(0, "bytes", "the file LRU (Active(file) + Inactive(file)), spread over "
+                         "the nodes by MemTotal", None,
+                         "proc/meminfo Active(file), Inactive(file)")
+    slab_reclaimable: int = _f(0, "bytes", "SReclaimable (reclaimed like page_cache)", None,
+                               "proc/meminfo SReclaimable")
+    watermark_low: int | None = _f(None, "bytes", "sum of the zones' low watermarks; None: 0",
+                                   "int", "proc/zoneinfo low")
+    committed_as: int = _f(0, "bytes", "Committed_AS of other processes at start", "int",
+                           "proc/meminfo Committed_AS")
+    admin_reserve_kbytes: int = _f(8192, "kB", "vm.admin_reserve_kbytes", "int",
+                                   "proc/sys/vm/admin_reserve_kbytes")
+    user_reserve_kbytes: int = _f(131072, "kB", "vm.user_reserve_kbytes", "int",
+                                  "proc/sys/vm/user_reserve_kbytes")
+    rlimit_as: int | None = _f(None, "bytes", "RLIMIT_AS (ulimit -v); None: unlimited", "int",
+                               "proc/self/limits")
+    memcg_max: int | None = _f(None, "bytes", "the memory cgroup's memory.max; None: max", "int",
+                               "sys/fs/cgroup/memory.max")
+    hugetlb_cgroup_max: dict[int, int] = _f(dict, "size -> bytes", "hugetlb.<size>.max, "
+                                            "enforced at fault time", "dict[int, int]",
+                                            "sys/fs/cgroup/hugetlb.<size>.max")
+    hugetlb_cgroup_rsvd_max: dict[int, int] = _f(dict, "size -> bytes", "hugetlb.<size>.rsvd.max"
+                                                 ", enforced at mmap (reservation) time",
+                                                 "dict[int, int]",
+                                                 "sys/fs/cgroup/hugetlb.<size>.rsvd.max")
+    root: bool = _f(True, "", "the process has CAP_SYS_ADMIN / CAP_SYS_NICE (admin reserve, "
+                    "MPOL_MF_MOVE_ALL)", "bool", None)
+    kernel_version: str = _f("6.18.0", "", "kernel release; decides which calls exist", "str",
+                             "proc/sys/kernel/osrelease")
+    name: str = _f("sim", "", "the host's name", None, "the dump's file or directory name")
+    # fmt: on
 
     # ---- derived facts -------------------------------------------------------------------
     def node_ids(self) -> list[int]:
@@ -187,6 +246,7 @@ class Machine:
             ("hugepages_reserved", self.hugepages_reserved),
             ("nr_overcommit_hugepages", self.nr_overcommit_hugepages),
             ("hugetlb_cgroup_max", self.hugetlb_cgroup_max),
+            ("hugetlb_cgroup_rsvd_max", self.hugetlb_cgroup_rsvd_max),
         ):
             for size, v in table.items():
                 if size not in self.hugepage_sizes:
@@ -232,8 +292,9 @@ class Machine:
             fits(f"hugepages_reserved[{size}]", v, size)
         for size, v in self.nr_overcommit_hugepages.items():
             fits(f"nr_overcommit_hugepages[{size}]", v, size)
-        for size, v in self.hugetlb_cgroup_max.items():
-            fits(f"hugetlb_cgroup_max[{size}]", v)
+        for key in sorted(_SIZE_VALUED_FIELDS):
+            for size, v in getattr(self, key).items():
+                fits(f"{key}[{size}]", v)
         fits("overcommit_ratio", self.overcommit_ratio, top=MAX_INT + 1)
         if self.overcommit_ratio < 0:
             raise MachineError(f"overcommit_ratio: negative ({self.overcommit_ratio})")
@@ -320,9 +381,9 @@ class Machine:
                 raise MachineError(f"{key}: not a Machine field")
             if key in _SIZE_FIELDS and value is not None:
                 value = parse_size(value, key)  # type: ignore[arg-type]
-            if key in _SIZE_KEYED_FIELDS and isinstance(value, dict):
+            if key in SIZE_TABLE_FIELDS and isinstance(value, dict):
                 value = {
-                    parse_size(k, key): (parse_size(v, key) if key == "hugetlb_cgroup_max" else v)
+                    parse_size(k, key): (parse_size(v, key) if key in _SIZE_VALUED_FIELDS else v)
                     for k, v in value.items()
                 }
             setattr(self, key, value)
@@ -342,20 +403,51 @@ class Machine:
         return cls.build(arch="arm64", page_size=ps, **kw)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class FieldSpec:
+    """One Machine field as declared: name, Python type, unit, default, meaning, the SimConfig
+    field it fills (None: Python only) with that field's type, and the dump file carrying it
+    (None: a dump cannot say; the loader notes the default it takes)."""
+
+    name: str
+    type: str
+    unit: str
+    default: object
+    doc: str
+    cxx: str | None
+    cxx_type: str | None
+    dump: str | None
+
+
+# Machine fields whose SimConfig field has another name.
+SIM_CONFIG_NAMES = {"mem_available_line": "show_mem_available", "kernel_version": "kernel_release"}
+
+
+def _specs() -> tuple[FieldSpec, ...]:
+    out = []
+    for f in dataclasses.fields(Machine):
+        default = f.default if f.default is not _MISSING else f.default_factory()  # type: ignore[misc]
+        cxx = SIM_CONFIG_NAMES.get(f.name, f.name) if f.metadata["cxx_type"] else None
+        out.append(FieldSpec(f.name, str(f.type), default=default, cxx=cxx, **f.metadata))
+    return tuple(out)
+
+
+MACHINE_FIELDS: tuple[FieldSpec, ...] = _specs()
+# SimConfig fields Python fills that are no Machine field: parts of kernel_version, and the VM
+# the simulated process already has (left 0: the allocator's mappings are all it has).
+SIM_CONFIG_DERIVED = {"kernel_major": "int", "kernel_minor": "int", "base_vm": "int"}
+_FIELD_NAMES = {f.name for f in MACHINE_FIELDS}
+# Sizes given as "2MiB" strings: bytes-valued numbers, and {size: ...} tables.
 _SIZE_FIELDS = {
-    "page_cache",
-    "slab_reclaimable",
-    "watermark_low",
-    "mem_total",
-    "mem_free",
-    "mem_available",
-    "committed_as",
-    "rlimit_as",
-    "memcg_max",
-    "swap_total",
+    f.name for f in MACHINE_FIELDS if f.unit == "bytes" and f.type in ("int", "int | None")
 }
-_FIELD_NAMES = {f.name for f in dataclasses.fields(Machine)}
-_SIZE_KEYED_FIELDS = {"hugepages_reserved", "nr_overcommit_hugepages", "hugetlb_cgroup_max"}
+SIZE_TABLE_FIELDS = {f.name for f in MACHINE_FIELDS if f.unit.startswith("size ->")}
+_SIZE_VALUED_FIELDS = {f.name for f in MACHINE_FIELDS if f.unit == "size -> bytes"}
+
+# The keys of a scenario's [machine] table: Machine.build's keywords, every Machine field
+# (``nodes`` is build's node count there) and the scenario runner's free_hugepages_per_node.
+BUILD_KEYWORDS = frozenset(inspect.signature(Machine.build).parameters) - {"cls", "kw"}
+SCENARIO_MACHINE_KEYS = frozenset(_FIELD_NAMES | BUILD_KEYWORDS | {"free_hugepages_per_node"})
 
 # kernel-model.md section 8.
 _ARM64_SIZES = {

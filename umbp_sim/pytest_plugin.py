@@ -99,7 +99,7 @@ def install_files(fs: Any, host: SimHost) -> None:
             fs.create_dir(parent)
 
         def render(p: str = path) -> bytes:
-            return host.kernel.read_file(p).encode()
+            return host.read(p).encode()
 
         fs.add_object(parent, live(name, fs, render))
 

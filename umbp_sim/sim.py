@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from umbp_sim import _context, _native
 from umbp_sim.errors import SimulatedCrash, UmbpSimError
-from umbp_sim.machine import Machine
+from umbp_sim.machine import MACHINE_FIELDS, Machine
 
 __all__ = [
     "HugePages",
@@ -24,6 +25,7 @@ __all__ = [
     "Reason",
     "SimHost",
     "build_kernel",
+    "host_view",
     "mem_available",
     "node_free",
     "si_mem_available",
@@ -163,14 +165,35 @@ def mem_available(machine: Machine) -> int:
     )
 
 
-def to_sim_config(machine: Machine) -> _native.SimConfig:
-    """The native starting state of ``machine`` (validated first)."""
-    machine.validate()
-    cfg = _native.SimConfig()
-    cfg.arch = machine.arch
-    cfg.page_size = machine.page_size
-    cfg.hugepage_sizes = list(machine.hugepage_sizes)
-    cfg.default_hugepage_size = machine.default_hugepage_size or 0
+def _unlimited(value: int | None) -> int:
+    return value if value is not None else _UNLIMITED
+
+
+# How a Machine field becomes its SimConfig value when it is not a plain copy: the defaults a
+# None stands for, resolved once here (MACHINE_FIELDS names the SimConfig field).
+_RESOLVE: dict[str, Callable[[Machine], object]] = {
+    "default_hugepage_size": lambda m: m.default_hugepage_size or 0,
+    "possible_nodes": Machine.possible,
+    "online_nodes": Machine.online,
+    "mem_total": Machine.total_memory,
+    "mem_free": lambda m: m.mem_free if m.mem_free is not None else sum(node_free(m)),
+    "mem_available": lambda m: mem_available(m),
+    "mem_available_line": lambda m: (
+        m.mem_available_line if m.mem_available_line is not None else m.kernel_tuple() >= (3, 14, 0)
+    ),
+    "watermark_low": lambda m: m.watermark_low or 0,
+    "rlimit_as": lambda m: _unlimited(m.rlimit_as),
+    "memcg_max": lambda m: _unlimited(m.memcg_max),
+    "nodes": lambda m: _node_configs(m),
+}
+
+
+def _plain(value: object) -> object:
+    """A copy of a list or dict (pybind11 converts it), anything else as it is."""
+    return type(value)(value) if isinstance(value, (list, dict)) else value
+
+
+def _node_configs(machine: Machine) -> list[_native.SimNodeConfig]:
     nodes = []
     caches = node_shares(machine, machine.page_cache, "page_cache")
     slabs = node_shares(machine, machine.slab_reclaimable, "slab_reclaimable")
@@ -193,40 +216,50 @@ def to_sim_config(machine: Machine) -> _native.SimConfig:
             pools[size] = pc
         nc.hugepages = pools
         nodes.append(nc)
-    cfg.nodes = nodes
-    cfg.possible_nodes = machine.possible()
-    cfg.online_nodes = machine.online()
-    cfg.numa_sysfs = machine.numa_sysfs
-    cfg.hugepages_reserved = dict(machine.hugepages_reserved)
-    cfg.nr_overcommit_hugepages = dict(machine.nr_overcommit_hugepages)
-    cfg.overcommit_memory = machine.overcommit_memory
-    cfg.overcommit_ratio = machine.overcommit_ratio
-    cfg.overcommit_kbytes = machine.overcommit_kbytes
-    cfg.swap_total = machine.swap_total
-    cfg.mem_total = machine.total_memory()
-    mem_free = machine.mem_free if machine.mem_free is not None else sum(n.mem_free for n in nodes)
-    cfg.mem_free = mem_free
-    cfg.mem_available = mem_available(machine)
-    cfg.show_mem_available = (
-        machine.mem_available_line
-        if machine.mem_available_line is not None
-        else machine.kernel_tuple() >= (3, 14, 0)
-    )
-    cfg.watermark_low = machine.watermark_low or 0
-    cfg.committed_as = machine.committed_as
-    cfg.admin_reserve_kbytes = machine.admin_reserve_kbytes
-    cfg.user_reserve_kbytes = machine.user_reserve_kbytes
-    cfg.rlimit_as = machine.rlimit_as if machine.rlimit_as is not None else _UNLIMITED
-    cfg.memcg_max = machine.memcg_max if machine.memcg_max is not None else _UNLIMITED
-    cfg.hugetlb_cgroup_max = dict(machine.hugetlb_cgroup_max)
-    cfg.kernel_release = machine.kernel_version
-    cfg.kernel_major, cfg.kernel_minor, cfg.kernel_patch = machine.kernel_tuple()
+    return nodes
+
+
+def to_sim_config(machine: Machine) -> _native.SimConfig:
+    """The native starting state of ``machine`` (validated first): every field MACHINE_FIELDS
+    maps to a SimConfig field, resolved by ``_RESOLVE`` or copied."""
+    machine.validate()
+    cfg = _native.SimConfig()
+    for spec in MACHINE_FIELDS:
+        if spec.cxx is not None:
+            resolve = _RESOLVE.get(spec.name)
+            value = resolve(machine) if resolve else _plain(getattr(machine, spec.name))
+            setattr(cfg, spec.cxx, value)
+    cfg.kernel_major, cfg.kernel_minor, _ = machine.kernel_tuple()
     return cfg
 
 
 def build_kernel(machine: Machine) -> _native.SimKernel:
     """A fresh SimKernel in the state ``machine`` describes."""
     return _native.SimKernel(to_sim_config(machine))
+
+
+def _limit(value: int | None, unlimited: str) -> str:
+    return unlimited if value is None else str(value)
+
+
+def limit_files(machine: Machine) -> dict[str, str]:
+    """/proc/self/limits (RLIMIT_AS) and the cgroup v2 limits (memory.max, hugetlb.<size>.max,
+    hugetlb.<size>.rsvd.max) as the kernel prints them. A run never changes them: they are the
+    Machine's (SimKernel enforces them; it renders the files that change)."""
+    from umbp_sim.dump.parse import cgroup_hugetlb_name
+
+    rlimit = _limit(machine.rlimit_as, "unlimited")
+    row = "{:<25} {:<20} {:<20} {:<10}\n".format
+    files = {
+        "/proc/self/limits": row("Limit", "Soft Limit", "Hard Limit", "Units")
+        + row("Max address space", rlimit, rlimit, "bytes"),
+        "/sys/fs/cgroup/memory.max": _limit(machine.memcg_max, "max") + "\n",
+    }
+    for size in machine.hugepage_sizes:
+        cg = f"/sys/fs/cgroup/hugetlb.{cgroup_hugetlb_name(size)}"
+        files[f"{cg}.max"] = _limit(machine.hugetlb_cgroup_max.get(size), "max") + "\n"
+        files[f"{cg}.rsvd.max"] = _limit(machine.hugetlb_cgroup_rsvd_max.get(size), "max") + "\n"
+    return files
 
 
 class SimHost:
@@ -283,12 +316,15 @@ class SimHost:
 
     # ---- files ---------------------------------------------------------------------------
     def files(self) -> dict[str, str]:
-        """Every rendered /proc and /sys file: {absolute path: contents}."""
-        return dict(self.kernel.render_all())
+        """Every rendered /proc and /sys file: {absolute path: contents}: the kernel's, and the
+        process limits and cgroup files (``limit_files``) a dump holds too."""
+        return {**self.kernel.render_all(), **limit_files(self.machine)}
 
     def read(self, path: str) -> str:
-        """One rendered file, as the kernel would show it now: ``host.read("/proc/meminfo")``."""
-        return self.kernel.read_file(path)
+        """One rendered file, as the kernel would show it now: ``host.read("/proc/meminfo")``
+        (or one of ``limit_files``)."""
+        fixed = limit_files(self.machine).get(path)
+        return fixed if fixed is not None else self.kernel.read_file(path)
 
     def render(self, directory: str | os.PathLike[str]) -> list[Path]:
         """Write the rendered files under ``directory`` (``dir/proc/meminfo``, ...)."""
@@ -318,6 +354,26 @@ class SimHost:
 
     def __repr__(self) -> str:
         return f"<SimHost {self.machine.name} kernel {self.machine.kernel_version}>"
+
+
+_VIEWS: dict[str, SimHost] = {}
+_MAX_VIEWS = 8
+_VIEWS_LOCK = threading.Lock()
+
+
+def host_view(machine: Machine) -> SimHost:
+    """A SimHost of ``machine`` in its starting state, for questions only (counters, files):
+    one SimKernel per machine state, shared by every caller asking about that state (a replay
+    asks several). Never run an allocator on it nor change it; ``SimHost(machine)`` is a host
+    of one's own."""
+    key = repr(machine)
+    with _VIEWS_LOCK:
+        host = _VIEWS.get(key)
+        if host is None:
+            if len(_VIEWS) >= _MAX_VIEWS:
+                del _VIEWS[next(iter(_VIEWS))]
+            host = _VIEWS[key] = SimHost(machine.copy())
+    return host
 
 
 @contextlib.contextmanager

@@ -43,6 +43,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from umbp_sim.backing import BACKINGS
 from umbp_sim.faults import OPS, FaultPlan, FaultRule
 from umbp_sim.machine import GiB, KiB, Machine, MiB, default_hugepage_sizes
 
@@ -68,7 +69,6 @@ KERNEL_VERSIONS = (
     "4.18.0", "4.14.0", "4.13.0", "4.9.0", "3.17.0", "3.16.0", "3.10.0",
 )  # fmt: skip
 MEM_PER_NODE = (16 * GiB, 4 * GiB, 64 * GiB, 256 * GiB)
-BACKINGS = ("Anonymous", "AnonymousHugetlb", "AnonymousShm", "AnonymousShmHugetlb")
 
 _MACHINE_PINS = {
     "preset", "nodes", "mem_per_node", "hugepages_per_node", "nr_overcommit_hugepages",

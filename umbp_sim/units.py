@@ -120,3 +120,11 @@ def format_size(n: int, unit: str | None = None) -> str:
         if n >= mult and n % mult == 0:
             return f"{n // mult}{name}"
     return f"{int(n)}B"
+
+
+def size_key(size: int) -> str:
+    """A size as a TOML table key: its exact binary spelling (``2MiB``, ``1536B``), else the
+    plain byte count (a ``Size`` whose own unit does not divide it: ``1.5GB`` -> ``1500000000``).
+    """
+    text = format_size(size)
+    return text if re.fullmatch(r"[0-9]+[A-Za-z]+", text) else str(size)

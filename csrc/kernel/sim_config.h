@@ -1,5 +1,7 @@
 // The description a SimKernel starts from: plain data, filled from umbp_sim.machine.Machine.
-// All sizes are bytes; page counts are pages of the size they belong to.
+// All sizes are bytes; page counts are pages of the size they belong to. Each field here is
+// named by a Machine field's declaration (umbp_sim/machine.py MACHINE_FIELDS, or
+// SIM_CONFIG_DERIVED); tests/test_machine_fields.py checks this struct's binding against it.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +30,6 @@ struct SimNodeConfig {
 };
 
 struct SimConfig {
-  std::string arch = "x86_64";
   uint64_t page_size = 4096;
   std::vector<uint64_t> hugepage_sizes;  // empty: no CONFIG_HUGETLB_PAGE
   uint64_t default_hugepage_size = 0;    // 0: none
@@ -58,7 +59,6 @@ struct SimConfig {
   std::string kernel_release = "6.18.0";
   int kernel_major = 6;
   int kernel_minor = 18;
-  int kernel_patch = 0;
   bool root = true;  // CAP_SYS_ADMIN / CAP_SYS_NICE
 };
 

@@ -55,7 +55,6 @@ void bind_sim(py::module_& m) {
       .def_readwrite("hugepages", &SimNodeConfig::hugepages);
   py::class_<SimConfig>(m, "SimConfig", "Starting state of a SimKernel (see umbp_sim.sim)")
       .def(py::init<>())
-      .def_readwrite("arch", &SimConfig::arch)
       .def_readwrite("page_size", &SimConfig::page_size)
       .def_readwrite("hugepage_sizes", &SimConfig::hugepage_sizes)
       .def_readwrite("default_hugepage_size", &SimConfig::default_hugepage_size)
@@ -85,7 +84,6 @@ void bind_sim(py::module_& m) {
       .def_readwrite("kernel_release", &SimConfig::kernel_release)
       .def_readwrite("kernel_major", &SimConfig::kernel_major)
       .def_readwrite("kernel_minor", &SimConfig::kernel_minor)
-      .def_readwrite("kernel_patch", &SimConfig::kernel_patch)
       .def_readwrite("root", &SimConfig::root);
 
   py::class_<SimKernel, Kernel, std::shared_ptr<SimKernel>>(

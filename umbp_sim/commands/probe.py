@@ -11,13 +11,14 @@ import logging
 
 import umbp_sim._native as _native
 from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
+from umbp_sim.backing import BACKINGS
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.flag_types import node_flag
+from umbp_sim.log_capture import LogCapture
 from umbp_sim.units import SizeError, format_size, parse_size
 
 HELP = "allocate and free one buffer of each backing on this host and print what the kernel gave"
 
-BACKINGS = ("Anonymous", "AnonymousHugetlb", "AnonymousShm", "AnonymousShmHugetlb")
 HEADER = ("requested", "size", "actual backing", "alignment", "mapped size", "node", "warnings")
 
 
@@ -36,15 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=-1,
         help="bind each buffer to this node (-1: no binding)",
     )
-
-
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.texts: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.texts.append(record.getMessage())
 
 
 def _sizes(args: argparse.Namespace) -> tuple[int, int]:
@@ -66,7 +58,7 @@ def probe(size: int, hugepage_size: int, numa_node: int) -> list[dict[str, objec
     logger = logging.getLogger("umbp_sim.allocator")
     rows = []
     for name in BACKINGS:
-        collect = _Collect()
+        collect = LogCapture(logging.INFO)
         propagate = logger.propagate
         logger.addHandler(collect)
         logger.propagate = False
@@ -87,7 +79,7 @@ def probe(size: int, hugepage_size: int, numa_node: int) -> list[dict[str, objec
         finally:
             logger.removeHandler(collect)
             logger.propagate = propagate
-        row["warnings"] = collect.texts
+        row["warnings"] = collect.messages
         rows.append(row)
     return rows
 

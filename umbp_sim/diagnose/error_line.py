@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from umbp_sim.backing import BACKINGS
 from umbp_sim.errors import UmbpSimError
 
 _LINE = re.compile(
@@ -19,7 +20,6 @@ _LINE = re.compile(
     r"\(requested_backing=(?:UMBPHostBufferBacking\.)?(?P<backing>[A-Za-z]+),\s*"
     r"numa_node=(?P<node>-?\d+)\)\.?"
 )
-BACKINGS = ("Anonymous", "AnonymousHugetlb", "AnonymousShm", "AnonymousShmHugetlb")
 
 
 class ErrorLineError(UmbpSimError):

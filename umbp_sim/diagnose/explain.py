@@ -24,7 +24,7 @@ from umbp_sim.dump import DumpFacts
 from umbp_sim.machine import Machine
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.sizing import HICACHE_HOST_MEMORY_RESERVE_BYTES
-from umbp_sim.sim import Reason, SimHost
+from umbp_sim.sim import Reason, host_view
 
 GiB = 1 << 30
 
@@ -136,7 +136,7 @@ def _host_check(run: Run, request: Request, machine: Machine) -> list[Cause]:
     out = [Cause(text, "sglang")]
     size = machine.default_hugepage_size
     if size:
-        p = SimHost(machine).hugepages(size)
+        p = host_view(machine).hugepages(size)
         total, free = p.total, p.free
     if size and total:
         what = "MemAvailable" if "MemAvailable" in b else "psutil's estimate"

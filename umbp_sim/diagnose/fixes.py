@@ -28,13 +28,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from umbp_sim.backing import SHM_BACKINGS
 from umbp_sim.diagnose.explain import gib, kb, pages_needed
 from umbp_sim.diagnose.request import Request
 from umbp_sim.diagnose.run import Run, simulate_request
 from umbp_sim.machine import Machine
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.sizing import HICACHE_HOST_MEMORY_RESERVE_BYTES, largest_hicache_size_that_fits
-from umbp_sim.sim import Reason, SimHost
+from umbp_sim.sim import Reason, SimHost, host_view
 from umbp_sim.units import SizeError, parse_size
 
 HostChange = Callable[[SimHost], "str | None"]
@@ -203,7 +204,7 @@ def candidates(machine: Machine, request: Request, run: Run) -> list[Fix]:
         failure = sgenv.sglang_env_failure(request.env)
         if failure is not None:
             return [_env_fix(failure.variable, failure.value)]
-    host = SimHost(machine)
+    host = host_view(machine)
     out: list[Fix] = []
     o = run.observed
     backing, hp, node, _prefault = request.settings()
@@ -238,7 +239,7 @@ def candidates(machine: Machine, request: Request, run: Run) -> list[Fix]:
         )
     if (
         request.kind == "raw"
-        and backing in ("AnonymousShm", "AnonymousShmHugetlb")
+        and backing in SHM_BACKINGS
         and any(r.rule.startswith("memfd") for r in o.reasons)
     ):
         out.append(

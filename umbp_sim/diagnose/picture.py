@@ -29,12 +29,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from umbp_sim.backing import HUGETLB_BACKINGS
 from umbp_sim.machine import Machine
 
 if TYPE_CHECKING:
     from umbp_sim.diagnose import Diagnosis
 
-HUGETLB_BACKINGS = ("AnonymousHugetlb", "AnonymousShmHugetlb")
 
 # Segment kinds, left to right on a node's bar: (kind, terminal character, legend text).
 SEGMENTS: tuple[tuple[str, str, str], ...] = (

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from umbp_sim.backing import HUGETLB_BACKINGS
 from umbp_sim.diagnose.error_line import ErrorLine, ErrorLineError, parse_error_line
 from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
 from umbp_sim.errors import UmbpSimError
@@ -43,7 +44,6 @@ BACKINGS = {
     "shm": "AnonymousShm",
     "shm-hugetlb": "AnonymousShmHugetlb",
 }
-HUGETLB_BACKINGS = ("AnonymousHugetlb", "AnonymousShmHugetlb")
 _FLAG_OF = {v: k for k, v in BACKINGS.items()}
 
 RAW_FLAGS = ("size", "backing", "hugepage_size", "numa_node", "no_prefault")

@@ -24,13 +24,14 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from umbp_sim.backing import HUGETLB_BACKINGS as HUGETLB
+from umbp_sim.backing import alloc_outcome
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.units import format_size
 
 EX_USAGE = 64
 EX_DISAGREE = 3
 DEFAULT_MAX_SIZE = 1 << 30
-HUGETLB = ("AnonymousHugetlb", "AnonymousShmHugetlb")
 FIELDS = ("outcome", "backing", "node", "page_size", "rss")
 LABELS = {"page_size": "page size", "rss": "RSS"}
 
@@ -301,10 +302,9 @@ def child_main(spec: dict[str, Any]) -> dict[str, Any]:
         sm = _smaps_entry(h.ptr)
         pages = _pages_on(h.ptr)
         got = h.actual_backing.name
-        demoted = spec["backing"] in HUGETLB and got not in HUGETLB
         rss = _resident(h.ptr, h.mapped_size)
         return {
-            "outcome": "demoted" if demoted else "ok",
+            "outcome": alloc_outcome(spec["backing"], got),
             "backing": got,
             "node": h.numa_node,
             "page_size": sm.get("KernelPageSize", 0) * 1024 or None,

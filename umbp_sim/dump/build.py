@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.facts import DumpFacts, inferred_overcommit_ratio
-from umbp_sim.machine import GiB, HugePool, Machine, MachineError, Node
+from umbp_sim.machine import MACHINE_FIELDS, GiB, HugePool, Machine, MachineError, Node
 
 
 def default_watermark_low(mem_total: int) -> int:
@@ -138,14 +138,28 @@ def build_machine(f: DumpFacts) -> Machine:
         committed_as=f.committed_as or 0,
         rlimit_as=f.rlimit_as if isinstance(f.rlimit_as, int) else None,
         memcg_max=f.memcg_max if isinstance(f.memcg_max, int) else None,
-        hugetlb_cgroup_max={s: v for s, v in f.hugetlb_cgroup_max.items() if isinstance(v, int)},
+        hugetlb_cgroup_max=_limits(f.hugetlb_cgroup_max),
+        hugetlb_cgroup_rsvd_max=_limits(f.hugetlb_cgroup_rsvd_max),
         kernel_version=f.kernel_version,
         name=f.name,
     )
+    for key in ("admin_reserve_kbytes", "user_reserve_kbytes"):
+        if getattr(f, key) is not None:
+            setattr(m, key, getattr(f, key))
+    for spec in MACHINE_FIELDS:
+        if spec.dump is None:
+            f.notes.append(
+                f"{spec.name} = {spec.default!r}: not in a dump, the default ({spec.doc})"
+            )
     try:
         return m.validate()
     except MachineError as e:  # a rule above missed a case: still the dump's fault
         raise DumpError(f.source, f"inconsistent dump: {e}") from None
+
+
+def _limits(table: dict[int, int | str]) -> dict[int, int]:
+    """The sizes with a limit (a number); "max" is no limit."""
+    return {s: v for s, v in table.items() if isinstance(v, int)}
 
 
 def _nodes(f: DumpFacts) -> list[Node]:

@@ -132,6 +132,9 @@ class DumpFacts:
     rlimit_as: int | str | None = None  # bytes, "unlimited", or None (no proc/self/limits)
     memcg_max: int | str | None = None  # bytes, "max", or None (no memory.max)
     hugetlb_cgroup_max: dict[int, int | str] = field(default_factory=dict)
+    hugetlb_cgroup_rsvd_max: dict[int, int | str] = field(default_factory=dict)
+    admin_reserve_kbytes: int | None = None
+    user_reserve_kbytes: int | None = None
     notes: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # optional files the dump lacks
 
@@ -188,6 +191,9 @@ class DumpFacts:
                 "memcg_max": self.memcg_max,
                 "hugetlb_cgroup_max": {
                     str(s): v for s, v in sorted(self.hugetlb_cgroup_max.items())
+                },
+                "hugetlb_cgroup_rsvd_max": {
+                    str(s): v for s, v in sorted(self.hugetlb_cgroup_rsvd_max.items())
                 },
                 "notes": list(self.notes),
                 "missing": list(self.missing),
@@ -551,6 +557,8 @@ def _read_sysctls(r: _Reader, mi: dict[str, int]) -> None:
         raise DumpError(r.src.where(f"{vm}/overcommit_kbytes"), f"{f.overcommit_kbytes} kB is "
                         "beyond what umbp-sim simulates (below 2^62 bytes)", 1)  # fmt: skip
     r.int(f"{vm}/nr_overcommit_hugepages")  # recorded as missing if absent; read in pools
+    f.admin_reserve_kbytes = r.int(f"{vm}/admin_reserve_kbytes", record=False)
+    f.user_reserve_kbytes = r.int(f"{vm}/user_reserve_kbytes", record=False)
 
 
 def inferred_overcommit_ratio(f: DumpFacts) -> int | None:
@@ -609,8 +617,12 @@ def _read_limits(r: _Reader) -> None:
         v = parse_cgroup_max(t, r.src.where("sys/fs/cgroup/memory.max"))
         f.memcg_max = "max" if v is None else v
     for size in f.hugepage_sizes:
-        rel = f"sys/fs/cgroup/hugetlb.{cgroup_hugetlb_name(size)}.max"
-        t = r.text(rel, record=False)
-        if t is not None:
-            v = parse_cgroup_max(t, r.src.where(rel))
-            f.hugetlb_cgroup_max[size] = "max" if v is None else v
+        for suffix, limits in (
+            ("max", f.hugetlb_cgroup_max),
+            ("rsvd.max", f.hugetlb_cgroup_rsvd_max),
+        ):
+            rel = f"sys/fs/cgroup/hugetlb.{cgroup_hugetlb_name(size)}.{suffix}"
+            t = r.text(rel, record=False)
+            if t is not None:
+                v = parse_cgroup_max(t, r.src.where(rel))
+                limits[size] = "max" if v is None else v

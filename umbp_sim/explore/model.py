@@ -39,11 +39,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from umbp_sim.backing import DEMOTED_TO as DEMOTED
+from umbp_sim.backing import HUGETLB_BACKINGS as HUGETLB
+from umbp_sim.backing import SHM_BACKINGS as SHM
+from umbp_sim.backing import alloc_outcome
 from umbp_sim.machine import Machine
-
-HUGETLB = {"AnonymousHugetlb", "AnonymousShmHugetlb"}
-SHM = {"AnonymousShm", "AnonymousShmHugetlb"}
-DEMOTED = {"AnonymousHugetlb": "Anonymous", "AnonymousShmHugetlb": "AnonymousShm"}
 
 
 def _version_at_least(version: tuple[int, int, int], major: int, minor: int) -> bool:
@@ -238,8 +238,7 @@ class AllocatorModel:
         if isinstance(result, Prediction):
             return result
         buf = self.buffers[key]
-        demoted = wanted in HUGETLB and buf.backing not in HUGETLB
-        return Prediction("demoted" if demoted else "ok", buf.backing, buf.mapped)
+        return Prediction(alloc_outcome(wanted, buf.backing), buf.backing, buf.mapped)
 
     def _attempt(
         self, key: str, size: int, backing: str, hp: int, node: int, prefault: bool

@@ -20,17 +20,24 @@ from typing import Any
 import tomli_w
 
 from umbp_sim.faults import FaultPlan
-from umbp_sim.machine import Machine, default_hugepage_sizes, pmd_size
-from umbp_sim.units import format_size
+from umbp_sim.machine import (
+    MACHINE_FIELDS,
+    SIZE_TABLE_FIELDS,
+    Machine,
+    default_hugepage_sizes,
+    pmd_size,
+)
+from umbp_sim.units import size_key
 
 ENV_VAR = "UMBP_SIM_SAVE_FAILURES"
 
-# Machine fields written when they differ from a fresh Machine's.
-_PLAIN_FIELDS = (
-    "overcommit_memory", "overcommit_ratio", "overcommit_kbytes", "swap_total", "committed_as",
-    "rlimit_as", "memcg_max", "kernel_version", "possible_nodes", "online_nodes", "numa_sysfs",
-)  # fmt: skip
-_SIZE_TABLES = ("hugepages_reserved", "nr_overcommit_hugepages", "hugetlb_cgroup_max")
+# Every other Machine field (MACHINE_FIELDS) is written when it differs from a fresh Machine's;
+# these are written as [machine] build keys instead.
+_BUILT = {"arch", "page_size", "hugepage_sizes", "default_hugepage_size", "nodes", "name"}
+_SIZE_TABLES = tuple(sorted(SIZE_TABLE_FIELDS))
+_PLAIN_FIELDS = tuple(
+    f.name for f in MACHINE_FIELDS if f.name not in _BUILT and f.name not in SIZE_TABLE_FIELDS
+)
 
 
 class UnwritableMachine(ValueError):
@@ -41,11 +48,6 @@ def save_dir() -> Path | None:
     """The directory UMBP_SIM_SAVE_FAILURES names, or None."""
     value = os.environ.get(ENV_VAR, "").strip()
     return Path(value) if value else None
-
-
-def _size_key(size: int) -> str:
-    text = format_size(size)
-    return text if re.fullmatch(r"[0-9]+[A-Za-z]+", text) else str(size)
 
 
 def machine_table(machine: Machine) -> dict[str, Any]:
@@ -68,21 +70,21 @@ def machine_table(machine: Machine) -> dict[str, Any]:
         "page_size": machine.page_size,
     }
     if list(machine.hugepage_sizes) != default_hugepage_sizes(machine.arch, machine.page_size):
-        table["hugepage_sizes"] = [_size_key(s) for s in machine.hugepage_sizes]
+        table["hugepage_sizes"] = [size_key(s) for s in machine.hugepage_sizes]
     default = pmd_size(machine.arch, machine.page_size) if machine.hugepage_sizes else None
     if machine.default_hugepage_size != default and machine.default_hugepage_size is not None:
-        table["default_hugepage_size"] = _size_key(machine.default_hugepage_size)
-    pools = [{_size_key(s): p.total for s, p in n.hugepages.items()} for n in machine.nodes]
+        table["default_hugepage_size"] = size_key(machine.default_hugepage_size)
+    pools = [{size_key(s): p.total for s, p in n.hugepages.items()} for n in machine.nodes]
     if any(pools):
         table["hugepages_per_node"] = pools
     if any(p.free is not None for n in machine.nodes for p in n.hugepages.values()):
         table["free_hugepages_per_node"] = [
-            {_size_key(s): p.free_pages() for s, p in n.hugepages.items()} for n in machine.nodes
+            {size_key(s): p.free_pages() for s, p in n.hugepages.items()} for n in machine.nodes
         ]
     for key in _SIZE_TABLES:
         value = getattr(machine, key)
         if value:
-            table[key] = {_size_key(s): v for s, v in value.items()}
+            table[key] = {size_key(s): v for s, v in value.items()}
     for key in _PLAIN_FIELDS:
         value = getattr(machine, key)
         if value != getattr(fresh, key) and value is not None:

@@ -47,17 +47,12 @@ from umbp_sim.progress import Progress
 from umbp_sim.sim import SimHost
 from umbp_sim.strategies import AllocRequest, alloc_requests, machines
 from umbp_sim.trace import instrument
-from umbp_sim.units import format_size
+from umbp_sim.units import format_size, size_key
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 # Hosts where the model's "memory is plentiful" holds: 64 GiB nodes, small pools, no limits.
 MODEL_MACHINES = machines(mem_per_node=64 * GiB, rlimit_as=None, memcg_max=None, max_pool_pages=4)
-
-
-def _size_key(size: int) -> str:
-    text = format_size(size)
-    return text if text.replace("i", "").isalnum() else str(size)
 
 
 def _saving(fn: F) -> F:
@@ -332,7 +327,7 @@ class AllocatorStateMachine(RuleBasedStateMachine):
         out: dict[str, int] = {}
         assert self.machine is not None
         for size in self.sizes:
-            k = _size_key(size)
+            k = size_key(size)
             t, f, r, s = self.model.counters(size)
             out.update({f"hugepages.{k}.total": t, f"hugepages.{k}.free": f,
                         f"hugepages.{k}.reserved": r, f"hugepages.{k}.surplus": s})  # fmt: skip

@@ -8,19 +8,11 @@ from typing import Any
 from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
 from umbp_sim.errors import SimulatedCrash
 from umbp_sim.external.outcome import Outcome, Run
+from umbp_sim.log_capture import LogCapture
 from umbp_sim.sim import build_kernel
 from umbp_sim.trace import instrument
 
 _LOGGERS = ("umbp_sim.allocator",)
-
-
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
 
 
 def make_allocator(kernel: Any, profile: str) -> UMBPHostMemAllocator:
@@ -42,7 +34,7 @@ def _fields(h: Any) -> dict[str, Any]:
 def run_builtin(run: Run, profile: str = "umbp-sim") -> Outcome:
     """One run of the built-in allocator on a fresh simulated host."""
     stack = instrument(build_kernel(run.machine), run.plan)
-    collect = _Collect()
+    collect = LogCapture()
     loggers = [logging.getLogger(n) for n in _LOGGERS]
     for log in loggers:
         log.addHandler(collect)

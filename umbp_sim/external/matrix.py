@@ -11,7 +11,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from umbp_sim.external.outcome import BACKINGS, AllocCall, Run
+from umbp_sim.backing import BACKINGS
+from umbp_sim.external.outcome import AllocCall, Run
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
 

@@ -14,8 +14,6 @@ from typing import Any
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
 
-BACKINGS = ("Anonymous", "AnonymousHugetlb", "AnonymousShm", "AnonymousShmHugetlb")
-
 
 @dataclass(frozen=True)
 class AllocCall:

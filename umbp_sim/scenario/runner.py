@@ -12,18 +12,18 @@ cleanup (a crashed host is dead, so leaks are not counted there).
 
 from __future__ import annotations
 
-import logging
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim import _context
 from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
+from umbp_sim.backing import alloc_outcome, is_demoted
 from umbp_sim.errors import SimulatedCrash, UmbpSimError
 from umbp_sim.faults import FaultPlan
 from umbp_sim.leaks import collect_leaks
+from umbp_sim.log_capture import capture_logs
 from umbp_sim.machine import HugePool, Machine
 from umbp_sim.mori_compat import mori_module
 from umbp_sim.profiles import FIELD_PROFILE, canonical_profile
@@ -32,7 +32,6 @@ from umbp_sim.sim import SimHost, simulate
 from umbp_sim.trace import instrument, trace_text
 from umbp_sim.units import parse_size
 
-HUGETLB_BACKINGS = {"AnonymousHugetlb", "AnonymousShmHugetlb"}
 WARNING_LOGGERS = ("umbp_sim", "sglang")
 ALLOCATOR_LOGGER = "umbp_sim.allocator"
 _COUNTER_RE = re.compile(
@@ -147,33 +146,6 @@ def _set_free_pages(scn: Scenario, machine: Machine, per_node: Any) -> None:
 
 
 # ---- running ---------------------------------------------------------------------------------
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-        self.allocator: list[str] = []
-        self.log: list[tuple[str, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-        self.log.append((record.name, record.getMessage()))
-        if record.name == ALLOCATOR_LOGGER:
-            self.allocator.append(record.getMessage())
-
-
-@contextmanager
-def _collect_warnings() -> Iterator[_Collect]:
-    handler = _Collect()
-    loggers = [logging.getLogger(n) for n in WARNING_LOGGERS]
-    for log in loggers:
-        log.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        for log in loggers:
-            log.removeHandler(handler)
-
-
 def _null_handle_error(size: int, backing: str, node: int) -> str:
     # What sglang's wrapper raises for a null handle: the text on-call engineers search for.
     return (
@@ -206,8 +178,7 @@ def _run_alloc(scn: Scenario, allocator: UMBPHostMemAllocator, host: SimHost, ob
     obs.actual_backing = _backing_name(handle)
     obs.mapped_size = handle.mapped_size
     obs.bound_node = handle.numa_node
-    demoted = backing in HUGETLB_BACKINGS and obs.actual_backing not in HUGETLB_BACKINGS
-    obs.outcome = "demoted" if demoted else "ok"
+    obs.outcome = alloc_outcome(backing, obs.actual_backing)
     return handle
 
 
@@ -232,7 +203,7 @@ def _run_steps(
                 obs.error = _null_handle_error(size, backing, node)
                 continue
             got = _backing_name(h)
-            demoted = backing in HUGETLB_BACKINGS and got not in HUGETLB_BACKINGS
+            demoted = is_demoted(backing, got)
             if demoted and obs.outcome == "ok":
                 obs.outcome = "demoted"
             obs.actual_backing, obs.mapped_size = got, h.mapped_size
@@ -393,7 +364,7 @@ def observe(
         raise ScenarioError(f"{scn.path}: {e}") from None
     obs = Observed(outcome="ok")
     wanted = list(scn.expect.get("counters", {}))
-    with simulate(machine) as host, _collect_warnings() as warnings:
+    with simulate(machine) as host, capture_logs(WARNING_LOGGERS) as warnings:
         if setup is not None:
             setup(host)
         stack = instrument(host.kernel, plan)
@@ -435,7 +406,7 @@ def observe(
         obs.trace = trace_text(stack.kernel, last=40)
         obs.reasons = host.reasons()
     obs.warnings = list(warnings.messages)
-    obs.allocator_warnings = list(warnings.allocator)
+    obs.allocator_warnings = warnings.of(ALLOCATOR_LOGGER)
     obs.log = list(warnings.log)
     return obs
 

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from umbp_sim.backing import BACKINGS, OUTCOMES
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.machine import SCENARIO_MACHINE_KEYS
 from umbp_sim.units import SizeError, parse_size
 
 if sys.version_info >= (3, 11):
@@ -30,21 +32,11 @@ class ScenarioError(UmbpSimError):
     exit_code = 65
 
 
-OUTCOMES = ("ok", "demoted", "failed", "crashed")
-BACKINGS = ("Anonymous", "AnonymousHugetlb", "AnonymousShm", "AnonymousShmHugetlb")
 STEP_OPS = ("alloc", "free", "acquire", "release", "lookup", "set_nr_hugepages")
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head", "page_first_kv_split")
 
-# Keys a [machine] table may hold besides `dump`: Machine.build's keywords and Machine fields.
-MACHINE_KEYS = {
-    "arch", "nodes", "mem_per_node", "hugepages", "hugepages_per_node", "page_size",
-    "hugepage_sizes", "default_hugepage_size", "possible_nodes", "online_nodes", "numa_sysfs",
-    "hugepages_reserved", "nr_overcommit_hugepages", "overcommit_memory", "overcommit_ratio",
-    "overcommit_kbytes", "swap_total", "mem_total", "mem_free", "mem_available",
-    "committed_as", "rlimit_as", "memcg_max", "hugetlb_cgroup_max", "kernel_version", "name",
-    "free_hugepages_per_node", "page_cache", "slab_reclaimable", "watermark_low",
-    "mem_available_line",
-}  # fmt: skip
+# Keys a [machine] table may hold besides `dump`: declared once, in umbp_sim/machine.py.
+MACHINE_KEYS = set(SCENARIO_MACHINE_KEYS)
 # Besides SGLANG_HICACHE_HOST_*: sglang's shared-buffer switch and mori's log levels.
 ENV_KEYS = {"UMBP_STANDALONE_ADDRESS", "MORI_UMBP_LOG_LEVEL", "MORI_GLOBAL_LOG_LEVEL"}
 ALLOC_KEYS = {"size", "backing", "hugepage_size", "numa_node", "prefault"}

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.errors import SimulatedCrash
+from umbp_sim.log_capture import LogCapture
 from umbp_sim.sglang.env import sglang_env_failure
 from umbp_sim.sglang.release import EMULATED, tensor_allocator
 from umbp_sim.sglang.sizing import HicacheRequest, host_memory_budget, host_memory_error
@@ -69,15 +70,6 @@ class HostPoolStartup:
             self.allocator.close()
 
 
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 def _torch_dtype(name: str) -> Any:
     import torch
 
@@ -107,7 +99,7 @@ def start_host_pool(
         result.outcome, result.error = "failed", failure.error
         return result
 
-    collect = _Collect()
+    collect = LogCapture()
     logs = [logging.getLogger(name) for name in WARNING_LOGGERS]
     for log in logs:
         log.addHandler(collect)

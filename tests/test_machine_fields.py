@@ -1,0 +1,204 @@
+"""One host description: Machine's field declarations (umbp_sim.machine.MACHINE_FIELDS) against
+the native SimConfig binding, its .pyi stub, the scenario keys and their documentation, and a
+dump round trip (Machine -> rendered /proc and /sys -> dump loader -> Machine) that keeps every
+field a dump carries."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import umbp_sim
+from umbp_sim import _native
+from umbp_sim.dump import load_dump
+from umbp_sim.explore.schedule_to_scenario import write_scenario
+from umbp_sim.machine import (
+    BUILD_KEYWORDS,
+    MACHINE_FIELDS,
+    SIM_CONFIG_DERIVED,
+    KiB,
+    Machine,
+    MiB,
+)
+from umbp_sim.scenario.runner import build_machine
+from umbp_sim.scenario.schema import MACHINE_KEYS, load_scenario
+from umbp_sim.sim import SimHost, to_sim_config
+from umbp_sim.strategies import machines
+
+ROOT = Path(__file__).resolve().parent.parent
+# Fields a dump cannot carry: the loader takes the default and says so in a note.
+NOT_IN_A_DUMP = {"root"}
+
+
+def declared_config() -> dict[str, str]:
+    """{SimConfig field: stub type} as MACHINE_FIELDS and SIM_CONFIG_DERIVED declare them."""
+    out = {f.cxx: f.cxx_type for f in MACHINE_FIELDS if f.cxx is not None}
+    return {**out, **SIM_CONFIG_DERIVED}  # type: ignore[dict-item]
+
+
+def stub_config() -> dict[str, str]:
+    """{field: annotation} of class SimConfig in the installed _native.pyi."""
+    tree = ast.parse((Path(umbp_sim.__file__).parent / "_native.pyi").read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SimConfig"]
+    return {
+        n.target.id: ast.unparse(n.annotation)
+        for n in cls.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+
+
+def test_binding_stub_and_declarations_agree_field_by_field() -> None:
+    declared = declared_config()
+    bound = {n for n in dir(_native.SimConfig) if not n.startswith("_")}
+    assert bound == set(declared)
+    assert stub_config() == declared
+    cfg = _native.SimConfig()
+    for name, typ in declared.items():
+        base = {"int": int, "bool": bool, "str": str}.get(typ, list if "list" in typ else dict)
+        value = getattr(cfg, name)
+        assert isinstance(value, base) and (base is bool) == isinstance(value, bool), name
+
+
+def test_every_field_is_declared_once_with_unit_doc_and_dump() -> None:
+    names = [f.name for f in MACHINE_FIELDS]
+    assert len(names) == len(set(names))
+    assert all(f.doc for f in MACHINE_FIELDS)
+    assert {f.name for f in MACHINE_FIELDS if f.dump is None} == NOT_IN_A_DUMP
+    fresh = Machine()
+    assert all(getattr(fresh, f.name) == f.default for f in MACHINE_FIELDS)
+
+
+def test_scenario_keys_derive_from_the_declarations_and_are_documented() -> None:
+    assert MACHINE_KEYS == {f.name for f in MACHINE_FIELDS} | BUILD_KEYWORDS | {
+        "free_hugepages_per_node"
+    }
+    readme = (ROOT / "scenarios" / "README.md").read_text()
+    section = readme.split("### `[machine]`")[1].split("\n### ")[0]
+    documented = set(re.findall(r"`([a-z_]+)`", section))
+    assert MACHINE_KEYS - documented == set()
+
+
+def test_settable_from_a_machine_that_was_not() -> None:
+    m = Machine.x86_64(hugetlb_cgroup_rsvd_max={"2MiB": "4MiB"}, root=False)
+    cfg = to_sim_config(m)
+    assert cfg.hugetlb_cgroup_rsvd_max == {2 * MiB: 4 * MiB} and cfg.root is False
+
+
+# ---- round trip ------------------------------------------------------------------------------
+
+
+def _distances(cfg: Any, n: Any) -> list[int]:
+    # A node without distances renders the kernel's default (10 itself, 20 the others).
+    return list(n.distances) or [10 if o == n.id else 20 for o in cfg.online_nodes]
+
+
+def effective(m: Machine) -> dict[str, Any]:
+    """Every Machine field as the simulator starts from it (None resolved to what it stands
+    for), with nodes and pools as plain tuples; zero entries of size tables dropped."""
+    cfg = to_sim_config(m)
+    out: dict[str, Any] = {}
+    for f in MACHINE_FIELDS:
+        value = getattr(cfg, f.cxx) if f.cxx and f.name != "nodes" else getattr(m, f.name)
+        if isinstance(value, dict):
+            value = {k: v for k, v in value.items() if v}
+        out[f.name] = value
+    out["nodes"] = [
+        (n.id, n.mem_total, n.mem_free, n.page_cache, n.slab_reclaimable, n.cpulist,
+         _distances(cfg, n),
+         {s: (p.total, p.free, p.surplus) for s, p in n.hugepages.items()
+          if p.total or p.free or p.surplus})
+        for n in cfg.nodes
+    ]  # fmt: skip
+    return out
+
+
+@st.composite
+def dumpable_machines(draw: st.DrawFn, cpus: bool = True) -> Machine:
+    """strategies.machines, plus the fields it leaves at their defaults, in a dump's units."""
+    m = draw(machines())
+    kb = st.integers(0, 1 << 20).map(lambda n: n * KiB)
+    # spread over the nodes by MemTotal (equal here): shares (and halves, in MemAvailable) in kB
+    per_node_kb = st.integers(0, 1 << 12).map(lambda n: n * len(m.nodes) * 2 * KiB)
+    sizes = st.sampled_from(m.hugepage_sizes)
+    limit = st.dictionaries(sizes, st.integers(0, 8), max_size=2)
+    extra_nodes = draw(st.lists(st.integers(len(m.nodes), 7), max_size=2))
+    m.apply(
+        swap_total=draw(kb),
+        committed_as=draw(kb),
+        page_cache=draw(per_node_kb),
+        slab_reclaimable=draw(per_node_kb),
+        watermark_low=draw(st.integers(0, 4096)) * m.page_size,
+        mem_available_line=draw(st.sampled_from([None, True, False])),
+        overcommit_kbytes=draw(st.sampled_from([0, 0, 1 << 20])),
+        admin_reserve_kbytes=draw(st.sampled_from([8192, 0, 65536])),
+        user_reserve_kbytes=draw(st.sampled_from([131072, 0])),
+        hugetlb_cgroup_max={s: n * s for s, n in draw(limit).items()},
+        hugetlb_cgroup_rsvd_max={s: n * s for s, n in draw(limit).items()},
+        possible_nodes=sorted(set(m.node_ids()) | set(extra_nodes)) if extra_nodes else None,
+    )
+    for n in m.nodes:
+        n.cpus = draw(st.sampled_from(["", f"{n.id * 4}-{n.id * 4 + 3}"])) if cpus else ""
+    return m
+
+
+def round_trip(m: Machine, tmp: Path) -> tuple[Machine, list[str]]:
+    where = tmp / m.name
+    SimHost(m).render(where)
+    loaded, facts = load_dump(where)
+    return loaded, facts.notes
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dumpable_machines())
+def test_machine_render_parse_is_the_identity(
+    tmp_path_factory: pytest.TempPathFactory, m: Machine
+) -> None:
+    loaded, _ = round_trip(m, tmp_path_factory.mktemp("dump"))
+    before, after = effective(m), effective(loaded)
+    for f in MACHINE_FIELDS:
+        if f.name in NOT_IN_A_DUMP:
+            continue
+        assert after[f.name] == before[f.name], f.name
+
+
+def test_a_field_a_dump_cannot_carry_is_named_in_a_note(tmp_path: Path) -> None:
+    loaded, notes = round_trip(Machine.x86_64(root=False), tmp_path)
+    assert loaded.root is True
+    assert (
+        "root = True: not in a dump, the default (the process has CAP_SYS_ADMIN / CAP_SYS_NICE "
+        "(admin reserve, MPOL_MF_MOVE_ALL))"
+    ) in notes
+
+
+def test_limits_round_trip_through_a_dump(tmp_path: Path) -> None:
+    m = Machine.x86_64(rlimit_as="8GiB", memcg_max="4GiB", hugetlb_cgroup_max={"1GiB": "2GiB"})
+    loaded, _ = round_trip(m, tmp_path)
+    assert (loaded.rlimit_as, loaded.memcg_max) == (8 << 30, 4 << 30)
+    assert loaded.hugetlb_cgroup_max == {1 << 30: 2 << 30}
+    files = SimHost(m).files()
+    assert files["/sys/fs/cgroup/memory.max"] == "4294967296\n"
+    assert files["/sys/fs/cgroup/hugetlb.2MB.max"] == "max\n"
+    assert files["/proc/self/limits"].splitlines()[1].split() == [
+        "Max", "address", "space", "8589934592", "8589934592", "bytes",
+    ]  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dumpable_machines(cpus=False), st.booleans())
+def test_every_field_round_trips_through_a_scenario_file(
+    tmp_path_factory: pytest.TempPathFactory, m: Machine, root: bool
+) -> None:
+    """The [machine] table writer (explore/schedule_to_scenario.py) drops no field."""
+    m.root = root
+    path = tmp_path_factory.mktemp("scn") / "m.toml"
+    step = {"op": "alloc", "id": "a", "size": 4096}
+    write_scenario(
+        path, name="n", description="d", machine=m, steps=[step], expect={"outcome": "ok"}
+    )
+    assert build_machine(load_scenario(path)) == m
