@@ -82,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         for spec in (spec_a, spec_b):
             opened.append(open_allocator(spec))
-        a, b = opened if page is None else [_Recording(r) for r in opened]
+        runners: list[Any] = opened if page is None else [_Recording(r) for r in opened]
+        a, b = runners
         with Progress("compare: runs", total=len(runs)) as progress:
             result = compare(a, b, runs, lambda _i: progress.advance())
         if page is not None:
