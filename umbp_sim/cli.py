@@ -41,7 +41,7 @@ EXIT_CODES: dict[int, str] = {
     EX_SOFTWARE: "an internal error: a bug in umbp-sim (one line; UMBP_SIM_TRACEBACK=1 prints "
     "the traceback)",
     66: "replay: a DUMP|DIR|GLOB argument names no dump",
-    EX_CANTCREAT: "an output file cannot be written (collect's tarball, replay's --html page)",
+    EX_CANTCREAT: "an output file cannot be written (collect's tarball, an --html page)",
     130: "interrupted (Ctrl-C)",
 }
 
@@ -121,7 +121,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _VersionAction(argparse.Action):
-    """``--version``: argparse's, but the version is looked up only when asked for."""
+    """``--version``: argparse's, but the version is looked up only when asked for (the
+    package metadata reader alone costs more than the rest of the start-up)."""
 
     def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
                  default: str = argparse.SUPPRESS,
@@ -136,11 +137,9 @@ class _VersionAction(argparse.Action):
 def selected_command(argv: list[str]) -> str | None:
     """The command ``argv`` runs: its first word, if no option comes before it (``--help``,
     ``--version``: the top level answers those) and it names a command."""
-    for arg in argv:
-        if arg.startswith("-"):
-            return None
-        return arg if arg in COMMANDS else None
-    return None
+    if not argv or argv[0].startswith("-"):
+        return None
+    return argv[0] if argv[0] in COMMANDS else None
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
