@@ -67,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import pdoc
 
+    import umbp_sim
+
+    # umbp_sim loads its public names on first use (PEP 562, so `umbp-sim --help` stays
+    # light); pdoc reads the module's namespace, so load them all first.
+    for name in umbp_sim.__all__:
+        getattr(umbp_sim, name)
     missing = undocumented(PUBLIC)
     if missing:
         print("docs/build.py: no docstring: " + ", ".join(missing), file=sys.stderr)

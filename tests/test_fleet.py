@@ -154,19 +154,24 @@ def test_parallel_equals_serial_and_progress(fleet: Path) -> None:
     assert FleetReport(request).exit_code == 0
 
 
-def test_progress_only_on_a_terminal() -> None:
+def test_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:
             return True
 
+    for name in ("CI", "UMBP_SIM_PROGRESS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm")
     assert tty_progress(io.StringIO()) is None
     tty = Tty()
     show = tty_progress(tty)
     assert show is not None
     show(1, 4)
-    assert tty.getvalue() == "\r[#######.......................] 1/4 hosts"
-    show(4, 4)
-    assert tty.getvalue().endswith("\r[##############################] 4/4 hosts\r\x1b[K")
+    assert tty.getvalue() == "\rreplay: hosts 1/4"
+    show(4, 4)  # the last one is drawn, then the line erased
+    assert tty.getvalue().endswith("\rreplay: hosts 4/4\r" + " " * 17 + "\r")
+    monkeypatch.setenv("CI", "true")
+    assert tty_progress(Tty()) is None
 
 
 def test_one_extracted_dump_beside_tarballs_is_a_fleet(tmp_path: Path) -> None:

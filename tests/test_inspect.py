@@ -22,12 +22,6 @@ REQUIRED = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _only_my_commands(monkeypatch: pytest.MonkeyPatch) -> None:
-    # cli.build_parser imports every registered command; test these two on their own.
-    monkeypatch.setattr(cli, "COMMANDS", {"inspect": "inspect", "collect": "collect"})
-
-
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     try:
         code = cli.main(list(argv))

@@ -1,6 +1,8 @@
-"""The package fits the Python ecosystem (issue 18, items 3, 4 and 6): the torch extra brings
-numpy, ``import umbp_sim`` exposes ``mori_compat``, the source tree's ``umbp_sim/`` says what to
-do in one line, ``umbp-sim --version`` and every exit status is documented."""
+"""The package fits the Python ecosystem (issue 18, items 2, 3, 4 and 6): the build directory
+outlives pip's build environments (bench/bench_build.py times it) with warnings as errors in
+CI, the torch extra brings numpy, ``import umbp_sim`` exposes ``mori_compat``, the source
+tree's ``umbp_sim/`` says what to do in one line, ``umbp-sim --version`` and every exit status
+is documented."""
 
 from __future__ import annotations
 
@@ -26,6 +28,22 @@ def _python(code: str, cwd: Path, safe_path: bool = True) -> subprocess.Complete
     return subprocess.run(
         [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
     )
+
+
+# ---- item 2: one build ------------------------------------------------------------------------
+def test_the_build_directory_outlives_pips_build_environments() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    section = pyproject.split("[tool.scikit-build]\n")[1].split("\n[")[0]
+    # relative to the project, per wheel tag: not inside pip's throw-away environment
+    assert re.search(r'^build-dir = "build/\{wheel_tag\}"$', section, re.M), section
+    # warnings are errors where CI builds: the option comes from the environment .ci/run sets
+    assert 'UMBP_WERROR = { env = "UMBP_WERROR"' in pyproject
+    assert re.search(r"^export UMBP_WERROR=ON\b", (ROOT / ".ci" / "run").read_text(), re.M)
+    cmake = "\n".join(
+        p.read_text(encoding="utf-8")
+        for p in [ROOT / "CMakeLists.txt", *(ROOT / "csrc").rglob("CMakeLists.txt")]
+    )
+    assert re.search(r"if\s*\(\s*UMBP_WERROR\s*\)\s*\n[^\n]*-Werror", cmake), "no -Werror"
 
 
 # ---- item 3: numpy with torch -------------------------------------------------------------

@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import os
 import pty
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +109,74 @@ def test_a_real_terminal_sees_it_and_a_pipe_does_not() -> None:
     in_ci = subprocess.run([sys.executable, "-c", CHILD], env=_env(CI="true"),
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert in_ci.stderr == ""
+
+
+# ---- the long commands: compare, a fleet replay, explore ------------------------------------
+REPLAY = Path(__file__).parent / "data" / "replay"
+LONG_WORK = {
+    "compare": (["compare", "umbp-sim", "umbp-sim", "--no-scenarios", "-k", "*no-pool k6.8.0*"],
+                "compare: runs "),
+    "fleet replay": (["replay", str(REPLAY / "no-pool-512g"), str(REPLAY / "pool-on-node0-6.8.0"),
+                      "--size", "1GiB", "--json"], "replay: hosts "),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("env", "tty", "drawn"),
+    [({}, True, True), ({"CI": "true"}, True, False), ({}, False, False)],
+    ids=["terminal", "ci", "piped"],
+)
+@pytest.mark.parametrize("work", list(LONG_WORK))
+def test_long_commands_show_progress_only_on_a_terminal(
+    no_ci: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    work: str,
+    env: dict[str, str],
+    tty: bool,
+    drawn: bool,
+) -> None:
+    from umbp_sim.cli import main
+
+    argv, label = LONG_WORK[work]
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    stderr = FakeTerminal() if tty else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    assert main(argv) in (0, 1)
+    capsys.readouterr()
+    text = stderr.getvalue()
+    if drawn:
+        # drawn in place, the last count complete, then erased
+        assert f"\r{label}" in text
+        assert re.search(rf"\r{label}(\d+)/\1", text), text
+        assert text.endswith("\r")
+    else:
+        assert text == ""
+
+
+@pytest.mark.parametrize(("ci", "drawn"), [(False, True), (True, False)], ids=["terminal", "ci"])
+def test_explore_shows_progress_only_on_a_terminal(
+    no_ci: None, monkeypatch: pytest.MonkeyPatch, ci: bool, drawn: bool
+) -> None:
+    from hypothesis import HealthCheck, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from umbp_sim.explore import stateful
+
+    if ci:
+        monkeypatch.setenv("CI", "true")
+    stderr = FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    monkeypatch.setattr(stateful, "_PROGRESS", [])  # a fresh line, drawn on this stderr
+    monkeypatch.setattr("atexit.register", lambda fn: fn)
+    run_state_machine_as_test(
+        stateful.AllocatorStateMachine,
+        settings=settings(max_examples=3, stateful_step_count=3, database=None, deadline=None,
+                          suppress_health_check=list(HealthCheck)),
+    )  # fmt: skip
+    (line,) = stateful._PROGRESS
+    assert line.enabled is drawn
+    assert line.done >= 3  # a schedule per example
+    assert ("explore: " in stderr.getvalue()) is drawn
+    assert (stderr.getvalue() == "") is not drawn

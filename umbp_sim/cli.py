@@ -1,8 +1,10 @@
 """Command line: ``umbp-sim COMMAND ...``.
 
-Each command lives in ``umbp_sim/commands/<name>.py`` and exposes ``HELP`` (one line),
-``add_arguments(parser)`` and ``run(args) -> int``. Commands are imported only when used, so
-``umbp-sim --help`` stays fast and a command's heavy imports (torch) cost nothing elsewhere.
+Each command lives in ``umbp_sim/commands/<name>.py`` and exposes ``add_arguments(parser)`` and
+``run(args) -> int``; its one-line help is in ``COMMANDS`` here. Only the command that runs is
+imported (its module imports what its work needs inside ``run``), so ``umbp-sim --help``, a
+usage error or a command's ``--help`` load neither the compiled extension nor torch
+(tests/test_cli_imports.py, bench/bench_cli_startup.py).
 
 Exit codes follow sysexits; ``EXIT_CODES`` lists every one (``umbp-sim --help`` prints it,
 the README has the same table).
@@ -39,7 +41,7 @@ EXIT_CODES: dict[int, str] = {
     EX_SOFTWARE: "an internal error: a bug in umbp-sim (one line; UMBP_SIM_TRACEBACK=1 prints "
     "the traceback)",
     66: "replay: a DUMP|DIR|GLOB argument names no dump",
-    EX_CANTCREAT: "an output file cannot be written (collect's tarball, replay's --html page)",
+    EX_CANTCREAT: "an output file cannot be written (collect's tarball, an --html page)",
     130: "interrupted (Ctrl-C)",
 }
 
@@ -61,17 +63,54 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-# name -> module under umbp_sim.commands
-COMMANDS: dict[str, str] = {
-    "probe": "probe",
-    "run": "run",
-    "inspect": "inspect",
-    "collect": "collect",
-    "replay": "replay",
-    "preflight": "preflight",
-    "profiles": "profiles",
-    "build-allocator": "build_allocator",
-    "compare": "compare",
+class Command:
+    """A command: its module under ``umbp_sim.commands`` (``add_arguments``, ``run``) and its
+    one-line help (here, so ``umbp-sim --help`` imports no command). A plain class: the
+    dataclasses module alone would double the start-up's imports."""
+
+    __slots__ = ("module", "help")
+
+    def __init__(self, module: str, help: str) -> None:
+        self.module = module
+        self.help = help
+
+
+COMMANDS: dict[str, Command] = {
+    "probe": Command(
+        "probe",
+        "allocate and free one buffer of each backing on this host and print what the kernel gave",
+    ),
+    "run": Command(
+        "run", "run scenarios (the bundled library by default) and report PASS/FAIL for each"
+    ),
+    "inspect": Command(
+        "inspect", "print the host model read from a dump (directory, tarball or bare meminfo)"
+    ),
+    "collect": Command(
+        "collect",
+        "dump this host's /proc and /sys (memory, hugepages, NUMA, limits) into a tarball",
+    ),
+    "replay": Command(
+        "replay",
+        "replay a request on a dumped host: what the user saw, why, and fixes verified in "
+        "simulation",
+    ),
+    "preflight": Command(
+        "preflight",
+        "check a request against the live host (or --root DUMP) in simulation: exit 0/1/2",
+    ),
+    "profiles": Command(
+        "profiles",
+        "show the allocator profiles (umbp-sim, mori-624002c) and the decision points that differ",
+    ),
+    "build-allocator": Command(
+        "build_allocator",
+        "compile allocator sources against the interposer (-Wl,--wrap) for --allocator OUT",
+    ),
+    "compare": Command(
+        "compare",
+        "run two allocators (built-in profile, module or built .so) over the same runs; diff them",
+    ),
 }
 
 
@@ -81,27 +120,54 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EX_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _VersionAction(argparse.Action):
+    """``--version``: argparse's, but the version is looked up only when asked for (the
+    package metadata reader alone costs more than the rest of the start-up)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS,
+                 help: str = "show program's version number and exit") -> None:  # fmt: skip
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        sys.stdout.write(f"umbp-sim {_version()}\n")  # stdout, as argparse's version action
+        parser.exit()
+
+
+def selected_command(argv: list[str]) -> str | None:
+    """The command ``argv`` runs: its first word, if no option comes before it (``--help``,
+    ``--version``: the top level answers those) and it names a command."""
+    if not argv or argv[0].startswith("-"):
+        return None
+    return argv[0] if argv[0] in COMMANDS else None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: every command with its help line, and the options of the one
+    ``argv`` runs (``argv=None``: of every command). Only that command's module is imported."""
     parser = _Parser(
         prog="umbp-sim",
         description="UMBP host-memory allocator simulator",
         epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"umbp-sim {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name, module_name in COMMANDS.items():
-        module = importlib.import_module(f"umbp_sim.commands.{module_name}")
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+    wanted = None if argv is None else selected_command(argv)
+    for name, command in COMMANDS.items():
+        p = sub.add_parser(name, help=command.help, description=command.help)
+        if argv is None or name == wanted:
+            module = importlib.import_module(f"umbp_sim.commands.{command.module}")
+            module.add_arguments(p)
+            p.set_defaults(_run=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    args = build_parser(argv).parse_args(argv)
     try:
         rc = int(args._run(args))
         # Flush here, not at interpreter exit: a block-buffered stdout (a pipe, without

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
@@ -10,7 +9,6 @@ import pytest
 
 from umbp_sim.allocator_spec import AllocatorSpec, AllocatorSpecError, parse_allocator_spec
 from umbp_sim.cli import main
-from umbp_sim.commands.compare import _progress
 from umbp_sim.external import matrix
 
 
@@ -86,20 +84,13 @@ def test_bad_spec_is_one_usage_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "not a shared object (ELF)" in capsys.readouterr().err
 
 
-def test_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    tty = Tty()
-    monkeypatch.setattr("sys.stderr", tty)
-    show = _progress(4)
-    assert show is not None
-    for i in range(1, 5):
-        show(i)
-    assert tty.getvalue().endswith("\r[" + "#" * 30 + "] 4/4\n")
-    monkeypatch.setattr("sys.stderr", io.StringIO())
-    assert _progress(4) is None
+def test_an_allocator_that_cannot_run_leaves_no_page(
+    capi_probe: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "compare.html"
+    assert main(["compare", "umbp-sim", capi_probe, "--matrix", "none", "--html", str(page)]) == 2
+    assert len(capsys.readouterr().err.splitlines()) == 1
+    assert not page.exists()
 
 
 def test_build_allocator_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,10 +5,6 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from umbp_sim.external.build import build_allocator
-
-HELP = "compile allocator sources against the interposer (-Wl,--wrap) for --allocator OUT"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sources", nargs="+", metavar="SRC", help="C++ sources (allocator + binding)")
@@ -24,6 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from umbp_sim.external.build import build_allocator
+
     cmd = build_allocator(
         args.sources, args.output, args.includes, args.defines, args.extra, args.cxx
     )

@@ -10,8 +10,6 @@ import argparse
 import subprocess
 import sys
 
-HELP = "dump this host's /proc and /sys (memory, hugepages, NUMA, limits) into a tarball"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

@@ -2,7 +2,8 @@
 
 Both allocators run the bundled scenarios (one-alloc requests) and a request matrix, each run on
 a fresh simulated host (an external build in a fresh process); the differences are grouped by
-class. Exit 0: no difference, 1: differences, 2: an allocator could not run.
+class. Exit 0: no difference, 1: differences, 2: an allocator could not run. ``--html FILE``
+also writes the differences as a page (umbp_sim/external/compare_html.py).
 """
 
 from __future__ import annotations
@@ -11,14 +12,10 @@ import argparse
 import fnmatch
 import json
 import sys
-from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from umbp_sim.allocator_spec import parse_allocator_spec
-from umbp_sim.external import matrix
-from umbp_sim.external.compare import compare
-from umbp_sim.external.runner import CouldNotRun, open_allocator
-
-HELP = "run two allocators (built-in profile, module or built .so) over the same runs; diff them"
+if TYPE_CHECKING:
+    from umbp_sim.external.outcome import Outcome, Run
 
 EX_DIFFERENT = 1
 EX_COULD_NOT_RUN = 2
@@ -35,23 +32,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-k", dest="pattern", help="only runs whose label matches (glob)")
     p.add_argument("--json", action="store_true", help="one JSON document instead of a report")
     p.add_argument("--examples", type=int, default=5, help="runs shown per class (default 5)")
+    p.add_argument(
+        "--html", metavar="FILE",
+        help="also write the differences as an HTML page (every differing run, by class)",
+    )  # fmt: skip
 
 
-def _progress(total: int) -> Callable[[int], None] | None:
-    if not sys.stderr.isatty():
-        return None
+class _Recording:
+    """An allocator runner that also keeps each run's outcome in one line (for --html)."""
 
-    def show(i: int) -> None:
-        width = 30
-        done = width * i // max(total, 1)
-        end = "\n" if i == total else ""
-        sys.stderr.write(f"\r[{'#' * done}{' ' * (width - done)}] {i}/{total}{end}")
-        sys.stderr.flush()
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.spec = runner.spec
+        self.outcomes: dict[str, str] = {}
+        from umbp_sim.external.compare_html import outcome_line
 
-    return show
+        self._line = outcome_line
+
+    def run(self, run: Run) -> Outcome:
+        outcome = self.runner.run(run)
+        self.outcomes[run.label] = self._line(outcome)
+        return outcome
 
 
 def run(args: argparse.Namespace) -> int:
+    from umbp_sim.allocator_spec import parse_allocator_spec
+    from umbp_sim.external import matrix
+    from umbp_sim.external.compare import compare
+    from umbp_sim.external.runner import CouldNotRun, open_allocator
+    from umbp_sim.progress import Progress
+
     spec_a = parse_allocator_spec(args.spec_a)
     spec_b = parse_allocator_spec(args.spec_b)
     runs = [] if args.no_scenarios else list(matrix.scenario_runs())
@@ -63,18 +73,31 @@ def run(args: argparse.Namespace) -> int:
     if args.pattern:
         glob = args.pattern if any(c in args.pattern for c in "*?[") else f"*{args.pattern}*"
         runs = [r for r in runs if fnmatch.fnmatch(r.label, glob)]
-    opened = []
+    page = None
+    if args.html:
+        from umbp_sim.diagnose.html_report import PageFile
+
+        page = PageFile(args.html)  # before the runs: an unwritable FILE fails at once
+    opened: list[Any] = []
     try:
-        try:
-            for spec in (spec_a, spec_b):
-                opened.append(open_allocator(spec))
-            result = compare(opened[0], opened[1], runs, _progress(len(runs)))
-        except CouldNotRun as e:
-            print(f"umbp-sim compare: {e}", file=sys.stderr)
-            return EX_COULD_NOT_RUN
+        for spec in (spec_a, spec_b):
+            opened.append(open_allocator(spec))
+        runners: list[Any] = opened if page is None else [_Recording(r) for r in opened]
+        a, b = runners
+        with Progress("compare: runs", total=len(runs)) as progress:
+            result = compare(a, b, runs, lambda _i: progress.advance())
+        if page is not None:
+            from umbp_sim.external.compare_html import render_compare_html
+
+            page.write(render_compare_html(result, a.outcomes, b.outcomes))
+    except CouldNotRun as e:
+        print(f"umbp-sim compare: {e}", file=sys.stderr)
+        return EX_COULD_NOT_RUN
     finally:
         for r in opened:
             r.close()
+        if page is not None and not page.written:
+            page.discard()  # no page (nor an empty file) left behind
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

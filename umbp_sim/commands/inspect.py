@@ -7,8 +7,6 @@ import json
 
 from umbp_sim.units import format_size
 
-HELP = "print the host model read from a dump (directory, tarball or bare meminfo)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dump", help="dump directory, .tar[.gz|.bz2|.xz], or a meminfo file")

@@ -11,8 +11,6 @@ import argparse
 import os
 import tempfile
 
-HELP = "check a request against the live host (or --root DUMP) in simulation: exit 0/1/2"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from umbp_sim.diagnose.request import add_request_arguments

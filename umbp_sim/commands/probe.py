@@ -9,15 +9,11 @@ from __future__ import annotations
 import argparse
 import logging
 
-import umbp_sim._native as _native
-from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
 from umbp_sim.backing import BACKINGS
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.flag_types import node_flag
 from umbp_sim.log_capture import LogCapture
 from umbp_sim.units import SizeError, format_size, parse_size
-
-HELP = "allocate and free one buffer of each backing on this host and print what the kernel gave"
 
 HEADER = ("requested", "size", "actual backing", "alignment", "mapped size", "node", "warnings")
 
@@ -54,6 +50,9 @@ def _sizes(args: argparse.Namespace) -> tuple[int, int]:
 
 def probe(size: int, hugepage_size: int, numa_node: int) -> list[dict[str, object]]:
     """One row per backing: what was asked, what came back, which warnings were logged."""
+    import umbp_sim._native as _native
+    from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
+
     allocator = UMBPHostMemAllocator(kernel=_native.LinuxKernel())
     logger = logging.getLogger("umbp_sim.allocator")
     rows = []

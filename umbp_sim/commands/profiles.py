@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-HELP = "show the allocator profiles (umbp-sim, mori-624002c) and the decision points that differ"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="every decision point of every profile")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "replay a request on a dumped host: what the user saw, why, and fixes verified in simulation"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from umbp_sim.diagnose.request import add_request_arguments
@@ -40,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     request = request_from_args(args)  # flags first: a usage error needs no dump
     if is_fleet(args.dump):
-        return replay_fleet_command(args.dump, request, args.json)
+        return replay_fleet_command(args.dump, request, args.json, args.html)
     machine, facts = load_dump(args.dump[0])
     d = diagnose(machine, facts, request)
     from umbp_sim.diagnose.html_report import write_html
@@ -50,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def replay_fleet_command(args: list[str], request, as_json: bool) -> int:  # type: ignore[no-untyped-def]
+def replay_fleet_command(args: list[str], request, as_json: bool, html: str | None = None) -> int:  # type: ignore[no-untyped-def]
     import json
 
     from umbp_sim.diagnose.fleet import (
@@ -59,7 +57,16 @@ def replay_fleet_command(args: list[str], request, as_json: bool) -> int:  # typ
         replay_fleet,
         tty_progress,
     )
+    from umbp_sim.diagnose.html_report import PageFile, render_fleet_html
 
-    report = replay_fleet(expand_dumps(args), request, progress=tty_progress())
+    paths = expand_dumps(args)
+    page = PageFile(html) if html else None  # before the work: an unwritable FILE fails first
+    try:
+        report = replay_fleet(paths, request, progress=tty_progress())
+        if page is not None:
+            page.write(render_fleet_html(report))
+    finally:
+        if page is not None and not page.written:
+            page.discard()
     print(json.dumps(report.to_json(), indent=1) if as_json else render_fleet_text(report))
     return report.exit_code

@@ -6,14 +6,11 @@ import argparse
 import fnmatch
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from umbp_sim.allocator_spec import parse_allocator_spec
-from umbp_sim.profiles import FIELD_PROFILE
-from umbp_sim.scenario.bundled import bundled_scenarios_dir
-from umbp_sim.scenario.runner import ScenarioResult, run_scenario
-from umbp_sim.scenario.schema import Scenario, find_scenarios, load_scenario
-
-HELP = "run scenarios (the bundled library by default) and report PASS/FAIL for each"
+if TYPE_CHECKING:
+    from umbp_sim.scenario.runner import ScenarioResult
+    from umbp_sim.scenario.schema import Scenario
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,6 +48,12 @@ def _got(r: ScenarioResult) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from umbp_sim.allocator_spec import parse_allocator_spec
+    from umbp_sim.profiles import FIELD_PROFILE
+    from umbp_sim.scenario.bundled import bundled_scenarios_dir
+    from umbp_sim.scenario.runner import run_scenario
+    from umbp_sim.scenario.schema import find_scenarios, load_scenario
+
     paths = args.paths or [bundled_scenarios_dir()]
     scenarios = [load_scenario(p) for p in find_scenarios(paths)]
     scenarios = [s for s in scenarios if _selected(s, args.pattern)]

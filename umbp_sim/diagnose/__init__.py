@@ -10,15 +10,35 @@ Used by ``umbp-sim replay`` (a dump) and ``umbp-sim preflight`` (the live host).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from umbp_sim.diagnose.explain import Cause, explain
-from umbp_sim.diagnose.fixes import Fix, propose
 from umbp_sim.diagnose.request import Request, RequestError, add_request_arguments
-from umbp_sim.diagnose.run import Run, simulate_request
-from umbp_sim.dump import DumpFacts
-from umbp_sim.machine import Machine
 from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, canonical_profile, mori_log_lines
+
+# The simulation (explain, fixes, run: the allocator and the compiled extension) is imported
+# when a diagnosis is made, not with the package: `replay --help` and a usage error need only
+# the request's flags (umbp_sim/diagnose/request.py).
+if TYPE_CHECKING:
+    from umbp_sim.diagnose.explain import Cause
+    from umbp_sim.diagnose.fixes import Fix
+    from umbp_sim.diagnose.run import Run
+    from umbp_sim.dump import DumpFacts
+    from umbp_sim.machine import Machine
+
+_LAZY = {
+    "Cause": "explain",
+    "Fix": "fixes",
+    "Run": "run",
+    "simulate_request": "run",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"umbp_sim.diagnose.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'umbp_sim.diagnose' has no attribute {name!r}")
 
 
 @dataclass
@@ -93,6 +113,8 @@ def log_lines(d: Diagnosis) -> list[str]:
 
 
 def _with_fixes(machine: Machine, request: Request, run: Run) -> Run | None:
+    from umbp_sim.diagnose.run import simulate_request
+
     if request.allocator == FIXED_PROFILE:
         return None
     other = simulate_request(machine, request.with_allocator(FIXED_PROFILE))
@@ -112,6 +134,10 @@ def diagnose(
     ``profile``: the allocator profile to model (default: the request's, ``--allocator``),
     passed to every simulated run.
     """
+    from umbp_sim.diagnose.explain import explain
+    from umbp_sim.diagnose.fixes import propose
+    from umbp_sim.diagnose.run import simulate_request
+
     if profile is not None:
         request = request.with_allocator(canonical_profile(profile))
     profile = request.allocator

@@ -3,6 +3,7 @@
     paths = expand_dumps(["dumps/", "more/*.tar.gz"])    # FleetError (exit 66) when none match
     report = replay_fleet(paths, request)                  # parallel: one process per core
     print(render_fleet_text(report)); json.dumps(report.to_json())
+    write_fleet_html(report, "fleet.html")    # umbp_sim/diagnose/html_report.py
 
 A host's row holds what the single-dump replay says first: the outcome (``demoted``, or ``ok``
 with ``, not bound`` when its NUMA binding was dropped), the backing the buffer got, the first
@@ -10,7 +11,9 @@ cause (the explanation's first line that is not a figure such as "N kB pages nee
 when the host got what it asked) and the first (best-ranked) fix's commands. A dump that
 cannot be read is a row with outcome ``unreadable`` and the reader's one-line error. Exit
 status: the worst host's, where 0 got what it asked, 1 demoted or not bound, 2 failed or
-crashed, 65 unreadable dump.
+crashed, 65 unreadable dump. A row also carries the host's picture (its nodes' pools and memory
+against the request, :mod:`umbp_sim.diagnose.picture`) for the HTML page; the JSON and the text
+table leave it out.
 """
 
 from __future__ import annotations
@@ -19,14 +22,15 @@ import glob
 import multiprocessing
 import os
 import re
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from umbp_sim.diagnose.picture import Picture
 from umbp_sim.diagnose.request import Request
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.progress import Progress
 
 EX_DATAERR = 65
 EX_NOINPUT = 66
@@ -113,6 +117,7 @@ class HostRow:
     fix: str | None
     exit_code: int
     error: str | None = None
+    picture: Picture | None = None  # the HTML page's bars (not in the JSON)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -154,6 +159,7 @@ class FleetReport:
 def replay_host(path: str, request: Request) -> HostRow:
     """One dump's row (the single-dump replay's first answers)."""
     from umbp_sim.diagnose import diagnose
+    from umbp_sim.diagnose.picture import picture_of
     from umbp_sim.dump import load_dump
 
     try:
@@ -182,6 +188,7 @@ def replay_host(path: str, request: Request) -> HostRow:
         str(causes[-1]) if causes else None,
         fix,
         d.exit_code,
+        picture=picture_of(d),
     )
 
 
@@ -219,7 +226,9 @@ def replay_fleet(
     """Replay ``request`` on every dump, ``jobs`` processes (default: every core)."""
     jobs = jobs or os.cpu_count() or 1
     # Warm the imports in the parent so forked workers share them.
-    import umbp_sim.diagnose  # noqa: F401
+    import umbp_sim.diagnose.explain  # noqa: F401
+    import umbp_sim.diagnose.fixes  # noqa: F401
+    import umbp_sim.diagnose.run  # noqa: F401
     import umbp_sim.dump  # noqa: F401
 
     rows: list[HostRow | None] = [None] * len(paths)
@@ -231,18 +240,18 @@ def replay_fleet(
 
 
 def tty_progress(stream: Any = None) -> Callable[[int, int], None] | None:
-    """A one-line progress bar on ``stream`` (stderr) when it is a terminal, else None."""
-    stream = stream or sys.stderr
-    if not stream.isatty():
+    """``replay_fleet``'s progress as a :class:`umbp_sim.progress.Progress` line on ``stream``
+    (stderr), erased at the end; None where that draws nothing (not a terminal, CI, TERM=dumb,
+    UMBP_SIM_PROGRESS=0)."""
+    line = Progress("replay: hosts", stream=stream)
+    if not line.enabled:
         return None
 
     def show(done: int, total: int) -> None:
-        width = 30
-        filled = width * done // total
-        stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} hosts")
+        line.total = total
+        line.advance(n=done - line.done)
         if done == total:
-            stream.write("\r\033[K")
-        stream.flush()
+            line.close()
 
     return show
 

@@ -1,8 +1,12 @@
-"""The bars of :mod:`umbp_sim.diagnose.picture` as one self-contained HTML page.
+"""The HTML pages of ``--html FILE``: a replay (:func:`render_html`), a fleet replay
+(:func:`render_fleet_html`); ``umbp_sim.external.compare_html`` draws a comparison in the same
+frame (:func:`page`).
 
-No scripts, no external files: inline CSS only, so the page can be attached to a ticket and
-opened anywhere. Each node is one ``div.node-bar`` (its segments as ``div.seg``), the request
-one ``div.request-bar`` on the same scale; ``details`` (the text report) follows in a ``pre``.
+No scripts, no external files: inline CSS only, so a page can be attached to a ticket and
+opened anywhere. Every text is escaped (host names, dump paths and warning texts come from
+untrusted dumps and allocators). Each node is one ``div.node-bar`` (its segments as
+``div.seg``), the request one ``div.request-bar`` on the same scale; a replay's ``details``
+(the text report) follow in a ``pre``.
 
 >>> from umbp_sim.machine import Machine
 >>> from umbp_sim.diagnose.picture import picture
@@ -15,6 +19,7 @@ one ``div.request-bar`` on the same scale; ``details`` (the text report) follows
 from __future__ import annotations
 
 import html
+import os
 from typing import TYPE_CHECKING
 
 from umbp_sim.diagnose.picture import (
@@ -30,6 +35,7 @@ from umbp_sim.errors import UmbpSimError
 
 if TYPE_CHECKING:
     from umbp_sim.diagnose import Diagnosis
+    from umbp_sim.diagnose.fleet import FleetReport
 
 COLORS = {
     "pool_free": "#2e7d32",
@@ -60,6 +66,12 @@ h1 {{ font-size: 18px; margin: 0 0 8px; }}
 .swatch {{ display: inline-block; width: 12px; height: 12px; margin-right: 4px;
   vertical-align: -1px; border: 1px solid #999; }}
 pre {{ background: #f5f5f5; padding: 12px; white-space: pre-wrap; }}
+h2 {{ font-size: 16px; margin: 22px 0 6px; }}
+table {{ border-collapse: collapse; margin: 8px 0; }}
+th, td {{ border: 1px solid #cfd8dc; padding: 3px 8px; text-align: left; vertical-align: top; }}
+th {{ background: #eceff1; }}
+td {{ overflow-wrap: anywhere; max-width: 520px; }}
+.count {{ font-weight: 400; color: #546e7a; }}
 """
 
 
@@ -67,8 +79,22 @@ def _pct(nbytes: int, scale: int) -> str:
     return f"{100.0 * nbytes / scale:.4f}%"
 
 
-def render_html(pic: Picture, details: str = "", title: str = "umbp-sim replay") -> str:
-    """The page: the request line, a bar per node, the request's bar, a legend, ``details``."""
+def page(title: str, body: str) -> str:
+    """A self-contained page: ``title`` (escaped here) over ``body`` (HTML, escaped by the
+    caller)."""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>{html.escape(title)}</title>
+<style>{_CSS}</style></head>
+<body>
+<h1>{html.escape(title)}</h1>
+{body}
+</body></html>
+"""
+
+
+def bars_html(pic: Picture) -> str:
+    """A ``div.row`` per node (its bar), the request's bar, the legend."""
     esc = html.escape
     size = page_size_name(pic.hugepage_size)
     rows = []
@@ -105,26 +131,97 @@ def render_html(pic: Picture, details: str = "", title: str = "umbp-sim replay")
         f'<span><i class="swatch" style="background:{NEED_MARK}"></i>'
         "where the request's need ends on its node</span>"
     )
-    body = "\n".join(rows)
+    return "\n".join(rows) + f'\n<p class="legend">{legend}</p>'
+
+
+def render_html(pic: Picture, details: str = "", title: str = "umbp-sim replay") -> str:
+    """The page: the request line, a bar per node, the request's bar, a legend, ``details``."""
+    esc = html.escape
     pre = f"<pre>{esc(details)}</pre>" if details else ""
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<title>{esc(title)}: {esc(pic.host)}</title>
-<style>{_CSS}</style></head>
-<body>
-<h1>{esc(title)}: {esc(pic.host)}</h1>
-<p class="summary">{esc(describe_request(pic))}</p>
-{body}
-<p class="legend">{legend}</p>
-{pre}
-</body></html>
-"""
+    body = f'<p class="summary">{esc(describe_request(pic))}</p>\n{bars_html(pic)}\n{pre}'
+    return page(f"{title}: {pic.host}", body)
+
+
+FLEET_COLUMNS = ("host", "dump", "outcome", "backing", "cause", "smallest fix")
+
+
+def render_fleet_html(report: FleetReport, title: str = "umbp-sim replay") -> str:
+    """A fleet replay: a row per host (``table.hosts``, ``tr.host``), the summary by outcome
+    (``table.summary``), then each host's bars (``section.host-bars``)."""
+    esc = html.escape
+
+    def cell(text: str | None) -> str:
+        return f"<td>{esc('-' if text is None else text)}</td>"
+
+    head = "".join(f"<th>{esc(c)}</th>" for c in FLEET_COLUMNS)
+    rows = []
+    for r in report.rows:
+        cause = r.error if r.outcome == "unreadable" else r.cause
+        dump = os.path.basename(r.dump.rstrip("/"))
+        cells = "".join(cell(c) for c in (r.host, dump, r.outcome, r.backing, cause, r.fix))
+        rows.append(f'<tr class="host" data-outcome="{esc(r.outcome)}">{cells}</tr>')
+    summary = "".join(
+        f'<tr class="outcome"><td>{esc(o)}</td><td>{n}</td></tr>'
+        for o, n in report.summary().items()
+    )
+    sections = []
+    for r in report.rows:
+        if r.picture is None:
+            why = r.error or "nothing to draw for this request"
+            bars = f'<p class="text">{esc(why)}</p>'
+        else:
+            bars = f'<p class="summary">{esc(describe_request(r.picture))}</p>\n' + bars_html(
+                r.picture
+            )
+        sections.append(
+            f'<section class="host-bars"><h2>{esc(r.host)} '
+            f'<span class="count">{esc(r.dump)}</span></h2>\n{bars}</section>'
+        )
+    what = report.request.describe()
+    body = (
+        f'<p class="summary">{esc(what)} on {len(report.rows)} hosts</p>\n'
+        f'<table class="hosts"><tr>{head}</tr>\n' + "\n".join(rows) + "</table>\n"
+        "<h2>summary by outcome</h2>\n"
+        f'<table class="summary"><tr><th>outcome</th><th>hosts</th></tr>{summary}</table>\n'
+        f'<p class="exit">exit {report.exit_code}: the worst host</p>\n'
+        "<h2>memory per node, per host</h2>\n" + "\n".join(sections)
+    )
+    return page(f"{title}: {len(report.rows)} hosts", body)
 
 
 class ReportWriteError(UmbpSimError):
     """The HTML report cannot be written (exit 73, like collect's output)."""
 
     exit_code = 73
+
+
+class PageFile:
+    """The ``--html FILE`` of a long command, opened before the work so an unwritable path
+    fails first (:class:`ReportWriteError`, exit 73). ``write`` fills and closes it;
+    ``discard`` removes it again if this created it (never a device or a user's fifo)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.written = False
+        existed = os.path.lexists(path)
+        try:
+            self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by write
+        except OSError as e:
+            raise ReportWriteError(f"--html {path}: cannot write: {e.strerror}") from None
+        self._created = not existed
+
+    def write(self, text: str) -> None:
+        try:
+            with self._file:
+                self._file.write(text)
+        except OSError as e:
+            raise ReportWriteError(f"--html {self.path}: cannot write: {e.strerror}") from None
+        self.written = True
+
+    def discard(self) -> None:
+        self._file.close()
+        if self._created and os.path.isfile(self.path):
+            os.unlink(self.path)
 
 
 def write_html(d: Diagnosis, path: str | None) -> None:
@@ -136,9 +233,21 @@ def write_html(d: Diagnosis, path: str | None) -> None:
     pic = picture_of(d)
     if pic is None:
         raise ReportWriteError(f"--html {path}: the request has no buffer sizes to draw")
-    page = render_html(pic, details=render_text(d))
+    page_text = render_html(pic, details=render_text(d))
     try:
         with open(path, "w", encoding="utf-8") as f:
-            f.write(page)
+            f.write(page_text)
     except OSError as e:
         raise ReportWriteError(f"--html {path}: cannot write: {e.strerror}") from None
+
+
+def write_fleet_html(report: FleetReport, path: str | None) -> None:
+    """Write the HTML page of a fleet replay to ``path`` (nothing if ``path`` is None)."""
+    if path is None:
+        return
+    f = PageFile(path)
+    try:
+        f.write(render_fleet_html(report))
+    finally:
+        if not f.written:
+            f.discard()
