@@ -88,7 +88,7 @@ def test_mori_surface():
     a = UMBPHostMemAllocator()
     h = a.alloc(5000)
     assert repr(h) == f"<UMBPHostBufferHandle ptr={h.ptr:#x} requested_size=5000 mapped_size=8192>"
-    assert repr(h).startswith("<UMBPHostBufferHandle ptr=0x7f")
+    assert h.ptr != 0 and h.ptr % 4096 == 0  # a real mapping (where mmap puts it varies)
     a.free(h)
     # mori's positional order: size, backing, hugepage_size, numa_node, prefault
     h = a.alloc(4096, Anonymous, 2097152, -1, False)
