@@ -343,18 +343,29 @@ def _safe_member_name(name: str) -> str | None:
     return posixpath.normpath(name)
 
 
+NOT_A_DUMP = (
+    "not a machine dump: no proc/meminfo nor sys/devices/system/node/nodeN/meminfo inside "
+    "(at its top or under one NAME/)"
+)
+
+
 def _find_prefix(names: set[str], label: str) -> str:
+    """The dump's top directory (``NAME/``, or ``""``): where proc/meminfo, or failing that a
+    nodeN/meminfo (``hwloc.marker_top``), is."""
+    from umbp_sim.dump.hwloc import marker_top
+
     if "proc/meminfo" in names:
         return ""
-    tops = sorted(n[: -len("/proc/meminfo")] for n in names if n.endswith("/proc/meminfo"))
-    tops = [t for t in tops if "/" not in t]
+    marked = {t for t in map(marker_top, names) if t is not None}
+    with_proc = {n[: -len("proc/meminfo")].rstrip("/") for n in names if n.endswith("proc/meminfo")}
+    tops = sorted(marked & with_proc or marked)
+    if tops == [""]:
+        return ""
     if len(tops) == 1:
         return tops[0] + "/"
     if len(tops) > 1:
         raise DumpError(label, f"holds {len(tops)} dumps ({', '.join(tops[:4])}), expected one")
-    raise DumpError(
-        label, "not a machine dump: no proc/meminfo nor NAME/proc/meminfo inside", kind="missing"
-    )
+    raise DumpError(label, NOT_A_DUMP, kind="missing")
 
 
 def _wanted(name: str) -> bool:
@@ -526,9 +537,11 @@ def _read_head(fd: int, where: str, n: int = 512) -> bytes:
 
 def _dir_dump(label: str, fd: int) -> DirSource:
     """The dump in directory ``fd``: itself, or its one subdirectory holding proc/meminfo."""
+    from umbp_sim.dump.hwloc import is_dump_root
+
     top = DirSource(label, label, root_fd=fd)
     try:
-        if top.exists("proc/meminfo"):
+        if is_dump_root(top):
             return top
         names = sorted(os.listdir(fd))
     except OSError as e:
@@ -545,7 +558,7 @@ def _dir_dump(label: str, fd: int) -> DirSource:
             continue  # not a directory, or a symbolic link
         sub = DirSource(os.path.join(label, d), label, root_fd=sub_fd)
         try:
-            found = sub.exists("proc/meminfo")
+            found = is_dump_root(sub)
         except BaseException:
             for other in (sub, top, *subs):
                 other.close()
@@ -562,8 +575,4 @@ def _dir_dump(label: str, fd: int) -> DirSource:
     if len(subs) > 1:
         listed = ", ".join(sub.name for sub in subs[:4])
         raise DumpError(label, f"holds {len(subs)} dumps ({listed}), expected one")
-    raise DumpError(
-        label,
-        "not a machine dump: no proc/meminfo nor NAME/proc/meminfo inside",
-        kind="missing",
-    )
+    raise DumpError(label, NOT_A_DUMP, kind="missing")
