@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from test_dump_fixtures import DATA, FIXTURES, G, M
+
 from umbp_sim.dump import DumpError, load_dump
 from umbp_sim.dump.hwloc import MISSING_FIGURES
 from umbp_sim.dump.source import relevant

@@ -99,8 +99,7 @@ def meminfo_from_nodes(src) -> NodeMeminfo:  # type: ignore[no-untyped-def]
     if not with_total:
         raise DumpError(
             src.where("proc/meminfo"),
-            f"missing, and no {NODES}/nodeN/meminfo with a MemTotal line to build the machine "
-            "from",
+            f"missing, and no {NODES}/nodeN/meminfo with a MemTotal line to build the machine from",
             kind="missing",
         )
     mi: dict[str, int] = {}
