@@ -48,9 +48,10 @@ def _looks_like_dump_file(name: str) -> bool:
 
 
 def _is_dump_dir(path: str) -> bool:
-    """A dump directory: proc/meminfo at its root, or one level down (``NAME/proc/meminfo``)
-    when NAME is its only directory and nothing beside it looks like another dump."""
-    if os.path.isfile(os.path.join(path, "proc", "meminfo")):
+    """A dump directory: proc/meminfo (or nodeN/meminfo) at its root, or one level down
+    (``NAME/proc/meminfo``) when NAME is its only directory and nothing beside it looks like
+    another dump."""
+    if _has_machine_files(path):
         return True
     try:
         entries = os.listdir(path)
@@ -59,7 +60,14 @@ def _is_dump_dir(path: str) -> bool:
     subdirs = [e for e in entries if os.path.isdir(os.path.join(path, e))]
     if len(subdirs) != 1 or any(_looks_like_dump_file(e) for e in entries):
         return False
-    return os.path.isfile(os.path.join(path, subdirs[0], "proc", "meminfo"))
+    return _has_machine_files(os.path.join(path, subdirs[0]))
+
+
+def _has_machine_files(path: str) -> bool:
+    """proc/meminfo, or a nodeN/meminfo (a dump without proc/meminfo, dump/hwloc.py)."""
+    if os.path.isfile(os.path.join(path, "proc", "meminfo")):
+        return True
+    return bool(glob.glob(os.path.join(glob.escape(path), "sys/devices/system/node/node*/meminfo")))
 
 
 def _dumps_in(directory: str) -> list[str]:

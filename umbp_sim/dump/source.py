@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.limits import DEFAULT_LIMITS, ArchiveLimits, Budget
+from umbp_sim.dump.manifest import check_manifest, cut_short_error
 from umbp_sim.dump.tarscan import BZ2_MAGIC, GZIP_MAGIC, XZ_MAGIC, Input, TarFormatError, scan
 
 MAX_FILE = DEFAULT_LIMITS.max_file  # largest single dump file read
@@ -399,7 +400,10 @@ def tar_source(
         src = Input(data, more or (lambda n: b""), budget)
         found = scan(src, _wanted, _safe_member_name, budget, _kept_dir)
     except TarFormatError as e:
+        if e.cut_short:  # what ended, and what the manifest says is lost (dump/manifest.py)
+            raise cut_short_error(label, str(e), e.partial) from None
         raise DumpError(label, f"corrupt or unreadable tarball: {e}", kind="unreadable") from None
+    check_manifest(found, label)
     prefix = _find_prefix(found.names, label)
     files: dict[str, bytes] = {}
     dirs: set[str] = set()
