@@ -236,6 +236,9 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
             return parse_dump(src)
         finally:
             src.close()  # a directory dump holds a directory fd
+    from umbp_sim.dump.sosreport import with_sos_commands  # sosreports: sos_commands/ too
+
+    src = with_sos_commands(src)
     text = src.read("proc/meminfo")
     where_mi = src.where("proc/meminfo")
     lines: dict[str, int] = {}
@@ -276,6 +279,7 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
     _read_kernel_version(r, mi)
     _read_limits(r)
     _read_watermarks(r)
+    f.notes.extend(getattr(src, "notes", ()))  # what a sosreport's sos_commands/ gave
     for rel in src.rejected:  # after the reads: a directory dump finds its links as it reads
         f.notes.append(f"ignored {rel}: absolute path, '..' or a link leaving the dump")
     return f

@@ -51,6 +51,7 @@ RELEVANT = re.compile(
     r"|sys/devices/system/node/(?:online|possible|has_memory"
     r"|node[0-9]+/(?:meminfo|cpulist|distance|hugepages/.+))"
     r"|sys/fs/cgroup/(?:memory\.max|hugetlb\.[^/]+\.max)"
+    r"|sos_commands/(?:kernel/(?:sysctl_-a|uname_-a)|host/hostname)"  # sosreport.py
     r"|umbp-sim-collect\.json)$"
 )
 _COMPRESSED_MAGIC = (GZIP_MAGIC, BZ2_MAGIC, XZ_MAGIC)
