@@ -71,7 +71,8 @@ def _has_machine_files(path: str) -> bool:
 
 
 def _dumps_in(directory: str) -> list[str]:
-    """The dumps a directory of dumps holds: tarballs, dump directories, ``*meminfo`` files."""
+    """The dumps a directory of dumps holds: tarballs, dump directories, ``*meminfo`` files;
+    with none at its top, the node dumps of a must-gather (``_must_gather_nodes``)."""
     out = []
     for entry in sorted(os.listdir(directory)):
         p = os.path.join(directory, entry)
@@ -80,6 +81,31 @@ def _dumps_in(directory: str) -> list[str]:
                 out.append(p)
         elif _looks_like_dump_file(entry):
             out.append(p)
+    return out or _must_gather_nodes(directory)
+
+
+MUST_GATHER_DEPTH = 3  # must-gather.local.N/IMAGE-DIR/nodes/NODE: nodes/ is 2 levels down
+
+
+def _must_gather_nodes(directory: str) -> list[str]:
+    """A Kubernetes must-gather's node dumps: each ``nodes/NODE/`` (at most
+    MUST_GATHER_DEPTH levels down) that is a dump directory, else the tarballs in it."""
+    out: list[str] = []
+    for root, dirs, _files in os.walk(directory):
+        depth = os.path.relpath(root, directory).count(os.sep) + (root != directory)
+        dirs.sort()
+        if depth >= MUST_GATHER_DEPTH:
+            dirs[:] = []
+        if os.path.basename(root) != "nodes" or root == directory:
+            continue
+        for node in list(dirs):
+            p = os.path.join(root, node)
+            if _is_dump_dir(p):
+                out.append(p)
+            else:
+                out += sorted(os.path.join(p, e) for e in os.listdir(p)
+                              if e.endswith(TAR_SUFFIXES) and os.path.isfile(os.path.join(p, e)))  # fmt: skip
+        dirs[:] = []  # a node's own directories are not searched further
     return out
 
 
