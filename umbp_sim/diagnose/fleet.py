@@ -103,8 +103,8 @@ def _must_gather_nodes(directory: str) -> list[str]:
             if _is_dump_dir(p):
                 out.append(p)
             else:
-                out += sorted(os.path.join(p, e) for e in os.listdir(p)
-                              if e.endswith(TAR_SUFFIXES) and os.path.isfile(os.path.join(p, e)))  # fmt: skip
+                tars = [os.path.join(p, e) for e in os.listdir(p) if e.endswith(TAR_SUFFIXES)]
+                out += sorted(t for t in tars if os.path.isfile(t))
         dirs[:] = []  # a node's own directories are not searched further
     return out
 
