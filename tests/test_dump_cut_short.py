@@ -172,3 +172,28 @@ def test_cli_says_it_in_one_line(dump: Path, tmp_path: Path) -> None:
     assert proc.returncode == 65 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1
     assert proc.stderr.startswith(f"umbp-sim replay: {p}: cut short: ")
+
+
+def test_an_unpacked_dump_checked_against_its_manifest(dump: Path, tmp_path: Path) -> None:
+    with tarfile.open(dump) as tar:
+        tar.extractall(tmp_path, filter="data")
+    root = tmp_path / "here"
+    load_dump(tmp_path)  # whole: loads, from the directory holding it or from itself
+    load_dump(root)
+    total = len(read_manifest(dump)["files"])
+    (root / "proc" / "meminfo").write_bytes((root / "proc" / "meminfo").read_bytes() + b"\n")
+    size = read_manifest(dump)["files"]["proc/meminfo"]
+    assert str(error_of(root)) == (
+        f"{root}/proc/meminfo: {size + 1} bytes, its manifest ({root}/umbp-sim-collect.json) "
+        f"says {size}: the dump is not the one collect wrote"
+    )
+    (root / "proc" / "meminfo").write_bytes((root / "proc" / "meminfo").read_bytes()[:-1])
+    (root / "proc" / "sys" / "vm" / "overcommit_ratio").unlink()
+    (root / "proc" / "self" / "limits").unlink()
+    for path in (tmp_path, root):
+        e = error_of(path)
+        assert str(e) == (
+            f"{path}: cut short: 2 of the {total} files its manifest "
+            f"({root}/umbp-sim-collect.json) lists are not in it: proc/self/limits, "
+            "proc/sys/vm/overcommit_ratio"
+        )

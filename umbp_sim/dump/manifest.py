@@ -9,17 +9,21 @@ manifest, so the reader can say what is missing instead of replaying a different
     are not in it: H/sys/devices/system/node/node1/meminfo, ... (and 9 more)
 
 ``check_manifest`` runs on a whole scan, ``cut_short_error`` words a scan that broke off (a
-truncated gzip/bzip2/xz stream or tar): every error is a ``DumpError`` (exit 65) naming the
-archive.
+truncated gzip/bzip2/xz stream or tar), ``check_dir_manifest`` checks a dump directory (an
+archive unpacked, perhaps from a cut copy) the same way: every error is a ``DumpError``
+(exit 65) naming the archive or directory.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.tarscan import Scan
+
+if TYPE_CHECKING:
+    from umbp_sim.dump.source import DumpSource
 
 MANIFEST = "umbp-sim-collect.json"
 SHOWN = 3  # missing files named in the message
@@ -39,10 +43,12 @@ def listed_files(scan: Scan, label: str) -> tuple[str, dict[str, int | None]] | 
     member = _manifest_member(scan)
     if member is None:
         return None
-    top = member[: -len(MANIFEST)]
-    where = f"{label}:{member}"
+    return member, _listed(scan.files[member], member[: -len(MANIFEST)], f"{label}:{member}")
+
+
+def _listed(data: bytes, top: str, where: str) -> dict[str, int | None]:
     try:
-        doc: Any = json.loads(scan.files[member])
+        doc: Any = json.loads(data)
     except (ValueError, RecursionError) as e:
         raise DumpError(where, f"not a readable manifest: {str(e)[:80]}") from None
     if not isinstance(doc, dict):
@@ -51,11 +57,11 @@ def listed_files(scan: Scan, label: str) -> tuple[str, dict[str, int | None]] | 
     if isinstance(files, dict):
         if not all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in files.items()):
             raise DumpError(where, "not a readable manifest: 'files' must map names to sizes")
-        return member, {top + k: v for k, v in files.items()}
+        return {top + k: v for k, v in files.items()}
     collected = doc.get("collected")
     if isinstance(collected, list) and all(isinstance(k, str) for k in collected):
-        return member, {top + k: None for k in collected}
-    return member, {}  # a manifest without a file list: nothing to check
+        return {top + k: None for k in collected}
+    return {}  # a manifest without a file list: nothing to check
 
 
 def _missing_text(missing: list[str], total: int, member: str) -> str:
@@ -104,3 +110,35 @@ def cut_short_error(label: str, reason: str, partial: Scan | None) -> DumpError:
         missing = [name for name in sorted(listed) if name not in partial.sizes]  # type: ignore[union-attr]
         what = _missing_text(missing, len(listed), member) if missing else "no listed file lost"
     return DumpError(label, f"cut short: {reason}; {what}", kind="unreadable")
+
+
+MAX_LISTED = 10_000  # files a directory's manifest may ask to check (collect writes ~100-2000)
+
+
+def check_dir_manifest(src: DumpSource) -> None:
+    """For a dump directory with a manifest: raise when a listed file is missing or of another
+    size (the files are read through ``src``: inside the dump only, each at most max_file)."""
+    data = src._read_bytes(MANIFEST)
+    if data is None:
+        return
+    where = src.where(MANIFEST)
+    listed = _listed(data, "", where)
+    if len(listed) > MAX_LISTED:
+        raise DumpError(where, f"lists {len(listed)} files, more than the {MAX_LISTED} checked")
+    missing = []
+    for rel, size in sorted(listed.items()):
+        got = src._read_bytes(rel) if rel and rel.count("/") < 16 else None
+        if got is None:
+            missing.append(rel)
+        elif size is not None and len(got) != size:
+            raise DumpError(
+                src.where(rel),
+                f"{len(got)} bytes, its manifest ({where}) says {size}: the dump is not the "
+                "one collect wrote",
+            )
+    if missing:
+        raise DumpError(
+            src.label,
+            f"cut short: {_missing_text(missing, len(listed), where)}",
+            kind="missing",
+        )

@@ -540,6 +540,18 @@ def _read_head(fd: int, where: str, n: int = 512) -> bytes:
     return head
 
 
+def _check_dir_manifest(src: DirSource) -> None:
+    """A collect manifest's files all there, at their sizes (dump/manifest.py); closes ``src``
+    when they are not."""
+    from umbp_sim.dump.manifest import check_dir_manifest
+
+    try:
+        check_dir_manifest(src)
+    except BaseException:
+        src.close()
+        raise
+
+
 def _dir_dump(label: str, fd: int) -> DirSource:
     """The dump in directory ``fd``: itself, or its one subdirectory holding proc/meminfo."""
     from umbp_sim.dump.hwloc import is_dump_root
@@ -547,6 +559,7 @@ def _dir_dump(label: str, fd: int) -> DirSource:
     top = DirSource(label, label, root_fd=fd)
     try:
         if is_dump_root(top):
+            _check_dir_manifest(top)
             return top
         names = sorted(os.listdir(fd))
     except OSError as e:
@@ -574,6 +587,7 @@ def _dir_dump(label: str, fd: int) -> DirSource:
             sub.close()
     top.close()
     if len(subs) == 1:
+        _check_dir_manifest(subs[0])
         return subs[0]
     for sub in subs:
         sub.close()
