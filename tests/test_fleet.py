@@ -23,6 +23,7 @@ from umbp_sim.diagnose.fleet import (
 )
 from umbp_sim.diagnose.request import Request
 from umbp_sim.dump import load_dump
+from umbp_sim.errors import UmbpSimError
 
 DATA = Path(__file__).parent / "data"
 REPLAY = DATA / "replay"
@@ -212,3 +213,17 @@ def test_must_gather_directory_a_row_per_node(
     assert rows["worker-2"]["outcome"].split(",")[0] == single(nodes / "worker-2")["outcome"]
     assert load_dump(nodes / "worker-2")[1].meminfo_source == "nodes"
     assert code == out["exit_code"]
+
+
+def test_must_gather_tarball_says_to_unpack_it(tmp_path: Path) -> None:
+    out = tmp_path / "must-gather.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        for node, host in (("worker-0", HOSTS[0]), ("worker-1", HOSTS[1])):
+            tar.add(REPLAY / host, arcname=f"must-gather.local.1/img-sha256-0a/nodes/{node}")
+    with pytest.raises(UmbpSimError) as e:
+        load_dump(out)
+    assert str(e.value) == (
+        f"{out}: a must-gather of 2 node dumps (must-gather.local.1/img-sha256-0a/nodes/worker-0, "
+        "must-gather.local.1/img-sha256-0a/nodes/worker-1), not one dump: unpack it and replay "
+        "the directory (a row per node)"
+    )

@@ -126,3 +126,14 @@ def meminfo_from_nodes(src) -> NodeMeminfo:  # type: ignore[no-untyped-def]
     notes += [f"no proc/meminfo: {key} not in the dump ({instead})" for key, instead in
               MISSING_FIGURES]  # fmt: skip
     return NodeMeminfo(mi, first_where or src.where(NODES), [nid for nid, _ in parsed], notes)
+
+
+_MUST_GATHER_NODE = re.compile(
+    r"^(?P<dir>(?:[^/]+/){0,2}nodes/[^/]+)/"
+    r"(?:proc/meminfo|sys/devices/system/node/node[0-9]+/meminfo)$"
+)
+
+
+def must_gather_nodes(names) -> list[str]:  # type: ignore[no-untyped-def]
+    """The ``nodes/NODE`` directories of a must-gather archive (from its member names)."""
+    return sorted({m.group("dir") for m in map(_MUST_GATHER_NODE.match, names) if m})

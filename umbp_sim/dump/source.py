@@ -405,7 +405,20 @@ def tar_source(
             raise cut_short_error(label, str(e), e.partial) from None
         raise DumpError(label, f"corrupt or unreadable tarball: {e}", kind="unreadable") from None
     check_manifest(found, label)
-    prefix = _find_prefix(found.names, label)
+    try:
+        prefix = _find_prefix(found.names, label)
+    except DumpError as e:
+        from umbp_sim.dump.hwloc import must_gather_nodes
+
+        nodes = must_gather_nodes(found.sizes) if e.kind == "missing" else []
+        if not nodes:
+            raise
+        more = f" (and {len(nodes) - 3} more)" if len(nodes) > 3 else ""
+        raise DumpError(
+            label,
+            f"a must-gather of {len(nodes)} node dumps ({', '.join(nodes[:3])}{more}), not one "
+            "dump: unpack it and replay the directory (a row per node)",
+        ) from None
     files: dict[str, bytes] = {}
     dirs: set[str] = set()
     links: dict[str, str] = {}
