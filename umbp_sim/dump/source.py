@@ -413,10 +413,10 @@ def tar_source(
         nodes = must_gather_nodes(found.sizes) if e.kind == "missing" else []
         if not nodes:
             raise
-        more = f" (and {len(nodes) - 3} more)" if len(nodes) > 3 else ""
+        rest = f" (and {len(nodes) - 3} more)" if len(nodes) > 3 else ""
         raise DumpError(
             label,
-            f"a must-gather of {len(nodes)} node dumps ({', '.join(nodes[:3])}{more}), not one "
+            f"a must-gather of {len(nodes)} node dumps ({', '.join(nodes[:3])}{rest}), not one "
             "dump: unpack it and replay the directory (a row per node)",
         ) from None
     files: dict[str, bytes] = {}
