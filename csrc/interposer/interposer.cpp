@@ -308,7 +308,14 @@ const char* sig_name(int sig) {
     put("injected");
   else
     print_describe(k, 0);
-  put("\numbp-sim: syscall trace:\n");
+  put("\n");
+  if (k->ops->describe(k->self, 2, probe, sizeof probe) > 0) {
+    // SimKernel's reasons (JSON lines): what a replay explains the death with.
+    put("umbp-sim: reasons:\n");
+    print_describe(k, 2);
+    put("umbp-sim: end of reasons\n");
+  }
+  put("umbp-sim: syscall trace:\n");
   print_describe(k, 1);
   put("umbp-sim: end of trace\n");
   if (sig == SIGSEGV) {
