@@ -132,3 +132,47 @@ def test_an_allocator_that_cannot_run_is_one_line_exit_64(
     assert code == 64
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_recorded_setup_calls_replay_to_the_same_host() -> None:
+    from umbp_sim import Machine
+    from umbp_sim.errors import UmbpSimError
+    from umbp_sim.external.observe import RecordingHost
+    from umbp_sim.sim import SimHost
+
+    m = Machine.x86_64(nodes=2, mem_per_node="8GiB")
+    rec = RecordingHost(SimHost(m))
+    rec.set_nr_hugepages(2 << 20, 64, 1)
+    with pytest.raises(UmbpSimError, match="hugepage size 123"):
+        rec.set_nr_hugepages(123, 1)  # no such pool: it raises here, and the child expects it
+    assert [(c.name, c.args, c.raised) for c in rec.calls] == [
+        ("set_nr_hugepages", (2 << 20, 64, 1), False),
+        ("set_nr_hugepages", (123, 1), True),
+    ]
+    with pytest.raises(AttributeError, match="must use SimHost's methods, not host.kernel"):
+        rec.kernel  # noqa: B018
+    again = SimHost(m)
+    for c in rec.calls[:1]:
+        getattr(again, c.name)(*c.args, **c.kwargs)
+    assert again.node_hugepages(1, 2 << 20) == rec.node_hugepages(1, 2 << 20)
+
+
+def test_crash_report_blocks_are_not_warnings_and_give_the_reasons() -> None:
+    from umbp_sim.external.observe import reasons_from_report
+    from umbp_sim.external.outcome import trace_from_report, warning_lines
+
+    log = (
+        "tiny [warning] populate failed (Bad address); touching pages\n"
+        "umbp-sim: simulated SIGBUS (page touch): SIGBUS in prefault touch (node 1): no page\n"
+        "umbp-sim: reasons:\n"
+        '{"call": "touch", "rule": "r", "errno": null, "signal": "SIGBUS", "numbers": {"n": 1}, '
+        '"text": "a warning-like text"}\n'
+        "umbp-sim: end of reasons\n"
+        "umbp-sim: syscall trace:\n"
+        "madvise(...) = -1 EFAULT warn\n"
+        "umbp-sim: end of trace\n"
+    )
+    assert warning_lines(log) == ["populate failed (Bad address); touching pages"]
+    (r,) = reasons_from_report(log)
+    assert (r.signal, r.numbers, r.text) == ("SIGBUS", {"n": 1}, "a warning-like text")
+    assert trace_from_report(log) == ["madvise(...) = -1 EFAULT warn"]
