@@ -54,6 +54,15 @@ def live_host():  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
+    from umbp_sim.commands.replay import close_external_allocators
+
+    try:
+        return _run(args)
+    finally:
+        close_external_allocators()
+
+
+def _run(args: argparse.Namespace) -> int:
     from umbp_sim.commands.replay import print_diagnosis
     from umbp_sim.diagnose import diagnose
     from umbp_sim.diagnose.request import request_from_args

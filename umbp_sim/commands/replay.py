@@ -32,6 +32,21 @@ def print_diagnosis(d, as_json: bool) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    finally:
+        close_external_allocators()
+
+
+def close_external_allocators() -> None:
+    """End the server process of an external ``--allocator`` (one per command), if one ran."""
+    import sys
+
+    if "umbp_sim.external.observe" in sys.modules:
+        sys.modules["umbp_sim.external.observe"].close_runners()
+
+
+def _run(args: argparse.Namespace) -> int:
     from umbp_sim.diagnose import diagnose
     from umbp_sim.diagnose.fleet import is_fleet
     from umbp_sim.diagnose.request import request_from_args
