@@ -72,6 +72,11 @@ GOOD = {
     ),
     "sys/fs/cgroup/memory.max": "max\n",
     "sys/fs/cgroup/hugetlb.2MB.max": "4194304\n",
+    # sosreports (dump/sosreport.py) and collect's manifest (dump/manifest.py)
+    "sos_commands/kernel/sysctl_-a": "vm.overcommit_memory = 1\nkernel.osrelease = 5.15.0\n",
+    "sos_commands/kernel/uname_-a": "Linux h 5.15.0 #1 SMP x86_64 GNU/Linux\n",
+    "sos_commands/host/hostname": "h\n",
+    "umbp-sim-collect.json": '{"files": {"proc/meminfo": 319, "proc/sys/vm/overcommit_memory": 2}}',
 }
 
 numbers = st.one_of(

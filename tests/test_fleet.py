@@ -23,6 +23,7 @@ from umbp_sim.diagnose.fleet import (
 )
 from umbp_sim.diagnose.request import Request
 from umbp_sim.dump import load_dump
+from umbp_sim.errors import UmbpSimError
 
 DATA = Path(__file__).parent / "data"
 REPLAY = DATA / "replay"
@@ -182,3 +183,52 @@ def test_one_extracted_dump_beside_tarballs_is_a_fleet(tmp_path: Path) -> None:
     as_tar(REPLAY / HOSTS[2], one / "other.tar.gz", HOSTS[2])
     assert is_fleet([str(one)])
     assert expand_dumps([str(one)]) == [str(one / HOSTS[1]), str(one / "other.tar.gz")]
+
+
+def test_must_gather_directory_a_row_per_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Kubernetes must-gather: nodes/NODE/ two levels down, each a dump directory (proc/
+    and sys/), a dump tarball beside other node files, or only nodeN/meminfo; nodes without
+    machine files and the cluster's other directories are not rows."""
+    image = tmp_path / "must-gather.local.5183" / "quay-io-openshift-must-gather-sha256-0a1b"
+    nodes = image / "nodes"
+    (image / "namespaces" / "default").mkdir(parents=True)
+    (image / "timestamp").write_text("2026-11-30 03:40:00\n")
+    shutil.copytree(REPLAY / HOSTS[0], nodes / "worker-0")
+    (nodes / "worker-0" / "lscpu").write_text("Architecture: x86_64\n")
+    (nodes / "worker-1").mkdir()
+    as_tar(REPLAY / HOSTS[1], nodes / "worker-1" / "sysinfo.tgz", "sysinfo")
+    (nodes / "worker-1" / "dmesg").write_text("[0.0] Linux version\n")
+    shutil.copytree(REPLAY / HOSTS[3] / "sys", nodes / "worker-2" / "sys")  # no proc/meminfo
+    (nodes / "worker-3").mkdir()
+    (nodes / "worker-3" / "proc_cmdline").write_text("BOOT_IMAGE=/vmlinuz\n")
+    root = tmp_path / "must-gather.local.5183"
+    assert expand_dumps([str(root)]) == [
+        str(nodes / "worker-0"),
+        str(nodes / "worker-1" / "sysinfo.tgz"),
+        str(nodes / "worker-2"),
+    ]
+    code = cli.main(["replay", str(root), *REQUEST, "--json"])
+    out = json.loads(capsys.readouterr().out)
+    rows = {Path(h["dump"]).relative_to(nodes).parts[0]: h for h in out["hosts"]}
+    assert sorted(rows) == ["worker-0", "worker-1", "worker-2"]
+    for name, host in (("worker-0", HOSTS[0]), ("worker-1", HOSTS[1])):
+        assert rows[name]["outcome"].split(",")[0] == single(REPLAY / host)["outcome"]
+    assert rows["worker-2"]["outcome"].split(",")[0] == single(nodes / "worker-2")["outcome"]
+    assert load_dump(nodes / "worker-2")[1].meminfo_source == "nodes"
+    assert code == out["exit_code"]
+
+
+def test_must_gather_tarball_says_to_unpack_it(tmp_path: Path) -> None:
+    out = tmp_path / "must-gather.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        for node, host in (("worker-0", HOSTS[0]), ("worker-1", HOSTS[1])):
+            tar.add(REPLAY / host, arcname=f"must-gather.local.1/img-sha256-0a/nodes/{node}")
+    with pytest.raises(UmbpSimError) as e:
+        load_dump(out)
+    assert str(e.value) == (
+        f"{out}: a must-gather of 2 node dumps (must-gather.local.1/img-sha256-0a/nodes/worker-0, "
+        "must-gather.local.1/img-sha256-0a/nodes/worker-1), not one dump: unpack it and replay "
+        "the directory (a row per node)"
+    )

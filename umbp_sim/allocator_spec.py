@@ -61,3 +61,9 @@ def parse_allocator_spec(text: str) -> AllocatorSpec:
         f"--allocator {text!r}: not a built-in profile ({known}), a module name or a path to a "
         "shared object"
     )
+
+
+def is_external(name: str) -> bool:
+    """Whether ``name`` (an ``--allocator`` value) is an external build, not a built-in profile."""
+    t = name.strip()
+    return t not in BUILTIN_PROFILES and t not in BUILTIN_ALIASES

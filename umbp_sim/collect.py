@@ -263,6 +263,7 @@ def collect(out: str, name: str | None = None, root: str = "/") -> CollectResult
         "name": name,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "collected": sorted(res.collected),
+        "files": {rel: len(c.files[rel]) for rel in sorted(c.files)},  # sizes: see dump/manifest.py
         "missing": dict(sorted(res.missing.items())),
         "notes": res.notes,
     }
@@ -283,7 +284,7 @@ def _write_tar(out: str, name: str, files: dict[str, bytes]) -> None:
     now = int(time.time())
     with tarfile.open(fileobj=buf, mode=mode) as tar:  # type: ignore[call-overload]
         dirs: set[str] = set()
-        for rel in sorted(files):
+        for rel in sorted(files, key=lambda r: (r != MANIFEST, r)):  # the manifest first
             parts = f"{name}/{rel}".split("/")
             for i in range(1, len(parts)):
                 d = "/".join(parts[:i])

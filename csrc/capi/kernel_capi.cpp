@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -108,6 +109,60 @@ std::string crash_text(Kernel* k) {
   return s;
 }
 
+void json_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", c);
+      out += esc;
+    } else {
+      out += ch;
+    }
+  }
+  out += '"';
+}
+
+// SimKernel's reasons, one JSON object a line: {"call", "rule", "errno", "signal", "numbers",
+// "text"} as umbp_sim.sim.Reason holds them (errno and signal by name, null when none).
+std::string reasons_json(Kernel* k) {
+  SimKernel* sim = find_layer<SimKernel>(k);
+  if (!sim) return "";
+  std::string out;
+  for (const auto& r : sim->reasons()) {
+    out += "{\"call\": ";
+    json_string(out, r.call);
+    out += ", \"rule\": ";
+    json_string(out, r.rule);
+    out += ", \"errno\": ";
+    if (r.err)
+      json_string(out, errno_symbol(r.err));
+    else
+      out += "null";
+    out += ", \"signal\": ";
+    if (r.signal)
+      json_string(out, signal_symbol(r.signal));
+    else
+      out += "null";
+    out += ", \"numbers\": {";
+    bool first = true;
+    for (const auto& [key, v] : r.numbers) {
+      if (!first) out += ", ";
+      first = false;
+      json_string(out, key);
+      out += ": " + std::to_string(v);
+    }
+    out += "}, \"text\": ";
+    json_string(out, r.text);
+    out += "}\n";
+  }
+  return out;
+}
+
 size_t c_describe(void* self, int what, char* buf, size_t cap) {
   std::string s;
   try {
@@ -115,6 +170,8 @@ size_t c_describe(void* self, int what, char* buf, size_t cap) {
       s = crash_text(&K(self));
     } else if (what == 1) {
       if (auto* t = find_layer<TracingKernel>(&K(self))) s = t->text();
+    } else if (what == 2) {
+      s = reasons_json(&K(self));
     }
   } catch (const std::bad_alloc&) {
     s.clear();

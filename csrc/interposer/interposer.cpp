@@ -130,7 +130,13 @@ void drop_sim_fd(int fd) {
 // Simulated mappings (their real pages are PROT_NONE except granted runs) and granted runs.
 constexpr int kMaxMaps = 8192;
 constexpr int kMaxGrants = 16384;
-constexpr size_t kBig = size_t{8} << 20;  // a "big" grant: one aligned 8 MiB block (4 THPs)
+// A "big" grant: one aligned 32 MiB block (16 THPs). A page-by-page touch of a huge buffer costs
+// one trap (signal, Kernel touch, mremap, refill) per grant: 32 MiB blocks make that a fifth of
+// its time (1.5 TiB: 49k traps), and one block fits the default resident limit.
+constexpr size_t kBig = size_t{32} << 20;
+// Other grants (a run growing towards a big block, the tail of a mapping) stay this small, so
+// real memory stays within the limit: big block + small grants.
+constexpr size_t kSmallMax = size_t{2} << 20;
 struct Map {
   uintptr_t start, end;
   int prot;
@@ -147,7 +153,7 @@ int g_nmaps = 0;
 Grant g_grants[kMaxGrants];  // FIFO, oldest first
 int g_ngrants = 0;
 size_t g_res_big = 0, g_res_small = 0;
-size_t g_resident_limit = size_t{32} << 20;
+size_t g_resident_limit = size_t{48} << 20;  // one big block (3/4) + small grants (1/4)
 
 struct sigaction g_old_segv;
 bool g_handler_installed = false;
@@ -308,7 +314,14 @@ const char* sig_name(int sig) {
     put("injected");
   else
     print_describe(k, 0);
-  put("\numbp-sim: syscall trace:\n");
+  put("\n");
+  if (k->ops->describe(k->self, 2, probe, sizeof probe) > 0) {
+    // SimKernel's reasons (JSON lines): what a replay explains the death with.
+    put("umbp-sim: reasons:\n");
+    print_describe(k, 2);
+    put("umbp-sim: end of reasons\n");
+  }
+  put("umbp-sim: syscall trace:\n");
   print_describe(k, 1);
   put("umbp-sim: end of trace\n");
   if (sig == SIGSEGV) {
@@ -398,7 +411,7 @@ long raw_madvise(uintptr_t a, size_t n, int advice) {
 }
 
 // Real pages for [start, end) of mapping `m`, within the resident limit. A big grant (an aligned
-// 2 MiB block) takes fresh memory until big grants fill 3/4 of the limit, then the pages of the
+// 32 MiB block) takes fresh memory until big grants fill 3/4 of the limit, then the pages of the
 // oldest big grant are moved here (mremap moves the page table, a transparent hugepage in one
 // entry; contents go with them, nothing is zeroed). A small grant takes fresh pages; the oldest
 // small grants are dropped (MADV_DONTNEED) to stay within the rest of the limit.
@@ -447,13 +460,15 @@ bool grant(const Map& m, uintptr_t start, uintptr_t end) {
 }
 
 // A SIGSEGV at `addr` inside simulated mapping `m` (g_map_mu held): ask the Kernel, grant.
-// Sequential faults grant runs that double up to an aligned 2 MiB block. Returns 0, or the
+// Sequential faults grant runs that double up to an aligned 32 MiB block (other grants: at most
+// 2 MiB). Returns 0, or the
 // signal the Kernel answered with.
 int handle_fault(const umbp_sim_kernel* k, Map& m, uintptr_t addr) {
   const uintptr_t p = align_down(addr, g_page);
   m.run = (m.next_seq == p && m.run) ? std::min(m.run * 2, kBig) : g_page;
   uintptr_t end = std::min<uintptr_t>(align_down(p, m.run) + m.run, m.end);
   if (end <= p) end = std::min<uintptr_t>(p + g_page, m.end);
+  if (!(p % kBig == 0 && end - p == kBig)) end = std::min<uintptr_t>(end, p + kSmallMax);
   for (int i = 0; i < g_ngrants; ++i)  // never over an existing grant
     if (g_grants[i].start > p && g_grants[i].start < end) end = g_grants[i].start;
   umbp_sim_result r = k->ops->touch(k->self, reinterpret_cast<void*>(p), end - p, g_page);
@@ -526,8 +541,8 @@ void* do_mmap(const umbp_sim_kernel* k, void* addr, size_t len, int prot, int fl
     std::lock_guard<std::mutex> l(g_map_mu);
     forget_range(start, end);  // MAP_FIXED over an older simulated mapping
     sys_mprotect(reinterpret_cast<void*>(start), end - start, PROT_NONE);
-    // Big grants (8 MiB blocks) move as a few transparent hugepages; small mappings get none.
-    if (end - start >= 2 * kBig) raw_madvise(start, end - start, MADV_HUGEPAGE);
+    // Big grants (32 MiB blocks) move as transparent hugepages; small mappings get none.
+    if (end - start >= kBig) raw_madvise(start, end - start, MADV_HUGEPAGE);
     add_map(start, end, prot);
   }
   return reinterpret_cast<void*>(start);

@@ -54,6 +54,14 @@ int probe(const umbp_sim_kernel* k, char* out, size_t cap) {
   n = put(out, cap, n, "crash_text_length", r);
   int w = snprintf(out + n, n < cap ? cap - n : 0, "crash %s\n", crash);
   n += w > 0 ? (size_t)w : 0;
+  /* SimKernel's reasons as JSON lines, on one line (newlines as \x1f). */
+  char reasons[4096];
+  r.value = (long)k->ops->describe(k->self, 2, reasons, sizeof reasons);
+  n = put(out, cap, n, "reasons_length", r);
+  for (char* c = reasons; *c; ++c)
+    if (*c == '\n') *c = '\x1f';
+  w = snprintf(out + n, n < cap ? cap - n : 0, "reasons %s\n", reasons);
+  n += w > 0 ? (size_t)w : 0;
   if (m.error == 0) n = put(out, cap, n, "munmap", umbp_sim_munmap(k, a, len));
   return (int)n;
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import signal
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 import umbp_sim
 from umbp_sim import Machine, _native, capi
 from umbp_sim.faults import FaultPlan
-from umbp_sim.sim import build_kernel
+from umbp_sim.sim import Reason, build_kernel
 from umbp_sim.trace import instrument
 
 
@@ -33,7 +34,7 @@ def _probe(lib_path: str, kernel: object) -> dict[str, tuple[int, ...] | str]:
     out: dict[str, tuple[int, ...] | str] = {}
     for line in buf.value.decode().splitlines():
         name, _, rest = line.partition(" ")
-        out[name] = rest if name == "crash" else tuple(int(x) for x in rest.split())
+        out[name] = rest if name in ("crash", "reasons") else tuple(int(x) for x in rest.split())
     return out
 
 
@@ -79,6 +80,12 @@ def test_every_call_from_c_on_simkernel(capi_probe: str) -> None:
     assert r["touch"][2] == signal.SIGBUS
     assert r["crash"].startswith("SIGBUS in prefault touch (node 1)")
     assert r["crash_text_length"][0] == len(r["crash"])
+    # SimKernel's reasons (describe 2: JSON lines), as umbp_sim.sim.Reason holds them.
+    reasons = [json.loads(line) for line in str(r["reasons"]).split("\x1f") if line]
+    assert r["reasons_length"][0] == len(str(r["reasons"]))
+    assert [Reason(**x).signal for x in reasons][-1] == "SIGBUS"
+    assert {x["errno"] for x in reasons} >= {"EINVAL", "EFAULT"}
+    assert all(isinstance(x["numbers"], dict) and x["rule"] and x["text"] for x in reasons)
     # The process is dead: every later call answers with the signal.
     assert r["munmap"][2] == signal.SIGBUS
     assert "mbind(" in "\n".join(t.text() for t in stack.tracing.records())
@@ -92,3 +99,4 @@ def test_injected_faults_and_the_real_kernel_through_c(capi_probe: str) -> None:
     assert real["flags"][0] == 0  # not simulated
     assert real["mapping_length"][0] == 0  # unknown on the real kernel
     assert real["read_missing"] == (-1, errno.ENOENT, 0)
+    assert real["reasons_length"][0] == 0 and real["reasons"] == ""  # not simulated

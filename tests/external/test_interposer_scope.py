@@ -181,7 +181,7 @@ def test_a_huge_page_by_page_touch_stays_bounded(tiny_builds: dict[str, str]) ->
     r = json.loads(p.stdout)
     assert r["valid"] and r["faulted"] == (64 << 30) // 4096
     assert r["rss_growth"] < 64 << 20
-    assert r["resident"] <= 32 << 20
+    assert r["resident"] <= 48 << 20  # the default resident limit
     assert r["vmas"] < 1000
 
 

@@ -285,6 +285,7 @@ def collect(out, name, root="/", pid=None):
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "pid": pid,
         "collected": sorted(c.collected),
+        "files": {rel: len(c.files[rel]) for rel in sorted(c.files)},  # sizes: see dump/manifest.py
         "missing": dict(sorted(c.missing.items())),
         "left_out": left_out,
         "notes": c.notes,
@@ -306,7 +307,7 @@ def write_tar(out, name, files):
     now = int(time.time())
     with tarfile.open(fileobj=buf, mode=mode) as tar:
         dirs = set()
-        for rel in sorted(files):
+        for rel in sorted(files, key=lambda r: (r != MANIFEST, r)):  # the manifest first
             parts = (name + "/" + rel).split("/")
             for i in range(1, len(parts)):
                 d = "/".join(parts[:i])

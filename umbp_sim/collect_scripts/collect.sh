@@ -321,7 +321,17 @@ list() {  # JSON array body from lines on stdin
     printf ' "pid": %s,\n' "${PID:-null}"
     printf ' "collected": ['
     LC_ALL=C sort -u "$TMP/collected" | list
-    printf '],\n "missing": {'
+    printf '],\n "files": {'
+    # every file and its size in bytes: the reader names what a cut-short copy lost
+    LC_ALL=C sort -u "$TMP/collected" | {
+        sep=
+        while IFS= read -r k; do
+            printf '%s\n  "%s": %s' "$sep" "$(esc "$k")" "$(wc -c <"$DUMP/$k" | tr -d ' ')"
+            sep=,
+        done
+        [ -z "$sep" ] || printf '\n '
+    }
+    printf '},\n "missing": {'
     sep=
     # the last reason given for a path wins, as in a dict
     awk -F "$TAB" '{ r[$1] = $2 } END { for (k in r) print k "\t" r[k] }' "$TMP/missing" |
@@ -347,7 +357,11 @@ case $OUT in
     *) ZIP=cat ;;
 esac
 PART=$OUT.tmp$$
-if (cd "$TMP" && tar -cf - "$NAME") | $ZIP 2>/dev/null >"$PART" && [ -s "$PART" ] &&
+# the manifest first: a copy cut short still says what it lost
+(cd "$TMP" && find "$NAME" -type f ! -path "$NAME/$MANIFEST" -print | LC_ALL=C sort) >"$TMP/list"
+set -- "$NAME/$MANIFEST"
+while IFS= read -r f; do set -- "$@" "$f"; done <"$TMP/list"
+if (cd "$TMP" && tar -cf - "$@") | $ZIP 2>/dev/null >"$PART" && [ -s "$PART" ] &&
     mv "$PART" "$OUT" 2>/dev/null; then
     n=$(wc -l <"$TMP/collected" | tr -d ' ')
     m=$(awk -F "$TAB" '!seen[$1]++ { n++ } END { print n + 0 }' "$TMP/missing")

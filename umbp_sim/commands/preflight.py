@@ -16,7 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from umbp_sim.diagnose.request import add_request_arguments
     from umbp_sim.flag_types import size_flag
 
-    parser.add_argument("--root", metavar="DUMP", help="a dump instead of the live host")
+    parser.add_argument(
+        "--root", metavar="DUMP|-", help="a dump instead of the live host (-: from stdin)"
+    )
     add_request_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     v = parser.add_argument_group(
@@ -52,15 +54,29 @@ def live_host():  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
+    from umbp_sim.commands.replay import close_external_allocators
+
+    try:
+        return _run(args)
+    finally:
+        close_external_allocators()
+
+
+def _run(args: argparse.Namespace) -> int:
     from umbp_sim.commands.replay import print_diagnosis
     from umbp_sim.diagnose import diagnose
     from umbp_sim.diagnose.request import request_from_args
     from umbp_sim.dump import load_dump
+    from umbp_sim.dump.stdin import STDIN, check_one_reader, stdin_source
 
+    check_one_reader([args.root] if args.root else [], getattr(args, "error", None), "--root")
     request = request_from_args(args)
     if args.verify:
         return run_verify(args, request)
-    machine, facts = load_dump(args.root) if args.root else live_host()
+    if args.root == STDIN:
+        machine, facts = load_dump(stdin_source())
+    else:
+        machine, facts = load_dump(args.root) if args.root else live_host()
     d = diagnose(machine, facts, request)
     print_diagnosis(d, args.json)
     return d.exit_code

@@ -12,8 +12,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "dump",
         nargs="+",
         metavar="DUMP|DIR|GLOB",
-        help="dump directory, .tar[.gz|.bz2|.xz], or a meminfo file; several, a directory of "
-        "dumps or a glob: a row per host (umbp_sim/diagnose/fleet.py)",
+        help="dump directory, .tar[.gz|.bz2|.xz] (hwloc-gather-topology, sosreport, umbp-sim "
+        "collect), or a meminfo file; - reads one from stdin; several, a directory of dumps "
+        "or a glob: a row per host (umbp_sim/diagnose/fleet.py)",
     )
     add_request_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
@@ -31,15 +32,32 @@ def print_diagnosis(d, as_json: bool) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    finally:
+        close_external_allocators()
+
+
+def close_external_allocators() -> None:
+    """End the server process of an external ``--allocator`` (one per command), if one ran."""
+    import sys
+
+    if "umbp_sim.external.observe" in sys.modules:
+        sys.modules["umbp_sim.external.observe"].close_runners()
+
+
+def _run(args: argparse.Namespace) -> int:
     from umbp_sim.diagnose import diagnose
     from umbp_sim.diagnose.fleet import is_fleet
     from umbp_sim.diagnose.request import request_from_args
     from umbp_sim.dump import load_dump
+    from umbp_sim.dump.stdin import STDIN, check_one_reader, stdin_source
 
+    check_one_reader(args.dump, getattr(args, "error", None), "DUMP")
     request = request_from_args(args)  # flags first: a usage error needs no dump
     if is_fleet(args.dump):
         return replay_fleet_command(args.dump, request, args.json, args.html)
-    machine, facts = load_dump(args.dump[0])
+    machine, facts = load_dump(stdin_source() if args.dump[0] == STDIN else args.dump[0])
     d = diagnose(machine, facts, request)
     from umbp_sim.diagnose.html_report import write_html
 

@@ -4,7 +4,8 @@
     (requested_backing=UMBPHostBufferBacking.AnonymousHugetlb, numa_node=3).
 
 :func:`parse_error_line` finds it in one line or a whole pasted traceback (the last match wins:
-a traceback ends with the exception) and returns size, backing and node.
+a traceback ends with the exception; a paste hard-wrapped at the terminal's width is joined
+back) and returns size, backing and node.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class ErrorLine:
 
 def parse_error_line(text: str, where: str = "--error") -> ErrorLine:
     found = list(_LINE.finditer(text))
+    if not found:  # a paste hard-wrapped at the terminal's width: the line split anywhere
+        found = list(_LINE.finditer(re.sub(r"\r?\n", "", text)))
     if not found:
         raise ErrorLineError(
             f"{where}: no 'UMBPHostMemAllocator.alloc(N bytes) failed (requested_backing=..., "

@@ -52,9 +52,10 @@ def _looks_like_dump_file(name: str) -> bool:
 
 
 def _is_dump_dir(path: str) -> bool:
-    """A dump directory: proc/meminfo at its root, or one level down (``NAME/proc/meminfo``)
-    when NAME is its only directory and nothing beside it looks like another dump."""
-    if os.path.isfile(os.path.join(path, "proc", "meminfo")):
+    """A dump directory: proc/meminfo (or nodeN/meminfo) at its root, or one level down
+    (``NAME/proc/meminfo``) when NAME is its only directory and nothing beside it looks like
+    another dump."""
+    if _has_machine_files(path):
         return True
     try:
         entries = os.listdir(path)
@@ -63,11 +64,19 @@ def _is_dump_dir(path: str) -> bool:
     subdirs = [e for e in entries if os.path.isdir(os.path.join(path, e))]
     if len(subdirs) != 1 or any(_looks_like_dump_file(e) for e in entries):
         return False
-    return os.path.isfile(os.path.join(path, subdirs[0], "proc", "meminfo"))
+    return _has_machine_files(os.path.join(path, subdirs[0]))
+
+
+def _has_machine_files(path: str) -> bool:
+    """proc/meminfo, or a nodeN/meminfo (a dump without proc/meminfo, dump/hwloc.py)."""
+    if os.path.isfile(os.path.join(path, "proc", "meminfo")):
+        return True
+    return bool(glob.glob(os.path.join(glob.escape(path), "sys/devices/system/node/node*/meminfo")))
 
 
 def _dumps_in(directory: str) -> list[str]:
-    """The dumps a directory of dumps holds: tarballs, dump directories, ``*meminfo`` files."""
+    """The dumps a directory of dumps holds: tarballs, dump directories, ``*meminfo`` files;
+    with none at its top, the node dumps of a must-gather (``_must_gather_nodes``)."""
     out = []
     for entry in sorted(os.listdir(directory)):
         p = os.path.join(directory, entry)
@@ -76,6 +85,31 @@ def _dumps_in(directory: str) -> list[str]:
                 out.append(p)
         elif _looks_like_dump_file(entry):
             out.append(p)
+    return out or _must_gather_nodes(directory)
+
+
+MUST_GATHER_DEPTH = 3  # must-gather.local.N/IMAGE-DIR/nodes/NODE: nodes/ is 2 levels down
+
+
+def _must_gather_nodes(directory: str) -> list[str]:
+    """A Kubernetes must-gather's node dumps: each ``nodes/NODE/`` (at most
+    MUST_GATHER_DEPTH levels down) that is a dump directory, else the tarballs in it."""
+    out: list[str] = []
+    for root, dirs, _files in os.walk(directory):
+        depth = os.path.relpath(root, directory).count(os.sep) + (root != directory)
+        dirs.sort()
+        if depth >= MUST_GATHER_DEPTH:
+            dirs[:] = []
+        if os.path.basename(root) != "nodes" or root == directory:
+            continue
+        for node in list(dirs):
+            p = os.path.join(root, node)
+            if _is_dump_dir(p):
+                out.append(p)
+            else:
+                tars = [os.path.join(p, e) for e in os.listdir(p) if e.endswith(TAR_SUFFIXES)]
+                out += sorted(t for t in tars if os.path.isfile(t))
+        dirs[:] = []  # a node's own directories are not searched further
     return out
 
 

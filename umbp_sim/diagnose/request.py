@@ -80,10 +80,31 @@ def _backing_arg(value: str) -> str:
 
 
 def _profile_arg(value: str) -> str:
+    """A built-in profile's canonical name, or an external build's SPEC (a path, a module)."""
+    import importlib.util
+
+    from umbp_sim.allocator_spec import AllocatorSpecError, parse_allocator_spec
+
     try:
         return canonical_profile(value)
     except ProfileError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        try:
+            spec = parse_allocator_spec(value)
+        except AllocatorSpecError as spec_error:
+            raise argparse.ArgumentTypeError(
+                str(e) if "/" not in value and ".so" not in value else str(spec_error)
+            ) from None
+        if spec.kind == "module":
+            try:
+                found = importlib.util.find_spec(spec.name) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                raise argparse.ArgumentTypeError(
+                    f"{e}, a path to a built .so, or an importable module (no module named "
+                    f"{spec.name!r})"
+                ) from None
+        return spec.path or spec.name
 
 
 def _sglang_arg(value: str) -> str:
@@ -100,9 +121,11 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         "--allocator",
         type=_profile_arg,
         default=FIELD_PROFILE,
-        metavar="NAME",
+        metavar="NAME|PATH|MODULE",
         help=f"allocator profile: {FIELD_PROFILE} (default, alias mori: the field's) or "
-        f"{FIXED_PROFILE} (mori plus umbp-sim's fixes)",
+        f"{FIXED_PROFILE} (mori plus umbp-sim's fixes); or an external build: a built .so with "
+        "mori's Python API, or an importable module such as mori.umbp (runs in its own "
+        "process under the interposer)",
     )
     model.add_argument(
         "--sglang",

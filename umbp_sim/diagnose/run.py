@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from umbp_sim.allocator_spec import is_external
 from umbp_sim.diagnose.request import Request
 from umbp_sim.machine import Machine
 from umbp_sim.scenario.runner import Observed, observe
@@ -92,7 +93,14 @@ def run_allocator(
     profile: str | None = None,
 ) -> Observed:
     """The one place the diagnosis runs the allocator: ``observe`` with the allocator profile
-    (a request's scenario names its own, ``Request.allocator``, which wins)."""
+    (a request's scenario names its own, ``Request.allocator``, which wins), or, for an external
+    build (``--allocator PATH|MODULE``), the same request in that allocator's process
+    (``umbp_sim.external.observe``)."""
+    allocator = profile or scn.allocator
+    if allocator and is_external(allocator):
+        from umbp_sim.external.observe import observe_external
+
+        return observe_external(scn, machine, setup, allocator)
     return observe(scn, machine, setup, profile=profile)
 
 

@@ -4,7 +4,8 @@
     print(render_verify_text(v)); v.exit_code  # 3 when prediction and reality disagree
 
 The real allocation runs in a child process (``python -m umbp_sim.diagnose.verify``): the
-real kernel (``LinuxKernel``), the request's allocator profile, the same size, backing,
+real kernel (``LinuxKernel``), the request's allocator profile (or its external build, loaded
+as it is: ``--allocator PATH|MODULE``; its bound node read from numa_maps), the same size, backing,
 hugepage size, node and prefault; the child measures the buffer (page size: smaps'
 KernelPageSize; RSS: its resident bytes by mincore(2); nodes: the numa_maps entry holding it),
 frees it and prints JSON. A child killed by a signal is ``crashed``.
@@ -274,14 +275,43 @@ def _pages_on(addr: int) -> dict[int, int]:
     return out
 
 
-def child_main(spec: dict[str, Any]) -> dict[str, Any]:
+def _bound_node(addr: int) -> int:
+    """The node of the numa_maps entry holding ``addr`` when its policy binds to one, else -1."""
+    best: tuple[int, list[str]] | None = None
+    with open("/proc/self/numa_maps") as f:
+        for line in f:
+            tok = line.split()
+            start = int(tok[0], 16) if tok else addr + 1
+            if start <= addr and (best is None or start > best[0]):
+                best = (start, tok)
+    policy = best[1][1] if best and len(best[1]) > 1 else ""
+    nodes = policy.removeprefix("bind:")
+    return int(nodes) if policy.startswith("bind:") and nodes.isdigit() else -1
+
+
+def _allocator(name: str) -> tuple[Any, Any, bool]:
+    """(allocator, its backing enum, external?) for a profile or an external SPEC."""
+    from umbp_sim.allocator_spec import is_external, parse_allocator_spec
+
+    if is_external(name):
+        from umbp_sim.external.child import load_allocator
+
+        spec = parse_allocator_spec(name)
+        module = load_allocator({"kind": spec.kind, "name": spec.name, "path": spec.path or ""})
+        return module.UMBPHostMemAllocator(), module.UMBPHostBufferBacking, True
     import umbp_sim._native as _native
     from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
 
-    allocator = UMBPHostMemAllocator(kernel=_native.LinuxKernel(), profile=spec["allocator"])
+    allocator = UMBPHostMemAllocator(kernel=_native.LinuxKernel(), profile=name)
+    return allocator, UMBPHostBufferBacking, False
+
+
+def child_main(spec: dict[str, Any]) -> dict[str, Any]:
+    # An external build runs as it is, on the real kernel: no interposer.
+    allocator, backings, external = _allocator(spec["allocator"])
     h = allocator.alloc(
         spec["size"],
-        getattr(UMBPHostBufferBacking, spec["backing"]),
+        getattr(backings, spec["backing"]),
         spec["hugepage_size"],
         spec["numa_node"],
         spec["prefault"],
@@ -301,12 +331,12 @@ def child_main(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         sm = _smaps_entry(h.ptr)
         pages = _pages_on(h.ptr)
-        got = h.actual_backing.name
+        got = str(getattr(h.actual_backing, "name", h.actual_backing)).rsplit(".", 1)[-1]
         rss = _resident(h.ptr, h.mapped_size)
         return {
             "outcome": alloc_outcome(spec["backing"], got),
             "backing": got,
-            "node": h.numa_node,
+            "node": _bound_node(h.ptr) if external else h.numa_node,
             "page_size": sm.get("KernelPageSize", 0) * 1024 or None,
             "rss": rss,
             "pages_on": {str(k): v for k, v in pages.items() if v},

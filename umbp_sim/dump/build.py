@@ -96,8 +96,13 @@ def build_machine(f: DumpFacts) -> Machine:
         mem_available = si_mem_available(
             free, f.page_cache or 0, f.slab_reclaimable or 0, watermark_low
         )
+        why = (
+            "no proc/meminfo, so no MemAvailable"
+            if f.meminfo_source == "nodes"
+            else "meminfo has no MemAvailable (kernel before 3.14)"
+        )
         f.notes.append(
-            f"meminfo has no MemAvailable (kernel before 3.14): estimated as the kernel does "
+            f"{why}: estimated as the kernel does "
             f"(si_mem_available) at {mem_available // 1024} kB from MemFree {free // 1024} kB, "
             f"page cache {(f.page_cache or 0) // 1024} kB, SReclaimable "
             f"{(f.slab_reclaimable or 0) // 1024} kB and low watermarks "

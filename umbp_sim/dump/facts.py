@@ -137,6 +137,7 @@ class DumpFacts:
     user_reserve_kbytes: int | None = None
     notes: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # optional files the dump lacks
+    meminfo_source: str = "proc/meminfo"  # or "nodes": summed from nodeN/meminfo (hwloc.py)
 
     def to_json(self) -> dict[str, Any]:
         """The ``inspect --json`` document (issue 3), then extra keys."""
@@ -197,6 +198,7 @@ class DumpFacts:
                 },
                 "notes": list(self.notes),
                 "missing": list(self.missing),
+                "meminfo_source": self.meminfo_source,
             }
         )
         return doc
@@ -240,13 +242,25 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
             return parse_dump(src)
         finally:
             src.close()  # a directory dump holds a directory fd
+    from umbp_sim.dump.sosreport import with_sos_commands  # sosreports: sos_commands/ too
+
+    src = with_sos_commands(src)
     text = src.read("proc/meminfo")
-    if text is None:
-        raise DumpError(src.where("proc/meminfo"), "missing (required)", kind="missing")
     where_mi = src.where("proc/meminfo")
     lines: dict[str, int] = {}
-    mi = parse_meminfo(text, where_mi, lines)
+    from_nodes = None
+    if text is None:  # hwloc/sosreport dumps with only nodeN/meminfo (dump/hwloc.py)
+        from umbp_sim.dump.hwloc import meminfo_from_nodes
+
+        from_nodes = meminfo_from_nodes(src)
+        mi, where_mi = from_nodes.meminfo, from_nodes.where
+    else:
+        mi = parse_meminfo(text, where_mi, lines)
     f = DumpFacts(name=src.name, source=src.label, bare_meminfo=src.bare_meminfo)
+    if from_nodes is not None:
+        f.meminfo_source = "nodes"
+        f.missing.append("proc/meminfo")
+        f.notes.extend(from_nodes.notes)
     r = _Reader(src, f)
     f.mem_total = mi["MemTotal"]
     f.mem_free = mi.get("MemFree")
@@ -271,6 +285,7 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
     _read_kernel_version(r, mi)
     _read_limits(r)
     _read_watermarks(r)
+    f.notes.extend(getattr(src, "notes", ()))  # what a sosreport's sos_commands/ gave
     for rel in src.rejected:  # after the reads: a directory dump finds its links as it reads
         f.notes.append(f"ignored {rel}: absolute path, '..' or a link leaving the dump")
     return f
@@ -589,7 +604,11 @@ def _read_kernel_version(r: _Reader, mi: dict[str, int]) -> None:
         f.notes.append(f"kernel version {f.kernel_version} from proc/version (no osrelease)")
         return
     f.kernel_version_source = "meminfo"
-    if "MemAvailable" not in mi:
+    if f.meminfo_source == "nodes":  # node files date nothing
+        f.kernel_version = DEFAULT_KERNEL_VERSION
+        f.kernel_version_source = "default"
+        why = "no proc/meminfo, osrelease or proc/version dates it: the default"
+    elif "MemAvailable" not in mi:
         f.kernel_version = "3.13.0"
         why = "meminfo has no MemAvailable (added in 3.14)"
     elif "HugePages_Total" in mi and "Hugetlb" not in mi:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.limits import DEFAULT_LIMITS, ArchiveLimits, Budget
+from umbp_sim.dump.manifest import check_manifest, cut_short_error
 from umbp_sim.dump.tarscan import BZ2_MAGIC, GZIP_MAGIC, XZ_MAGIC, Input, TarFormatError, scan
 
 MAX_FILE = DEFAULT_LIMITS.max_file  # largest single dump file read
@@ -50,6 +51,7 @@ RELEVANT = re.compile(
     r"|sys/devices/system/node/(?:online|possible|has_memory"
     r"|node[0-9]+/(?:meminfo|cpulist|distance|hugepages/.+))"
     r"|sys/fs/cgroup/(?:memory\.max|hugetlb\.[^/]+\.max)"
+    r"|sos_commands/(?:kernel/(?:sysctl_-a|uname_-a)|host/hostname)"  # sosreport.py
     r"|umbp-sim-collect\.json)$"
 )
 _COMPRESSED_MAGIC = (GZIP_MAGIC, BZ2_MAGIC, XZ_MAGIC)
@@ -343,18 +345,29 @@ def _safe_member_name(name: str) -> str | None:
     return posixpath.normpath(name)
 
 
+NOT_A_DUMP = (
+    "not a machine dump: no proc/meminfo nor sys/devices/system/node/nodeN/meminfo inside "
+    "(at its top or under one NAME/)"
+)
+
+
 def _find_prefix(names: set[str], label: str) -> str:
+    """The dump's top directory (``NAME/``, or ``""``): where proc/meminfo, or failing that a
+    nodeN/meminfo (``hwloc.marker_top``), is."""
+    from umbp_sim.dump.hwloc import marker_top
+
     if "proc/meminfo" in names:
         return ""
-    tops = sorted(n[: -len("/proc/meminfo")] for n in names if n.endswith("/proc/meminfo"))
-    tops = [t for t in tops if "/" not in t]
+    marked = {t for t in map(marker_top, names) if t is not None}
+    with_proc = {n[: -len("proc/meminfo")].rstrip("/") for n in names if n.endswith("proc/meminfo")}
+    tops = sorted(marked & with_proc or marked)
+    if tops == [""]:
+        return ""
     if len(tops) == 1:
         return tops[0] + "/"
     if len(tops) > 1:
         raise DumpError(label, f"holds {len(tops)} dumps ({', '.join(tops[:4])}), expected one")
-    raise DumpError(
-        label, "not a machine dump: no proc/meminfo nor NAME/proc/meminfo inside", kind="missing"
-    )
+    raise DumpError(label, NOT_A_DUMP, kind="missing")
 
 
 def _wanted(name: str) -> bool:
@@ -388,8 +401,24 @@ def tar_source(
         src = Input(data, more or (lambda n: b""), budget)
         found = scan(src, _wanted, _safe_member_name, budget, _kept_dir)
     except TarFormatError as e:
+        if e.cut_short:  # what ended, and what the manifest says is lost (dump/manifest.py)
+            raise cut_short_error(label, str(e), e.partial) from None
         raise DumpError(label, f"corrupt or unreadable tarball: {e}", kind="unreadable") from None
-    prefix = _find_prefix(found.names, label)
+    check_manifest(found, label)
+    try:
+        prefix = _find_prefix(found.names, label)
+    except DumpError as e:
+        from umbp_sim.dump.hwloc import must_gather_nodes
+
+        nodes = must_gather_nodes(found.sizes) if e.kind == "missing" else []
+        if not nodes:
+            raise
+        rest = f" (and {len(nodes) - 3} more)" if len(nodes) > 3 else ""
+        raise DumpError(
+            label,
+            f"a must-gather of {len(nodes)} node dumps ({', '.join(nodes[:3])}{rest}), not one "
+            "dump: unpack it and replay the directory (a row per node)",
+        ) from None
     files: dict[str, bytes] = {}
     dirs: set[str] = set()
     links: dict[str, str] = {}
@@ -524,11 +553,26 @@ def _read_head(fd: int, where: str, n: int = 512) -> bytes:
     return head
 
 
+def _check_dir_manifest(src: DirSource) -> None:
+    """A collect manifest's files all there, at their sizes (dump/manifest.py); closes ``src``
+    when they are not."""
+    from umbp_sim.dump.manifest import check_dir_manifest
+
+    try:
+        check_dir_manifest(src)
+    except BaseException:
+        src.close()
+        raise
+
+
 def _dir_dump(label: str, fd: int) -> DirSource:
     """The dump in directory ``fd``: itself, or its one subdirectory holding proc/meminfo."""
+    from umbp_sim.dump.hwloc import is_dump_root
+
     top = DirSource(label, label, root_fd=fd)
     try:
-        if top.exists("proc/meminfo"):
+        if is_dump_root(top):
+            _check_dir_manifest(top)
             return top
         names = sorted(os.listdir(fd))
     except OSError as e:
@@ -545,7 +589,7 @@ def _dir_dump(label: str, fd: int) -> DirSource:
             continue  # not a directory, or a symbolic link
         sub = DirSource(os.path.join(label, d), label, root_fd=sub_fd)
         try:
-            found = sub.exists("proc/meminfo")
+            found = is_dump_root(sub)
         except BaseException:
             for other in (sub, top, *subs):
                 other.close()
@@ -556,14 +600,11 @@ def _dir_dump(label: str, fd: int) -> DirSource:
             sub.close()
     top.close()
     if len(subs) == 1:
+        _check_dir_manifest(subs[0])
         return subs[0]
     for sub in subs:
         sub.close()
     if len(subs) > 1:
         listed = ", ".join(sub.name for sub in subs[:4])
         raise DumpError(label, f"holds {len(subs)} dumps ({listed}), expected one")
-    raise DumpError(
-        label,
-        "not a machine dump: no proc/meminfo nor NAME/proc/meminfo inside",
-        kind="missing",
-    )
+    raise DumpError(label, NOT_A_DUMP, kind="missing")

@@ -10,7 +10,10 @@ bound on output; here every step is charged to a ``limits.Budget`` first:
   with a new decompressor per concatenated stream counted too (``max_streams``);
 - each header is counted (``max_members``); pax and GNU long-name/long-link headers are
   refused before they are read when larger than ``max_header``; names are at most ``max_name``;
-- only wanted members' data is kept (``max_file`` each, ``max_kept`` in all); others are skipped.
+- only wanted members' data is kept (``max_file`` each, ``max_kept`` in all); others are skipped,
+  their name and size recorded (for a manifest check) under the bound directory names have;
+- data that ends early (a truncated compressed stream, a member or header cut off, no
+  end-of-archive blocks) is a ``TarFormatError`` with ``cut_short`` set.
 
 Formats: POSIX ustar and pax (``path``, ``linkpath``, ``size`` records), GNU (``L``/``K``
 long names, base-256 sizes, old sparse headers skipped), v7. A bad checksum, a short header,
@@ -44,7 +47,16 @@ PAX_HEADER, PAX_GLOBAL, SOLARIS_PAX = b"x", b"g", b"X"
 
 
 class TarFormatError(Exception):
-    """The bytes are not a readable tar archive (the message says where it broke)."""
+    """The bytes are not a readable tar archive (the message says where it broke).
+
+    ``cut_short``: the data ends early (a truncated stream or tar) rather than being wrong;
+    ``partial`` is what the scan had read up to there (set by ``scan``).
+    """
+
+    def __init__(self, message: str, cut_short: bool = False) -> None:
+        super().__init__(message)
+        self.cut_short = cut_short
+        self.partial: Scan | None = None
 
 
 @dataclass
@@ -60,19 +72,21 @@ class Scan:
     oversized: dict[str, int] = field(default_factory=dict)  # wanted, but over max_file
     links: list[Link] = field(default_factory=list)  # wanted hard/symbolic links
     dirs: set[str] = field(default_factory=set)  # directory members (as named)
+    sizes: dict[str, int] = field(default_factory=dict)  # regular members (kept as dirs are)
     names: set[str] = field(default_factory=set)  # names of wanted files and links
     refused: list[str] = field(default_factory=list)  # unsafe names (first 50)
     refused_count: int = 0
 
 
-def _compressor(data: bytes) -> tuple[Callable[[], Any], bytes] | None:
-    """(a new decompressor, the magic every stream starts with), or None for a plain tar."""
+def _compressor(data: bytes) -> tuple[Callable[[], Any], bytes, str] | None:
+    """(a new decompressor, the magic every stream starts with, its name), or None for a
+    plain tar."""
     if data.startswith(GZIP_MAGIC):
-        return (lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)), GZIP_MAGIC
+        return (lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)), GZIP_MAGIC, "gzip"
     if data.startswith(BZ2_MAGIC):
-        return bz2.BZ2Decompressor, BZ2_MAGIC
+        return bz2.BZ2Decompressor, BZ2_MAGIC, "bzip2"
     if data.startswith(XZ_MAGIC):
-        return (lambda: lzma.LZMADecompressor(format=lzma.FORMAT_XZ)), XZ_MAGIC
+        return (lambda: lzma.LZMADecompressor(format=lzma.FORMAT_XZ)), XZ_MAGIC, "xz"
     return None
 
 
@@ -110,7 +124,7 @@ def _decompressed(src: Input, budget: Budget) -> Iterator[bytes]:
             budget.add_unpacked(len(chunk))
             yield chunk
         return
-    make, magic = kind
+    make, magic, zname = kind
     pending = b""
     while True:
         budget.add_stream()
@@ -131,7 +145,11 @@ def _decompressed(src: Input, budget: Budget) -> Iterator[bytes]:
             if (not pending) if is_zlib else d.needs_input:
                 pending = src.read(_IN_CHUNK)
                 if not pending:
-                    raise TarFormatError("compressed data ends before its stream does")
+                    raise TarFormatError(
+                        f"the {zname} data ends before its stream does (after "
+                        f"{budget.unpacked} bytes unpacked)",
+                        cut_short=True,
+                    )
         pending = d.unused_data
         while len(pending) < len(magic) and (more := src.read(_IN_CHUNK)):
             pending += more
@@ -172,13 +190,13 @@ class _Stream:
     def exact(self, n: int, what: str) -> bytes:
         data = self.read(n)
         if len(data) != n:
-            raise TarFormatError(f"data ends inside {what} (offset {self.offset})")
+            raise TarFormatError(f"data ends inside {what} (offset {self.offset})", True)
         return data
 
     def skip(self, n: int, what: str) -> None:
         while n:
             if self.pos >= len(self.buf) and not self._fill():
-                raise TarFormatError(f"data ends inside {what} (offset {self.offset})")
+                raise TarFormatError(f"data ends inside {what} (offset {self.offset})", True)
             step = min(n, len(self.buf) - self.pos)
             self.pos += step
             self.offset += step
@@ -257,14 +275,30 @@ def scan(
     """Walk the archive once; see the module docstring. ``safe_name`` normalises a member name
     (None for an absolute name or one with ``..``); ``wanted`` is asked about safe names only,
     ``keep_dir`` which directory members to list."""
-    limits = budget.limits
     out = Scan()
     src = data if isinstance(data, Input) else Input.of(data, budget)
-    stream = _Stream(_decompressed(src, budget))
+    try:
+        _walk(_Stream(_decompressed(src, budget)), out, wanted, safe_name, budget, keep_dir)
+    except TarFormatError as e:
+        e.partial = out
+        raise
+    return out
+
+
+def _walk(
+    stream: _Stream,
+    out: Scan,
+    wanted: Callable[[str], bool],
+    safe_name: Callable[[str], str | None],
+    budget: Budget,
+    keep_dir: Callable[[str], bool],
+) -> None:
+    limits = budget.limits
     long_name: str | None = None
     long_link: str | None = None
     pax: dict[str, str] = {}
     first = True
+    arrived: str | None = None  # the regular member whose size is recorded once it is read
     while True:
         offset = stream.offset
         block = stream.read(BLOCK)
@@ -272,12 +306,15 @@ def scan(
             raise TarFormatError("empty archive")
         if len(block) < BLOCK:
             if not block and not (long_name or long_link or pax):
-                return out  # no end-of-archive blocks: tolerated, as tar does
-            raise TarFormatError(f"data ends inside the header at offset {offset}")
+                raise TarFormatError(
+                    f"the tar data ends without its end-of-archive blocks (offset {offset})",
+                    cut_short=True,
+                )
+            raise TarFormatError(f"data ends inside the header at offset {offset}", True)
         if block.count(0) == BLOCK:
             if first:
                 raise TarFormatError("empty archive")
-            return out  # end of archive
+            return  # end of archive
         if not _checksum_ok(block):
             raise TarFormatError(f"header at offset {offset}: bad checksum (not a tar archive?)")
         first = False
@@ -332,7 +369,11 @@ def scan(
             if wanted(safe) and len(link) <= limits.max_name:
                 out.links.append(Link(safe, link, kind == SYMLINK))
                 out.names.add(safe)
-        elif kind in REGULAR and wanted(safe):
+        elif kind in REGULAR and not wanted(safe):
+            if keep_dir(safe):  # its size, checked against a manifest; bounded as dirs are
+                arrived = safe
+        elif kind in REGULAR:
+            arrived = safe
             out.names.add(safe)
             if size > limits.max_file:
                 out.oversized[safe] = size
@@ -341,3 +382,6 @@ def scan(
                 out.files[safe] = stream.exact(size, f"member {safe[:200]}")
                 skip -= size  # the padding is what is left
         stream.skip(skip, f"member {name[:200]}")
+        if arrived is not None:  # whole: a member cut inside is not counted as there
+            out.sizes[arrived] = size
+            arrived = None

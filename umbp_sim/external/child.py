@@ -172,6 +172,10 @@ def serve(spec: dict[str, str]) -> int:
         argv = [sys.executable, "-m", "umbp_sim.external.child", *sys.argv[1:]]
         os.execve(sys.executable, argv, env)
     ip = Interposer(interposer)
+    # What every run needs, imported once here: a forked child would import it each time.
+    import umbp_sim.sim
+    import umbp_sim.trace  # noqa: F401
+
     objects = allocator_objects(before, after, interposer)
     if spec["kind"] == "shared-object" and spec["path"] not in objects:
         objects.append(os.path.realpath(spec["path"]))
@@ -187,7 +191,22 @@ def serve(spec: dict[str, str]) -> int:
 
 
 def fork_run(module: Any, ip: Any, run: Any) -> dict[str, Any]:
-    """Run in a forked child; collect its result, log, stages and exit status."""
+    """Run in a forked child; collect its result, log, stages and exit status.
+
+    ``run`` is a ``Run`` (``run_one``: compare's alloc, write, free) or an ``ObserveJob``
+    (``observe_one``: a replay's request, answered as the scenario runner's ``Observed``).
+    """
+    from umbp_sim.external.observe import ObserveJob, load_torch, observe_one
+
+    if isinstance(run, ObserveJob):
+        if run.kind == "sglang":
+            load_torch()  # once, in the server: not in every forked child
+
+        def job(module: Any, ip: Any, run: Any, report: Any) -> dict[str, Any]:
+            return {"observed": observe_one(module, ip, run, report)}
+
+    else:
+        job = run_one
     log = tempfile.TemporaryFile()
     rfd, wfd = os.pipe()
     pid = os.fork()
@@ -199,10 +218,10 @@ def fork_run(module: Any, ip: Any, run: Any) -> dict[str, Any]:
             os.dup2(log.fileno(), 2)
             out = os.fdopen(wfd, "wb", buffering=0)
 
-            def report(stage: str) -> None:
-                send(out, {"stage": stage})
+            def report(stage: str, **extra: Any) -> None:
+                send(out, {"stage": stage, **extra})
 
-            send(out, {"result": run_one(module, ip, run, report)})
+            send(out, {"result": job(module, ip, run, report)})
         except BaseException:  # noqa: BLE001
             traceback.print_exc()
             code = 70
@@ -210,6 +229,7 @@ def fork_run(module: Any, ip: Any, run: Any) -> dict[str, Any]:
             os._exit(code)
     os.close(wfd)
     stages: list[str] = []
+    partial: dict[str, Any] = {}  # what the child reported on its way (kept if it dies)
     result: dict[str, Any] | None = None
     with os.fdopen(rfd, "rb") as pipe:
         while True:
@@ -218,7 +238,8 @@ def fork_run(module: Any, ip: Any, run: Any) -> dict[str, Any]:
             except (EOFError, pickle.UnpicklingError, struct.error):
                 break
             if "stage" in msg:
-                stages.append(msg["stage"])
+                stages.append(msg.pop("stage"))
+                partial.update(msg)
             else:
                 result = msg["result"]
     _, status = os.waitpid(pid, 0)
@@ -228,6 +249,7 @@ def fork_run(module: Any, ip: Any, run: Any) -> dict[str, Any]:
     return {
         "result": result,
         "stages": stages,
+        "partial": partial,
         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
         "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
         "log": text,

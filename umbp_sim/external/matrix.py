@@ -8,6 +8,7 @@ comparison takes seconds; ``full`` is the complete product (long: tens of thousa
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator
 
@@ -45,8 +46,11 @@ FAULTS = {
 }
 
 
+@functools.cache
 def machine(pool: str, kernel: str = "6.8.0") -> Machine:
-    """A 2-node host: no hugepages, the field's 'pool all on node 0', or pools on both."""
+    """A 2-node host: no hugepages, the field's 'pool all on node 0', or pools on both.
+
+    One object per (pool, kernel), shared by the runs (nothing changes a run's machine)."""
     per_node: list[dict[int | str, int]]
     if pool == "no-pool":
         per_node = [{}, {}]
@@ -63,6 +67,7 @@ def machine(pool: str, kernel: str = "6.8.0") -> Machine:
     return m
 
 
+@functools.cache
 def fault_plan(op: str) -> FaultPlan:
     return FaultPlan.from_rules([{"op": op, "errno": FAULTS[op], "nth": 1}])
 

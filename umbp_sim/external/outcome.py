@@ -74,8 +74,14 @@ def warning_lines(text: str) -> list[str]:
     """Warnings in an allocator's log (stderr): lines that say warn/warning, prefixes removed
     (spdlog's ``[time] [pid] [umbp] [warning]``); umbp-sim's own crash report is not one."""
     out = []
+    in_report = False  # the reasons and the trace of a crash report are not the allocator's
     for line in text.splitlines():
-        if line.startswith("umbp-sim:") or not _WARNING.search(line):
+        if line in ("umbp-sim: reasons:", "umbp-sim: syscall trace:"):
+            in_report = True
+        elif line.startswith(("umbp-sim: end of reasons", "umbp-sim: end of trace")):
+            in_report = False
+            continue
+        if in_report or line.startswith("umbp-sim:") or not _WARNING.search(line):
             continue
         line = _LOG_PREFIX.sub("", line.strip())
         line = re.sub(r"^\w+ \[warning\]\s*", "", line)

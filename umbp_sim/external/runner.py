@@ -92,12 +92,20 @@ class ExternalRunner:
         self.objects: list[str] = hello["objects"]
 
     def run(self, run: Run) -> Outcome:
+        return outcome_from_reply(self.exchange(run))
+
+    def observe(self, job: Any) -> dict[str, Any]:
+        """A replay's ``ObserveJob`` in a forked child: the server's raw reply
+        (``umbp_sim.external.observe.observed_from_reply`` reads it)."""
+        return self.exchange(job)
+
+    def exchange(self, message: Any) -> dict[str, Any]:
         try:
-            send(self.proc.stdin, run)  # type: ignore[arg-type]
-            reply = recv(self.proc.stdout)  # type: ignore[arg-type]
+            send(self.proc.stdin, message)  # type: ignore[arg-type]
+            reply: dict[str, Any] = recv(self.proc.stdout)  # type: ignore[arg-type]
         except (EOFError, BrokenPipeError) as e:
             raise CouldNotRun(f"{self.spec}: the allocator's server died ({e})") from None
-        return outcome_from_reply(reply)
+        return reply
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -19,7 +19,7 @@
  * range accessible, or, when the Kernel answers with a signal, prints the crash and the syscall
  * trace to stderr and ends the process with that real signal. Other SIGSEGVs go to the handler
  * that was installed before (Python's faulthandler). Sequential touches are granted in growing
- * runs (up to 8 MiB, reported to the Kernel as touched when granted); real memory behind
+ * runs (up to 32 MiB, reported to the Kernel as touched when granted); real memory behind
  * simulated mappings is bounded by the resident limit: past it, the pages of the oldest runs are
  * moved (mremap) to the new one, so their old contents are not kept.
  */
@@ -57,7 +57,8 @@ UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_deactivate(void);
 UMBP_SIM_INTERPOSER_API int umbp_sim_interposer_add_caller_object(const char* path);
 UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_enter(void);
 UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_leave(void);
-/* Real bytes kept behind simulated mappings (default 32 MiB, at least 8 MiB). */
+/* Real bytes kept behind simulated mappings (default 48 MiB, at least 8 MiB; one 32 MiB block
+ * is always allowed). */
 UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_set_resident_limit(size_t bytes);
 UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_get_stats(umbp_sim_interposer_stats* out);
 

@@ -61,7 +61,9 @@ typedef struct umbp_sim_kernel_ops {
   unsigned long (*mapping_end)(void* self, void* addr);
   /* Text for a post-mortem, written to buf (at most cap-1 bytes, NUL-terminated); returns the
    * full length. what: 0 = the simulated crash ("SIGBUS in prefault touch: ..."), empty if
-   * none; 1 = the syscall trace of the TracingKernel in the stack, empty if none. */
+   * none; 1 = the syscall trace of the TracingKernel in the stack, empty if none; 2 = the
+   * SimKernel's recorded reasons, one JSON object a line ({"call", "rule", "errno", "signal",
+   * "numbers", "text"}), empty if none or not simulated. */
   size_t (*describe)(void* self, int what, char* buf, size_t cap);
   void (*retain)(void* self);
   void (*release)(void* self);

@@ -1,0 +1,178 @@
+"""``replay`` and ``preflight`` with ``--allocator PATH``: the dumped host's SimKernel under an
+external build (the test allocator), in one server process, its outcome explained from
+SimKernel's reasons and its fixes re-run on the same build."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from umbp_sim.cli import main
+
+D = Path(__file__).resolve().parent.parent / "data" / "replay"
+PER_NODE = [str(D / "pool-on-node0-6.8.0"), "--size", "1GiB", "--numa-node", "1"]
+TINY_POPULATE_WARNING = "populate failed (Bad address); touching pages"
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str], code: int) -> dict:
+    assert main(argv) == code
+    return json.loads(capsys.readouterr().out)
+
+
+def test_replay_crashes_with_the_planted_sigbus_and_fixes_are_rerun_on_the_build(
+    capsys: pytest.CaptureFixture[str], tiny_builds: dict[str, str]
+) -> None:
+    tiny = tiny_builds["wrap"]
+    doc = _json(capsys, ["replay", *PER_NODE, "--allocator", tiny, "--json"], 0)
+    assert doc["allocator"] == tiny
+    # The test allocator touches by hand after POPULATE_WRITE's EFAULT: the SIGBUS of an empty
+    # node, in its alloc call, with the node SimKernel names.
+    assert (doc["outcome"], doc["signal"], doc["crash_node"]) == ("crashed", "SIGBUS", 1)
+    assert doc["error"].startswith(
+        "killed by SIGBUS during prefault touch of node 1 (in alloc): no free 2048 kB hugepage"
+    )
+    assert doc["warnings"] == [TINY_POPULATE_WARNING] == doc["log"]
+    # Explained from SimKernel's reasons, which the interposer printed before the process died.
+    assert {r["signal"] for r in doc["reasons"]} >= {"SIGBUS"}
+    assert any("killed by SIGBUS" in c for c in doc["causes"])
+    # Each fix shown was run on the test allocator; one that is not enough crashes there.
+    assert doc["fixes"] and all(f["outcome"] == "ok" for f in doc["fixes"])
+    assert any(
+        f["outcome_after"].startswith("crashed: killed by SIGBUS") for f in doc["fixes_not_helping"]
+    )
+    assert doc["with_umbp_sim_fixes"]["outcome"] == "demoted"
+
+
+def test_replay_text_names_the_allocator_and_one_server_runs_every_simulation(
+    capsys: pytest.CaptureFixture[str],
+    tiny_builds: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from umbp_sim.external import runner as runner_mod
+
+    started: list[str] = []
+    real_init = runner_mod.ExternalRunner.__init__
+
+    def counting_init(self, spec, env=None):  # type: ignore[no-untyped-def]
+        started.append(spec.name)
+        real_init(self, spec, env)
+
+    monkeypatch.setattr(runner_mod.ExternalRunner, "__init__", counting_init)
+    tiny = tiny_builds["preload"]
+    assert main(["replay", *PER_NODE, "--allocator", tiny]) == 0
+    out = capsys.readouterr().out
+    assert f"allocator: {tiny}\n" in out
+    assert "error: killed by SIGBUS during prefault touch of node 1 (in alloc)" in out
+    assert "simulated: ok: AnonymousHugetlb on node 1" in out  # a fix, re-run on the build
+    assert started == [tiny]  # one allocator process for the replay and every fix
+    from umbp_sim.external.observe import _RUNNERS
+
+    assert not _RUNNERS  # ended when the command returned
+
+
+@pytest.mark.torch
+def test_replay_sglang_request_on_the_build(
+    capsys: pytest.CaptureFixture[str], tiny_builds: dict[str, str]
+) -> None:
+    llama = ["--model-layers", "32", "--kv-heads", "8", "--head-dim", "128", "--page-size", "64"]
+    argv = ["replay", str(D / "no-pool-512g"), *llama, "--hicache-size", "2", "--sglang", "0.5.23"]
+    doc = _json(capsys, [*argv, "--allocator", tiny_builds["wrap"], "--json"], 0)
+    assert (doc["outcome"], doc["actual_backing"]) == ("demoted", "Anonymous")
+    assert doc["warnings"][0].startswith("hugetlb failed for size=2004877312 (Cannot allocate")
+    assert doc["warnings"][1].startswith("UMBPHostTensorAllocator: requested UMBPHostBufferBacking")
+    assert doc["fixes"][0]["commands"] == ["sysctl -w vm.nr_hugepages=956"]
+    assert doc["fixes"][0]["outcome"] == "ok"
+
+
+def test_preflight_root_exit_code_on_the_build(tiny_builds: dict[str, str]) -> None:
+    argv = ["preflight", "--root", *PER_NODE, "--allocator", tiny_builds["wrap"]]
+    assert main([*argv, "--json"]) == 2  # crashes
+    fine = ["preflight", "--root", str(D / "pool-on-node0-6.8.0"), "--size", "1GiB"]
+    assert main([*fine, "--numa-node", "0", "--allocator", tiny_builds["wrap"], "--json"]) == 0
+
+
+def test_preflight_verify_allocates_with_the_build(
+    capsys: pytest.CaptureFixture[str], tiny_builds: dict[str, str]
+) -> None:
+    tiny = tiny_builds["preload"]
+    argv = ["preflight", "--size", "1MiB", "--backing", "anonymous", "--numa-node", "0"]
+    doc = _json(capsys, [*argv, "--allocator", tiny, "--verify", "--json"], 0)
+    v = doc["verify"]
+    assert doc["allocator"] == v["allocator"] == tiny
+    assert v["agree"] is True
+    real = v["real"]
+    # The build ran on the real kernel: its buffer is bound (numa_maps says bind:0) and touched.
+    assert (real["outcome"], real["actual_backing"], real["node"], real["rss"]) == (
+        "ok",
+        "Anonymous",
+        0,
+        1 << 20,
+    )
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("nosuchmodule", "unknown allocator profile 'nosuchmodule': use one of umbp-sim, "
+                         "mori-624002c (or 'mori'), a path to a built .so, or an importable "
+                         "module (no module named 'nosuchmodule')"),
+        ("/nonexistent/x.so", "--allocator '/nonexistent/x.so': no such file"),
+        ("json", "--allocator json: cannot run it: ImportError: json: no UMBPHostMemAllocator"),
+    ],
+)  # fmt: skip
+def test_an_allocator_that_cannot_run_is_one_line_exit_64(
+    capsys: pytest.CaptureFixture[str], value: str, message: str
+) -> None:
+    try:
+        code = main(["replay", *PER_NODE, "--allocator", value])
+    except SystemExit as e:  # argparse's own errors exit
+        code = e.code
+    assert code == 64
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_recorded_setup_calls_replay_to_the_same_host() -> None:
+    from umbp_sim import Machine
+    from umbp_sim.errors import UmbpSimError
+    from umbp_sim.external.observe import RecordingHost
+    from umbp_sim.sim import SimHost
+
+    m = Machine.x86_64(nodes=2, mem_per_node="8GiB")
+    rec = RecordingHost(SimHost(m))
+    rec.set_nr_hugepages(2 << 20, 64, 1)
+    with pytest.raises(UmbpSimError, match="hugepage size 123"):
+        rec.set_nr_hugepages(123, 1)  # no such pool: it raises here, and the child expects it
+    assert [(c.name, c.args, c.raised) for c in rec.calls] == [
+        ("set_nr_hugepages", (2 << 20, 64, 1), False),
+        ("set_nr_hugepages", (123, 1), True),
+    ]
+    with pytest.raises(AttributeError, match="must use SimHost's methods, not host.kernel"):
+        rec.kernel  # noqa: B018
+    again = SimHost(m)
+    for c in rec.calls[:1]:
+        getattr(again, c.name)(*c.args, **c.kwargs)
+    assert again.node_hugepages(1, 2 << 20) == rec.node_hugepages(1, 2 << 20)
+
+
+def test_crash_report_blocks_are_not_warnings_and_give_the_reasons() -> None:
+    from umbp_sim.external.observe import reasons_from_report
+    from umbp_sim.external.outcome import trace_from_report, warning_lines
+
+    log = (
+        "tiny [warning] populate failed (Bad address); touching pages\n"
+        "umbp-sim: simulated SIGBUS (page touch): SIGBUS in prefault touch (node 1): no page\n"
+        "umbp-sim: reasons:\n"
+        '{"call": "touch", "rule": "r", "errno": null, "signal": "SIGBUS", "numbers": {"n": 1}, '
+        '"text": "a warning-like text"}\n'
+        "umbp-sim: end of reasons\n"
+        "umbp-sim: syscall trace:\n"
+        "madvise(...) = -1 EFAULT warn\n"
+        "umbp-sim: end of trace\n"
+    )
+    assert warning_lines(log) == ["populate failed (Bad address); touching pages"]
+    (r,) = reasons_from_report(log)
+    assert (r.signal, r.numbers, r.text) == ("SIGBUS", {"n": 1}, "a warning-like text")
+    assert trace_from_report(log) == ["madvise(...) = -1 EFAULT warn"]

@@ -1,0 +1,354 @@
+"""A replay's request on an external allocator: what ``replay``/``preflight --allocator SPEC`` run.
+
+The diagnosis runs every simulation through ``umbp_sim.diagnose.run.run_allocator``; when the
+allocator is an external build that call comes here. The request (a raw ``alloc`` or sglang's
+host pool) runs in a forked child of the allocator's server process (``umbp_sim.external.child``)
+on a SimHost built from the dumped machine, and comes back as the scenario runner's
+``Observed``, SimKernel's reasons included, so the explanation and the fix search read it as they
+read a built-in run. A real death (SIGBUS, SIGKILL) is the outcome ``crashed``: the reasons come
+from the interposer's crash report.
+
+A fix's admin writes (``setup(host)``: ``host.set_nr_hugepages(...)``) are applied here to a
+host built from the same machine through :class:`RecordingHost`, which records each call; the
+child makes the same calls on its own fresh host (SimKernel is deterministic, so both hosts end
+in the same state).
+
+One server process per allocator and command: :func:`runner_for` opens it on first use,
+:func:`close_runners` (the commands call it; also at exit) ends it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from umbp_sim.allocator_spec import AllocatorSpec, AllocatorSpecError, parse_allocator_spec
+from umbp_sim.errors import UmbpSimError
+from umbp_sim.external.outcome import crash_report, trace_from_report, warning_lines
+from umbp_sim.faults import FaultPlan
+from umbp_sim.machine import Machine
+from umbp_sim.scenario.runner import ALLOCATOR_LOGGER, Observed
+from umbp_sim.scenario.schema import Scenario
+from umbp_sim.sim import Reason, SimHost
+
+MPOL_BIND = 2
+
+# ---- the parent side ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostCall:
+    """One call a setup made on a SimHost: replayed on the child's host."""
+
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    raised: bool  # it raised here (OSError: the kernel refused); the child expects the same
+
+
+class RecordingHost:
+    """A SimHost that records the method calls made on it (a fix's admin writes)."""
+
+    def __init__(self, host: SimHost) -> None:
+        self._host = host
+        self.calls: list[HostCall] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "kernel":
+            raise AttributeError(
+                "a setup for an external allocator must use SimHost's methods, not host.kernel "
+                "(its calls are replayed in the allocator's process)"
+            )
+        attr = getattr(self._host, name)
+        if name.startswith("_") or not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = attr(*args, **kwargs)
+            except Exception:
+                self.calls.append(HostCall(name, args, kwargs, True))
+                raise
+            self.calls.append(HostCall(name, args, kwargs, False))
+            return result
+
+        return call
+
+
+@dataclass(frozen=True)
+class ObserveJob:
+    """A request to observe in the allocator's process (picklable: sent to the server)."""
+
+    machine: Machine
+    kind: str  # "alloc" | "sglang"
+    request: dict[str, Any]  # the scenario table (alloc args, or sglang's model and sizes)
+    env: dict[str, str] = field(default_factory=dict)
+    sglang_release: str | None = None
+    host_calls: tuple[HostCall, ...] = ()
+    plan: FaultPlan | None = None
+
+
+_RUNNERS: dict[str, Any] = {}
+
+
+def runner_for(spec: AllocatorSpec) -> Any:
+    """The server process of ``spec``'s allocator, started on first use."""
+    from umbp_sim.external.runner import CouldNotRun, ExternalRunner
+
+    runner = _RUNNERS.get(spec.name)
+    if runner is None:
+        try:
+            runner = _RUNNERS[spec.name] = ExternalRunner(spec)
+        except CouldNotRun as e:  # the SPEC names nothing that runs: a usage error here
+            why = str(e).removeprefix(f"{spec}: ")
+            raise AllocatorSpecError(f"--allocator {spec}: cannot run it: {why}") from None
+    return runner
+
+
+def close_runners() -> None:
+    """End every allocator server process this process started."""
+    while _RUNNERS:
+        _, runner = _RUNNERS.popitem()
+        runner.close()
+
+
+atexit.register(close_runners)
+
+
+def observe_external(
+    scn: Scenario,
+    machine: Machine,
+    setup: Callable[[Any], Any] | None,
+    allocator: str,
+) -> Observed:
+    """``scn``'s request on the external allocator ``allocator`` (a SPEC), as ``Observed``."""
+    from umbp_sim.scenario.runner import ScenarioError
+
+    if scn.request_kind not in ("alloc", "sglang"):
+        raise ScenarioError(f"{scn.path}: steps cannot run on an external allocator ({allocator})")
+    calls: tuple[HostCall, ...] = ()
+    if setup is not None:
+        recording = RecordingHost(SimHost(machine))
+        setup(recording)
+        calls = tuple(recording.calls)
+    plan = FaultPlan.from_rules(scn.faults, scn.fault_seed) if scn.faults else None
+    job = ObserveJob(
+        machine=machine,
+        kind=scn.request_kind,
+        request=dict(scn.request),
+        env=dict(scn.env),
+        sglang_release=scn.sglang,
+        host_calls=calls,
+        plan=plan,
+    )
+    runner = runner_for(parse_allocator_spec(allocator))
+    return observed_from_reply(runner.observe(job))
+
+
+_KERNEL_CRASH = re.compile(
+    r"^(?P<sig>SIG\w+) in (?P<where>.*?)(?: \(node (?P<node>\d+)\))?(?:: (?P<detail>.*))?$"
+)
+
+
+def reasons_from_report(text: str) -> list[Reason]:
+    """SimKernel's reasons the interposer printed before the process died (JSON lines)."""
+    start = text.find("umbp-sim: reasons:\n")
+    if start < 0:
+        return []
+    body = text[start + len("umbp-sim: reasons:\n") :]
+    end = body.find("umbp-sim: end of reasons")
+    body = body if end < 0 else body[:end]
+    out = []
+    for line in body.splitlines():
+        try:
+            out.append(Reason(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+def observed_from_reply(reply: dict[str, Any]) -> Observed:
+    """The scenario runner's ``Observed`` from what the server saw of one forked run."""
+    log = reply["log"]
+    allocator_lines = warning_lines(log)
+    result = reply["result"]
+    if reply["signal"] is not None:
+        import signal as _signal
+
+        try:
+            sig = _signal.Signals(reply["signal"]).name
+        except ValueError:
+            sig = f"signal {reply['signal']}"
+        _, detail = crash_report(log)
+        stage = reply["stages"][-1] if reply["stages"] else "start"
+        obs = Observed(outcome="crashed", signal=sig)
+        m = _KERNEL_CRASH.match(detail)
+        if m:  # SimKernel's account: "SIGBUS in prefault touch (node 1): ..."
+            obs.crash_node = int(m["node"]) if m["node"] else None
+            where = m["where"] + (f" of node {m['node']}" if m["node"] else "")
+            obs.error = f"killed by {sig} during {where} (in {stage})"
+            obs.error += f": {m['detail']}" if m["detail"] else ""
+        else:  # injected, or a real signal of the allocator's own
+            obs.error = f"killed by {sig} during {stage}" + (f": {detail}" if detail else "")
+        obs.reasons = reasons_from_report(log)
+        obs.trace = "\n".join(trace_from_report(log)[-40:])
+        partial = reply.get("partial") or {}
+        obs.warnings = list(allocator_lines)
+        obs.budget = partial.get("budget")
+    elif result is None:
+        tail = log.strip().splitlines()[-1] if log.strip() else f"exit code {reply['code']}"
+        raise UmbpSimError(f"the allocator's process failed: {tail}")
+    else:
+        obs = result["observed"]
+        obs.warnings = allocator_lines + list(obs.warnings)  # the allocator spoke first
+    obs.allocator_warnings = allocator_lines
+    obs.log = list(obs.log) + [(ALLOCATOR_LOGGER, w) for w in allocator_lines]
+    return obs
+
+
+# ---- the child side (in the forked process) ----------------------------------------------------
+
+
+def bound_node(host: SimHost, ptr: int) -> int:
+    """The node the mapping at ``ptr`` is bound to (MPOL_BIND to one node), else -1."""
+    for m in host.mappings():
+        if m.start <= ptr < m.start + m.length:
+            if m.policy_mode == MPOL_BIND and len(m.policy_nodes) == 1:
+                return int(m.policy_nodes[0])
+            return -1
+    return -1
+
+
+def _backing_name(handle: Any) -> str:
+    return str(getattr(handle.actual_backing, "name", handle.actual_backing)).rsplit(".", 1)[-1]
+
+
+def observe_one(module: Any, ip: Any, job: ObserveJob, report: Callable[..., None]) -> Observed:
+    """In the forked child: ``job``'s request on a fresh simulated host, under the interposer."""
+    from umbp_sim.leaks import collect_leaks
+    from umbp_sim.scenario.runner import (
+        HUGETLB_BACKINGS,
+        _alloc_args,
+        _collect_warnings,
+        _null_handle_error,
+    )
+    from umbp_sim.sim import simulate
+    from umbp_sim.trace import instrument, trace_text
+
+    os.environ.update(job.env)  # the server's environment (MORI_UMBP_LOG_LEVEL ...)
+    obs = Observed(outcome="ok")
+    with simulate(job.machine) as host, _collect_warnings() as warnings:
+        for c in job.host_calls:
+            try:
+                getattr(host, c.name)(*c.args, **c.kwargs)
+            except Exception:
+                if not c.raised:
+                    raise
+        stack = instrument(host.kernel, job.plan)
+        ip.activate(stack.kernel)
+        handles: list[Any] = []
+        startup = None
+        allocator = None
+        report("alloc")
+        if job.kind == "alloc":
+            size, backing, hp, node, prefault = _alloc_args(job.request)
+            allocator = module.UMBPHostMemAllocator()
+            try:
+                with ip.scope():
+                    h = allocator.alloc(
+                        size, getattr(module.UMBPHostBufferBacking, backing), hp, node, prefault
+                    )
+            except Exception as e:  # noqa: BLE001 - what the allocator raised is the outcome
+                obs.outcome, obs.error, h = "failed", f"{type(e).__name__}: {e}", None
+            if obs.error:
+                pass
+            elif not h:
+                obs.outcome, obs.error = "failed", _null_handle_error(size, backing, node)
+            else:
+                handles.append(h)
+                obs.actual_backing = _backing_name(h)
+                demoted = backing in HUGETLB_BACKINGS and obs.actual_backing not in HUGETLB_BACKINGS
+                obs.outcome = "demoted" if demoted else "ok"
+        else:
+            startup = _start_sglang(module, ip, job, host, obs, report)
+            handles = list(startup.handles) if startup is not None else []
+        if handles:
+            last = handles[-1]
+            obs.mapped_size = int(last.mapped_size)
+            obs.bound_node = bound_node(host, int(last.ptr))
+        report("free")
+        with ip.scope():
+            if startup is not None:
+                startup.close()
+            elif allocator is not None:
+                for h in handles:
+                    allocator.free(h)
+        obs.leaks = collect_leaks(host, stack.kernel)
+        obs.trace = trace_text(stack.kernel, last=40)
+        obs.reasons = host.reasons()
+        ip.deactivate()
+    obs.warnings = list(warnings.messages)
+    obs.log = list(warnings.log)
+    return obs
+
+
+def _start_sglang(
+    module: Any, ip: Any, job: ObserveJob, host: SimHost, obs: Observed, report: Callable[..., None]
+) -> Any:
+    """sglang's host-pool startup with ``module`` as ``mori.umbp`` (the allocator's calls are
+    in the interposer's scope; Python's and torch's own go to the real kernel)."""
+    from umbp_sim.scenario.runner import result_budget, zoneinfo_low_pages
+    from umbp_sim.sglang import MHAModel, MLAModel, hicache_request, start_host_pool
+    from umbp_sim.sglang.sizing import parse_meminfo
+
+    r = job.request
+    dtype = r.get("dtype", "bfloat16")
+    if "kv_lora_rank" in r:
+        model: Any = MLAModel(r["layers"], r["kv_lora_rank"], r.get("qk_rope_head_dim", 64),
+                              dtype, r.get("index_head_dim"))  # fmt: skip
+    else:
+        kv_heads = r["kv_heads"]
+        if "tp_size" in r:
+            kv_heads = max(1, kv_heads // r["tp_size"])
+        model = MHAModel(r["layers"], kv_heads, r["head_dim"], dtype)
+    request = hicache_request(
+        model,
+        layout=r.get("layout", "layer_first"),
+        page_size=r.get("page_size", 1),
+        hicache_size=r.get("hicache_size", 0),
+        hicache_ratio=r.get("hicache_ratio", 2.0),
+        device_pool_tokens=r.get("device_pool_tokens"),
+    )
+    meminfo = parse_meminfo(host.read("/proc/meminfo"), "/proc/meminfo")
+    obs.budget = result_budget(meminfo, host)
+    # What a death leaves the parent: the host check's numbers.
+    report("alloc", partial={"budget": obs.budget})
+    with ip.scope():
+        result = start_host_pool(
+            request,
+            meminfo,
+            env=job.env,
+            module=module,
+            keep=True,
+            release=job.sglang_release,
+            watermark_low_pages=zoneinfo_low_pages(host),
+        )
+    obs.outcome = "ok" if result.outcome == "fallback" else result.outcome
+    obs.error, obs.signal = result.error, result.signal
+    if result.handles:
+        obs.actual_backing = _backing_name(result.handles[-1])
+    return result
+
+
+def load_torch() -> None:
+    """Import torch in the server once (sglang's layer needs it; a forked child then has it)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    import umbp_sim.sglang  # noqa: F401
