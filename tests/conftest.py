@@ -19,7 +19,6 @@ from umbp_sim import _native
 os.environ["PYTHONSAFEPATH"] = "1"
 
 
-
 def _import_numpy_and_torch_untracked_by_lsan() -> None:
     """Under ``tox -e asan`` (LeakSanitizer preloaded): numpy's import leaves 53 objects
     (3120 bytes, CPython tuples and capsules) that nothing LSan scans points to, reported at
