@@ -426,7 +426,7 @@ SIM_CONFIG_NAMES = {"mem_available_line": "show_mem_available", "kernel_version"
 def _specs() -> tuple[FieldSpec, ...]:
     out = []
     for f in dataclasses.fields(Machine):
-        default = f.default if f.default is not _MISSING else f.default_factory()  # type: ignore[misc]
+        default = f.default if f.default is not _MISSING else f.default_factory()  # type: ignore[misc,operator]
         cxx = SIM_CONFIG_NAMES.get(f.name, f.name) if f.metadata["cxx_type"] else None
         out.append(FieldSpec(f.name, str(f.type), default=default, cxx=cxx, **f.metadata))
     return tuple(out)

@@ -636,7 +636,7 @@ def _read_limits(r: _Reader) -> None:
         v = parse_cgroup_max(t, r.src.where("sys/fs/cgroup/memory.max"))
         f.memcg_max = "max" if v is None else v
     for size in f.hugepage_sizes:
-        for suffix, limits in (
+        for suffix, by_size in (
             ("max", f.hugetlb_cgroup_max),
             ("rsvd.max", f.hugetlb_cgroup_rsvd_max),
         ):
@@ -644,4 +644,4 @@ def _read_limits(r: _Reader) -> None:
             t = r.text(rel, record=False)
             if t is not None:
                 v = parse_cgroup_max(t, r.src.where(rel))
-                limits[size] = "max" if v is None else v
+                by_size[size] = "max" if v is None else v

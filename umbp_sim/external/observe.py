@@ -230,19 +230,16 @@ def _backing_name(handle: Any) -> str:
 
 def observe_one(module: Any, ip: Any, job: ObserveJob, report: Callable[..., None]) -> Observed:
     """In the forked child: ``job``'s request on a fresh simulated host, under the interposer."""
+    from umbp_sim.backing import HUGETLB_BACKINGS
     from umbp_sim.leaks import collect_leaks
-    from umbp_sim.scenario.runner import (
-        HUGETLB_BACKINGS,
-        _alloc_args,
-        _collect_warnings,
-        _null_handle_error,
-    )
+    from umbp_sim.log_capture import capture_logs
+    from umbp_sim.scenario.runner import WARNING_LOGGERS, _alloc_args, _null_handle_error
     from umbp_sim.sim import simulate
     from umbp_sim.trace import instrument, trace_text
 
     os.environ.update(job.env)  # the server's environment (MORI_UMBP_LOG_LEVEL ...)
     obs = Observed(outcome="ok")
-    with simulate(job.machine) as host, _collect_warnings() as warnings:
+    with simulate(job.machine) as host, capture_logs(WARNING_LOGGERS) as warnings:
         for c in job.host_calls:
             try:
                 getattr(host, c.name)(*c.args, **c.kwargs)
