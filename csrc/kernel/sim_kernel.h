@@ -163,6 +163,12 @@ class SimKernel : public Kernel {
   friend struct SimFaulter;
   // sim_kernel.cpp
   SimHState* hstate(uint64_t size);
+  // sim_render.cpp: the files under `only` (a path; empty: every file), mu_ held.
+  void render_locked(std::map<std::string, std::string>& f, const std::string& only);
+  void render_sysctl_locked(std::map<std::string, std::string>& f, const SimHState* def);
+  void render_hugepages_locked(std::map<std::string, std::string>& f);
+  void render_nodes_locked(std::map<std::string, std::string>& f, const SimHState* def,
+                           const std::string& only);
   bool has_memory(int node) const;
   std::vector<int> memory_nodes() const;
   bool version_at_least(int major, int minor) const;
