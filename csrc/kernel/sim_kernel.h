@@ -5,7 +5,10 @@
 //   sim_config.h   the starting description (from umbp_sim.machine.Machine)
 //   sim_pages.h    PageRuns: per-page state of a mapping's backing object, as interval runs
 //   sim_kernel.cpp state, hugepage pool arithmetic, admin knobs, crash bookkeeping
-//   sim_mmap.cpp   mmap, munmap, madvise, touch (faults)
+//   sim_mmap.cpp   mmap, munmap: overcommit accounting, VMAs
+//   sim_faults.cpp the fault path: fault_order, fault_range, populate, madvise, touch
+//   sim_address_space.cpp  the real address space reserved behind simulated mappings
+//   sim_mm_util.h  small helpers of those three files
 //   sim_mbind.cpp  mbind
 //   sim_memfd.cpp  memfd_create, ftruncate, close
 //   sim_render.cpp /proc and /sys rendering, read_file
