@@ -190,8 +190,11 @@ class AllocRun {
           if (huge) {
             return HugeFail("memfd_create", texts::kHugetlbMemfdFailed, h, hp, fd.error);
           }
-          Warn(p_.mori_texts ? Fill(texts::kMoriMemfdFailed, {{"err", MoriErr(fd.error)}})
-                             : Fill(texts::kMemfdFailed, {{"e", ErrName(fd.error)}}));
+          if (p_.mori_texts) {
+            Warn(Fill(texts::kMoriMemfdFailed, {{"err", MoriErr(fd.error)}}));
+          } else {
+            Warn(Fill(texts::kMemfdFailed, {{"e", ErrName(fd.error)}}));
+          }
           return Status::Fail;
         }
         h.fd = static_cast<int>(fd.value);
@@ -221,11 +224,14 @@ class AllocRun {
           if (huge) {
             return HugeFail("mmap", texts::kHugetlbMmapFailed, h, hp, m.error);
           }
-          Warn(p_.mori_texts ? Fill(texts::kMoriMmapFailed, {{"n", ns}, {"err", MoriErr(m.error)}})
-                             : Fill(texts::kMmapFailed, {{"n", ns},
-                                                         {"b", "AnonymousShm"},
-                                                         {"page", BasePages(page_)},
-                                                         {"e", ErrName(m.error)}}));
+          if (p_.mori_texts) {
+            Warn(Fill(texts::kMoriMmapFailed, {{"n", ns}, {"err", MoriErr(m.error)}}));
+          } else {
+            Warn(Fill(texts::kMmapFailed, {{"n", ns},
+                                           {"b", "AnonymousShm"},
+                                           {"page", BasePages(page_)},
+                                           {"e", ErrName(m.error)}}));
+          }
           return Status::Fail;
         }
         h.ptr = m.ptr();

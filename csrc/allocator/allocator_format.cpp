@@ -9,8 +9,8 @@
 namespace umbp {
 
 std::string ErrName(int e) {
-  const char* n = strerrorname_np(e);
-  return n ? std::string(n) : "errno " + std::to_string(e);
+  if (const char* n = strerrorname_np(e)) return n;
+  return "errno " + std::to_string(e);
 }
 
 std::string MoriErr(int e) {

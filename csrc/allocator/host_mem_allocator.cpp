@@ -224,10 +224,12 @@ void HostMemAllocator::Free(HostBufferHandle& handle) {
     }
     if (r.killed()) return;
     if (!r.ok()) {
-      Warn(policy_.mori_texts
-               ? Fill(texts::kMoriMunmapFailed, {{"err", MoriErr(r.error)}})
-               : Fill(texts::kFreeMunmapFailed,
-                      {{"addr", Hex(ptr)}, {"n", std::to_string(len)}, {"e", ErrName(r.error)}}));
+      if (policy_.mori_texts) {
+        Warn(Fill(texts::kMoriMunmapFailed, {{"err", MoriErr(r.error)}}));
+      } else {
+        Warn(Fill(texts::kFreeMunmapFailed,
+                  {{"addr", Hex(ptr)}, {"n", std::to_string(len)}, {"e", ErrName(r.error)}}));
+      }
     }
     if (fd_to_close >= 0) CloseOwned(fd_to_close, ptr);
   } catch (...) {
@@ -306,10 +308,12 @@ void HostMemAllocator::ReleaseShmAllocation(uintptr_t base) {
     SysResult r = kernel_->munmap(ptr, len);
     if (r.killed()) return;
     if (!r.ok()) {
-      Warn(policy_.mori_texts
-               ? Fill(texts::kMoriDeferredMunmapFailed, {{"err", MoriErr(r.error)}})
-               : Fill(texts::kDeferredMunmapFailed,
-                      {{"addr", Hex(ptr)}, {"n", std::to_string(len)}, {"e", ErrName(r.error)}}));
+      if (policy_.mori_texts) {
+        Warn(Fill(texts::kMoriDeferredMunmapFailed, {{"err", MoriErr(r.error)}}));
+      } else {
+        Warn(Fill(texts::kDeferredMunmapFailed,
+                  {{"addr", Hex(ptr)}, {"n", std::to_string(len)}, {"e", ErrName(r.error)}}));
+      }
     }
     if (fd >= 0) CloseOwned(fd, ptr);
   } catch (...) {

@@ -12,8 +12,8 @@ std::string Fill(const char* text, Values values) {
     const size_t close = t.find('}', open);
     out.append(t, pos, open - pos);
     const std::string key = t.substr(open + 1, close - open - 1);
-    for (const auto& v : values)
-      if (key == v.first) out += v.second;
+    for (const Value& v : values)
+      if (key == v.key) out += *v.value;
     pos = close + 1;
   }
   out.append(t, pos, std::string::npos);

@@ -14,7 +14,6 @@
 
 #include <initializer_list>
 #include <string>
-#include <utility>
 
 namespace umbp::texts {
 
@@ -135,7 +134,14 @@ inline constexpr char kMoriMunmapFailed[] =
 inline constexpr char kMoriDeferredMunmapFailed[] =
     "HostMemAllocator: deferred munmap failed ({err})";
 
-using Values = std::initializer_list<std::pair<const char*, std::string>>;
+// One "{key}" and its value. Holds a pointer: the value (often a temporary) lives until the end
+// of the Fill call's full expression, and the list needs no per-element cleanup.
+struct Value {
+  Value(const char* k, const std::string& v) : key(k), value(&v) {}
+  const char* key;
+  const std::string* value;
+};
+using Values = std::initializer_list<Value>;
 
 // The template with every "{name}" replaced by its value.
 std::string Fill(const char* text, Values values);
