@@ -3,10 +3,15 @@
 // fault-injecting. Its decision points are an AllocatorPolicy (policy.h): the `umbp-sim` profile
 // is mori's allocator plus umbp-sim's fixes, `mori-624002c` is mori's allocator as deployed.
 //
-// Per-kernel state: the table of live buffers and the shm registry belong to the Kernel instance
-// (one "process", Kernel::process_state), shared by every HostMemAllocator built on it and kept
-// after the last allocator is gone, as mori's registry is process-wide. Any allocator on the same
-// kernel can free or look up another one's buffers.
+// Per-kernel state: the table of live buffers, the shm registry and which once-only warnings were
+// given belong to the Kernel instance (one "process", Kernel::process_state), shared by every
+// HostMemAllocator built on it and kept after the last allocator is gone, as mori's registry
+// and once flags are process-wide. Any allocator on the same kernel can free or look up another
+// one's buffers.
+//
+// A kernel call that kills the process (SysResult::killed(), a simulated SIGBUS or OOM kill)
+// ends the call: no further kernel call, an invalid handle. Which signal and where is recorded
+// by the kernel that raised it, not here.
 #pragma once
 
 #include <cstddef>
@@ -47,13 +52,6 @@ struct HostBufferHandle {
   uint64_t kernel_id = 0;       // Kernel::id() of the kernel it was mapped on
 
   bool valid() const { return ptr != nullptr; }
-};
-
-// Filled when a kernel call answered with a simulated fatal signal: the process is dead, the
-// allocator issued no further call and returned an invalid handle.
-struct CallOutcome {
-  int signal = 0;
-  std::string where;  // "mmap", "mbind", "madvise(MADV_POPULATE_WRITE)", "prefault touch", ...
 };
 
 enum class LogLevel { Info, Warning };
@@ -105,13 +103,13 @@ class HostMemAllocator {
   // call (mapping, memfd) is released, also when a kernel call throws.
   HostBufferHandle Alloc(size_t size, HostBufferBacking backing = HostBufferBacking::Anonymous,
                          size_t hugepage_size = size_t{2} << 20, int numa_node = -1,
-                         bool prefault = true, CallOutcome* outcome = nullptr);
+                         bool prefault = true);
 
   // Idempotent. Invalidates the handle in place (ptr, requested_size, mapped_size zeroed, fd -1)
   // even when munmap fails. A handle of another kernel is left untouched and nothing is unmapped
   // (warning), under every policy. A stale copy of a handle of this kernel is refused the same
   // way unless the policy trusts the handle (mori: it unmaps whatever is there now).
-  void Free(HostBufferHandle& handle, CallOutcome* outcome = nullptr);
+  void Free(HostBufferHandle& handle);
 
   // mori's registry: the live shm allocation containing [ptr, ptr + size), if any.
   std::optional<ShmAllocation> LookupShmAllocation(uintptr_t ptr, size_t size);
@@ -119,7 +117,7 @@ class HostMemAllocator {
   std::optional<ShmAllocation> AcquireShmAllocation(uintptr_t ptr, size_t size);
   // Drops one registration of the allocation based at `base`; the last one after a Free
   // unmaps and closes.
-  void ReleaseShmAllocation(uintptr_t base, CallOutcome* outcome = nullptr);
+  void ReleaseShmAllocation(uintptr_t base);
 
   // Live buffers and shm registry records of this kernel, for leak accounting.
   AllocatorSnapshot Snapshot() const;
@@ -133,7 +131,7 @@ class HostMemAllocator {
   void Warn(const std::string& text);
   void WarnOnce(const std::string& reason, const std::function<std::string()>& text);
   void Restore(const HostBufferHandle& h, size_t len, HostBufferBacking backing, int fd);
-  void CloseOwned(int fd, void* ptr, CallOutcome* outcome);
+  void CloseOwned(int fd, void* ptr);
   void CloseOrphans();
 
   KernelPtr kernel_;

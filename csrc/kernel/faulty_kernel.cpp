@@ -7,6 +7,8 @@
 #include <new>
 #include <stdexcept>
 
+#include "kernel/crash_record.h"
+
 namespace umbp {
 
 namespace {
@@ -190,7 +192,7 @@ bool FaultyKernel::inject(SyscallArgs&& a, SysResult& out, std::string* content)
     out = SysResult::Ok(static_cast<long>(r.content.size()));
     if (content) *content = r.content;
   } else {
-    out = r.signal ? SysResult::Crash(r.signal) : SysResult::Err(r.error);
+    out = r.signal ? record_crash(r.signal, crash_where(a.op, a.advice)) : SysResult::Err(r.error);
   }
   records_.push_back(
       FaultRecord{winner, r.name, calls_[winner], std::move(a), r.error, r.signal, false});

@@ -4,9 +4,10 @@
 //   - Each call returns a SysResult. On success `error == 0` and `value` holds what the syscall
 //     returns (the address for mmap, the fd for memfd_create, 0 otherwise). On failure
 //     `value == -1` and `error` is the errno the syscall would set.
-//   - A simulated crash (SIGBUS on a hugetlb fault, an OOM kill) is `signal != 0`: the calling
-//     "process" is dead. The allocator must stop issuing calls and return; the simulated host
-//     reports the crash. LinuxKernel never sets `signal` (a real fault is a real signal).
+//   - A simulated crash (SIGBUS on a hugetlb fault, an OOM kill) is `signal != 0` (killed()):
+//     the calling "process" is dead. The allocator must stop issuing calls and return; the
+//     kernel that raised the signal records it (kernel/crash_record.h) and the simulated host
+//     reports it. LinuxKernel never sets `signal` (a real fault is a real signal).
 //   - Errno values and flags are the Linux UAPI ones (<sys/mman.h>, <linux/mempolicy.h>, ...).
 #pragma once
 
@@ -18,7 +19,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 
 namespace umbp {
@@ -29,6 +29,8 @@ struct SysResult {
   int signal = 0;  // simulated fatal signal (SIGBUS, SIGKILL), 0 if none
 
   bool ok() const { return error == 0 && signal == 0; }
+  // The calling process died in this call: the caller makes no further call and returns.
+  bool killed() const { return signal != 0; }
   static SysResult Ok(long v = 0) { return SysResult{v, 0, 0}; }
   static SysResult Err(int e) { return SysResult{-1, e, 0}; }
   static SysResult Crash(int sig) { return SysResult{-1, 0, sig}; }
@@ -58,7 +60,7 @@ class Kernel {
   // registry is process-wide). Created on first use.
   template <class T>
   std::shared_ptr<T> process_state(const std::string& key) {
-    std::lock_guard<std::mutex> lock(once_mu_);
+    std::lock_guard<std::mutex> lock(state_mu_);
     auto& slot = process_state_[key];
     if (!slot) slot = std::make_shared<T>();
     return std::static_pointer_cast<T>(slot);
@@ -81,13 +83,6 @@ class Kernel {
   // prefault path. A simulated kernel may answer with a crash (signal) instead of faulting.
   virtual SysResult touch(void* addr, size_t length, size_t stride) = 0;
 
-  // True the first time `reason` is seen on this Kernel instance: once-only warnings are per
-  // simulated machine, not per process.
-  bool first_time(const std::string& reason) {
-    std::lock_guard<std::mutex> lock(once_mu_);
-    return once_.insert(reason).second;
-  }
-
  private:
   static uint64_t next_id() {
     static std::atomic<uint64_t> counter{0};
@@ -95,8 +90,7 @@ class Kernel {
   }
 
   const uint64_t id_;
-  std::mutex once_mu_;
-  std::set<std::string> once_;
+  std::mutex state_mu_;
   std::map<std::string, std::shared_ptr<void>> process_state_;
 };
 

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "kernel/crash_record.h"
+
 namespace umbp {
 
 long SimHState::nr() const {
@@ -419,7 +421,7 @@ SysResult SimKernel::die(const std::string& where, int node, uint64_t hsize, Sim
   r.call = where;
   crash_ = SimCrash{r.signal, where, node, hsize, r.text};
   record(std::move(r));
-  return SysResult::Crash(crash_.signal);
+  return record_crash(crash_.signal, where);
 }
 
 SysResult SimKernel::fail(int err, const std::string& call, const std::string& rule,

@@ -5,7 +5,10 @@
 //   sim_config.h   the starting description (from umbp_sim.machine.Machine)
 //   sim_pages.h    PageRuns: per-page state of a mapping's backing object, as interval runs
 //   sim_kernel.cpp state, hugepage pool arithmetic, admin knobs, crash bookkeeping
-//   sim_mmap.cpp   mmap, munmap, madvise, touch (faults)
+//   sim_mmap.cpp   mmap, munmap: overcommit accounting, VMAs
+//   sim_faults.cpp the fault path: fault_order, fault_range, populate, madvise, touch
+//   sim_address_space.cpp  the real address space reserved behind simulated mappings
+//   sim_mm_util.h  small helpers of those three files
 //   sim_mbind.cpp  mbind
 //   sim_memfd.cpp  memfd_create, ftruncate, close
 //   sim_render.cpp /proc and /sys rendering, read_file
@@ -163,6 +166,12 @@ class SimKernel : public Kernel {
   friend struct SimFaulter;
   // sim_kernel.cpp
   SimHState* hstate(uint64_t size);
+  // sim_render.cpp: the files under `only` (a path; empty: every file), mu_ held.
+  void render_locked(std::map<std::string, std::string>& f, const std::string& only);
+  void render_sysctl_locked(std::map<std::string, std::string>& f, const SimHState* def);
+  void render_hugepages_locked(std::map<std::string, std::string>& f);
+  void render_nodes_locked(std::map<std::string, std::string>& f, const SimHState* def,
+                           const std::string& only);
   bool has_memory(int node) const;
   std::vector<int> memory_nodes() const;
   bool version_at_least(int major, int minor) const;

@@ -8,6 +8,7 @@
 #include <climits>
 #include <iterator>
 
+#include "kernel/crash_record.h"
 #include "kernel/sim_kernel.h"
 
 namespace umbp {
@@ -32,7 +33,7 @@ SysResult SimKernel::mbind(void* addr, size_t length, int mode, const unsigned l
 
 SysResult SimKernel::do_mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
                               unsigned long maxnode, unsigned flags) {
-  if (crash_.signal) return SysResult::Crash(crash_.signal);
+  if (crash_.signal) return record_crash(crash_.signal, crash_where(SysOp::Mbind));
   const uint64_t ps = cfg_.page_size;
 
   // sanitize_mpol_flags

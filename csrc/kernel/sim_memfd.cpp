@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "kernel/crash_record.h"
 #include "kernel/sim_kernel.h"
 
 namespace umbp {
@@ -25,7 +26,7 @@ SysResult SimKernel::memfd_create(const char* name, unsigned flags) {
 }
 
 SysResult SimKernel::do_memfd_create(const char* name, unsigned flags) {
-  if (crash_.signal) return SysResult::Crash(crash_.signal);
+  if (crash_.signal) return record_crash(crash_.signal, crash_where(SysOp::MemfdCreate));
   if (!version_at_least(3, 17))
     return fail(ENOSYS, "memfd_create", "memfd_unsupported",
                 "kernel " + cfg_.kernel_release +
@@ -80,7 +81,7 @@ SysResult SimKernel::ftruncate(int fd, off_t length) {
 }
 
 SysResult SimKernel::do_ftruncate(int fd, off_t length) {
-  if (crash_.signal) return SysResult::Crash(crash_.signal);
+  if (crash_.signal) return record_crash(crash_.signal, crash_where(SysOp::Ftruncate));
   auto it = fds_.find(fd);
   if (it == fds_.end()) return SysResult::Err(EBADF);
   if (length < 0) return SysResult::Err(EINVAL);
@@ -103,7 +104,7 @@ SysResult SimKernel::close(int fd) {
 }
 
 SysResult SimKernel::do_close(int fd) {
-  if (crash_.signal) return SysResult::Crash(crash_.signal);
+  if (crash_.signal) return record_crash(crash_.signal, crash_where(SysOp::Close));
   auto it = fds_.find(fd);
   if (it == fds_.end()) return SysResult::Err(EBADF);
   SimObjectPtr o = it->second;

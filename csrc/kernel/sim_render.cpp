@@ -42,6 +42,16 @@ std::string size_dir(uint64_t size) { return "hugepages-" + std::to_string(size 
 std::map<std::string, std::string> SimKernel::render_all() {
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, std::string> f;
+  render_locked(f, "");
+  return f;
+}
+
+// Each group of files is rendered only when `only` (a path; empty: every file) lies under it,
+// so read_file renders one group, or one node's directory, instead of the whole tree.
+void SimKernel::render_locked(std::map<std::string, std::string>& f, const std::string& only) {
+  auto wants = [&](const std::string& prefix) {
+    return only.empty() || only.compare(0, prefix.size(), prefix) == 0;
+  };
   const SimHState* def = nullptr;
   if (cfg_.default_hugepage_size) {
     auto it = hstates_.find(cfg_.default_hugepage_size);
@@ -49,7 +59,7 @@ std::map<std::string, std::string> SimKernel::render_all() {
   }
 
   // /proc/meminfo
-  {
+  if (wants("/proc/meminfo")) {
     std::string m;
     const uint64_t total = cfg_.mem_total;
     const int64_t free =
@@ -152,6 +162,12 @@ std::map<std::string, std::string> SimKernel::render_all() {
   }
 
   // /proc/sys
+  if (wants("/proc/sys/")) render_sysctl_locked(f, def);
+  if (wants("/sys/kernel/mm/hugepages/")) render_hugepages_locked(f);
+  if (cfg_.numa_sysfs && wants("/sys/devices/system/node/")) render_nodes_locked(f, def, only);
+}
+
+void SimKernel::render_sysctl_locked(std::map<std::string, std::string>& f, const SimHState* def) {
   f["/proc/sys/kernel/osrelease"] = cfg_.kernel_release + "\n";
   f["/proc/sys/vm/overcommit_memory"] = num(cfg_.overcommit_memory);
   f["/proc/sys/vm/overcommit_ratio"] = num(cfg_.overcommit_ratio);
@@ -163,8 +179,10 @@ std::map<std::string, std::string> SimKernel::render_all() {
     f["/proc/sys/vm/nr_hugepages_mempolicy"] = num(def->max_persistent);
     f["/proc/sys/vm/nr_overcommit_hugepages"] = num(def->overcommit);
   }
+}
 
-  // /sys/kernel/mm/hugepages
+// /sys/kernel/mm/hugepages
+void SimKernel::render_hugepages_locked(std::map<std::string, std::string>& f) {
   uint64_t smaller = 0;
   for (const auto& [size, h] : hstates_) {
     std::string d = "/sys/kernel/mm/hugepages/" + size_dir(size) + "/";
@@ -178,86 +196,95 @@ std::map<std::string, std::string> SimKernel::render_all() {
       f[d + "demote_size"] = std::to_string(smaller / 1024) + "kB\n";
     smaller = size;
   }
+}
 
-  // /sys/devices/system/node
-  if (cfg_.numa_sysfs) {
-    const std::string base = "/sys/devices/system/node/";
-    std::vector<int> cpus;
-    for (const auto& n : cfg_.nodes)
-      if (!n.cpulist.empty()) cpus.push_back(n.id);
-    f[base + "online"] = node_list(cfg_.online_nodes);
-    f[base + "possible"] = node_list(cfg_.possible_nodes);
-    f[base + "has_memory"] = node_list(memory_nodes());
-    f[base + "has_normal_memory"] = node_list(memory_nodes());
-    f[base + "has_cpu"] = node_list(cpus);
-    for (const auto& n : cfg_.nodes) {
-      std::string d = base + "node" + std::to_string(n.id) + "/";
-      std::string prefix = "Node " + std::to_string(n.id) + " ";
-      std::string m;
-      uint64_t nfree = static_cast<uint64_t>(node_mem_free(n.id));
-      auto nc = node_cache_reclaimed_.find(n.id);
-      const uint64_t ncache_gone =
-          nc == node_cache_reclaimed_.end() ? 0 : static_cast<uint64_t>(nc->second);
-      const uint64_t ncache = n.page_cache - std::min<uint64_t>(n.page_cache, ncache_gone);
-      auto nr = node_reclaim_.find(n.id);
-      const uint64_t nreclaim =
-          nr == node_reclaim_.end() ? 0 : static_cast<uint64_t>(std::max<int64_t>(nr->second, 0));
-      const uint64_t nslab = nreclaim > ncache ? nreclaim - ncache : 0;
-      kb_line(m, prefix, "MemTotal:", n.mem_total / 1024);
-      kb_line(m, prefix, "MemFree:", nfree / 1024);
-      kb_line(m, prefix, "MemUsed:", (n.mem_total > nfree ? n.mem_total - nfree : 0) / 1024);
-      for (const char* l : {"SwapCached:", "Active:"}) kb_line(m, prefix, l, 0);
-      kb_line(m, prefix, "Inactive:", ncache / 1024);
-      for (const char* l : {"Active(anon):", "Inactive(anon):", "Active(file):"})
-        kb_line(m, prefix, l, 0);
-      kb_line(m, prefix, "Inactive(file):", ncache / 1024);
-      for (const char* l : {"Unevictable:", "Mlocked:", "Dirty:", "Writeback:"})
-        kb_line(m, prefix, l, 0);
-      kb_line(m, prefix, "FilePages:", ncache / 1024);
-      for (const char* l : {"Mapped:", "AnonPages:", "Shmem:", "KernelStack:", "PageTables:",
-                            "SecPageTables:", "NFS_Unstable:", "Bounce:", "WritebackTmp:"})
-        kb_line(m, prefix, l, 0);
-      for (const char* l : {"KReclaimable:", "Slab:", "SReclaimable:"})
-        kb_line(m, prefix, l, nslab / 1024);
-      for (const char* l : {"SUnreclaim:", "AnonHugePages:", "ShmemHugePages:", "ShmemPmdMapped:",
-                            "FileHugePages:", "FilePmdMapped:"})
-        kb_line(m, prefix, l, 0);
-      if (def) {
-        auto it = def->node.find(n.id);
-        SimNodePool p = it == def->node.end() ? SimNodePool{} : it->second;
-        char buf[160];
-        std::snprintf(buf, sizeof buf,
-                      "Node %d HugePages_Total: %5ld\nNode %d HugePages_Free:  %5ld\n"
-                      "Node %d HugePages_Surp:  %5ld\n",
-                      n.id, p.nr, n.id, p.free, n.id, p.surp);
-        m += buf;
-      }
-      f[d + "meminfo"] = m;
-      f[d + "cpulist"] = n.cpulist + "\n";
-      std::string dist;
-      if (!n.distances.empty()) {
-        for (int x : n.distances) dist += (dist.empty() ? "" : " ") + std::to_string(x);
-      } else {
-        for (int o : cfg_.online_nodes)
-          dist += (dist.empty() ? "" : " ") + std::to_string(o == n.id ? 10 : 20);
-      }
-      f[d + "distance"] = dist + "\n";
-      for (const auto& [size, h] : hstates_) {
-        auto it = h.node.find(n.id);
-        SimNodePool p = it == h.node.end() ? SimNodePool{} : it->second;
-        std::string hd = d + "hugepages/" + size_dir(size) + "/";
-        f[hd + "nr_hugepages"] = num(p.nr);
-        f[hd + "free_hugepages"] = num(p.free);
-        f[hd + "surplus_hugepages"] = num(p.surp);
-      }
+// /sys/devices/system/node: the node list files, and the directory of the node `only` names
+// (every node's for an empty `only`).
+void SimKernel::render_nodes_locked(std::map<std::string, std::string>& f, const SimHState* def,
+                                    const std::string& only) {
+  const std::string base = "/sys/devices/system/node/";
+  std::vector<int> cpus;
+  for (const auto& n : cfg_.nodes)
+    if (!n.cpulist.empty()) cpus.push_back(n.id);
+  f[base + "online"] = node_list(cfg_.online_nodes);
+  f[base + "possible"] = node_list(cfg_.possible_nodes);
+  f[base + "has_memory"] = node_list(memory_nodes());
+  f[base + "has_normal_memory"] = node_list(memory_nodes());
+  f[base + "has_cpu"] = node_list(cpus);
+  // A node list file ("online") wants no node directory; "node<N>/..." wants one.
+  const bool one_node = only.compare(0, base.size() + 4, base + "node") == 0;
+  if (!only.empty() && !one_node) return;
+  for (const auto& n : cfg_.nodes) {
+    std::string d = base + "node" + std::to_string(n.id) + "/";
+    if (one_node && only.compare(0, d.size(), d) != 0) continue;
+    std::string prefix = "Node " + std::to_string(n.id) + " ";
+    std::string m;
+    uint64_t nfree = static_cast<uint64_t>(node_mem_free(n.id));
+    auto nc = node_cache_reclaimed_.find(n.id);
+    const uint64_t ncache_gone =
+        nc == node_cache_reclaimed_.end() ? 0 : static_cast<uint64_t>(nc->second);
+    const uint64_t ncache = n.page_cache - std::min<uint64_t>(n.page_cache, ncache_gone);
+    auto nr = node_reclaim_.find(n.id);
+    const uint64_t nreclaim =
+        nr == node_reclaim_.end() ? 0 : static_cast<uint64_t>(std::max<int64_t>(nr->second, 0));
+    const uint64_t nslab = nreclaim > ncache ? nreclaim - ncache : 0;
+    kb_line(m, prefix, "MemTotal:", n.mem_total / 1024);
+    kb_line(m, prefix, "MemFree:", nfree / 1024);
+    kb_line(m, prefix, "MemUsed:", (n.mem_total > nfree ? n.mem_total - nfree : 0) / 1024);
+    for (const char* l : {"SwapCached:", "Active:"}) kb_line(m, prefix, l, 0);
+    kb_line(m, prefix, "Inactive:", ncache / 1024);
+    for (const char* l : {"Active(anon):", "Inactive(anon):", "Active(file):"})
+      kb_line(m, prefix, l, 0);
+    kb_line(m, prefix, "Inactive(file):", ncache / 1024);
+    for (const char* l : {"Unevictable:", "Mlocked:", "Dirty:", "Writeback:"})
+      kb_line(m, prefix, l, 0);
+    kb_line(m, prefix, "FilePages:", ncache / 1024);
+    for (const char* l : {"Mapped:", "AnonPages:", "Shmem:", "KernelStack:", "PageTables:",
+                          "SecPageTables:", "NFS_Unstable:", "Bounce:", "WritebackTmp:"})
+      kb_line(m, prefix, l, 0);
+    for (const char* l : {"KReclaimable:", "Slab:", "SReclaimable:"})
+      kb_line(m, prefix, l, nslab / 1024);
+    for (const char* l : {"SUnreclaim:", "AnonHugePages:", "ShmemHugePages:", "ShmemPmdMapped:",
+                          "FileHugePages:", "FilePmdMapped:"})
+      kb_line(m, prefix, l, 0);
+    if (def) {
+      auto it = def->node.find(n.id);
+      SimNodePool p = it == def->node.end() ? SimNodePool{} : it->second;
+      char buf[160];
+      std::snprintf(buf, sizeof buf,
+                    "Node %d HugePages_Total: %5ld\nNode %d HugePages_Free:  %5ld\n"
+                    "Node %d HugePages_Surp:  %5ld\n",
+                    n.id, p.nr, n.id, p.free, n.id, p.surp);
+      m += buf;
+    }
+    f[d + "meminfo"] = m;
+    f[d + "cpulist"] = n.cpulist + "\n";
+    std::string dist;
+    if (!n.distances.empty()) {
+      for (int x : n.distances) dist += (dist.empty() ? "" : " ") + std::to_string(x);
+    } else {
+      for (int o : cfg_.online_nodes)
+        dist += (dist.empty() ? "" : " ") + std::to_string(o == n.id ? 10 : 20);
+    }
+    f[d + "distance"] = dist + "\n";
+    for (const auto& [size, h] : hstates_) {
+      auto it = h.node.find(n.id);
+      SimNodePool p = it == h.node.end() ? SimNodePool{} : it->second;
+      std::string hd = d + "hugepages/" + size_dir(size) + "/";
+      f[hd + "nr_hugepages"] = num(p.nr);
+      f[hd + "free_hugepages"] = num(p.free);
+      f[hd + "surplus_hugepages"] = num(p.surp);
     }
   }
-  return f;
 }
 
 FileResult SimKernel::read_file(const std::string& path) {
   FileResult r;
-  auto files = render_all();
+  std::map<std::string, std::string> files;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    render_locked(files, path);
+  }
   auto it = files.find(path);
   if (it == files.end()) {
     r.error = ENOENT;

@@ -1,7 +1,8 @@
 // The allocator as seen from Python: mori.umbp's UMBPHostBufferBacking / UMBPHostBufferHandle,
-// and a raw `HostMemAllocator` whose calls return the warnings and the simulated-crash outcome
-// next to the result. umbp_sim/allocator.py turns those into logging records and exceptions on
-// the calling thread, after the GIL is back.
+// and a raw `HostMemAllocator` whose calls return the warnings and the simulated crash (as the
+// kernel that raised it recorded it on this thread, kernel/crash_record.h) next to the result.
+// umbp_sim/allocator.py turns those into logging records and exceptions on the calling thread,
+// after the GIL is back.
 #include <pybind11/stl.h>
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "allocator/host_mem_allocator.h"
+#include "kernel/crash_record.h"
 #include "python/bindings.h"
 
 namespace py = pybind11;
@@ -25,9 +27,13 @@ using Messages = std::vector<std::pair<LogLevel, std::string>>;
 // messages, with the GIL released.
 thread_local Messages* tls_messages = nullptr;
 
+// Also clears this thread's crash record: crash() is what the call's kernel calls recorded.
 class Collect {
  public:
-  Collect() : prev_(tls_messages) { tls_messages = &messages_; }
+  Collect() : prev_(tls_messages) {
+    tls_messages = &messages_;
+    this_thread_crash().clear();
+  }
   ~Collect() { tls_messages = prev_; }
   Collect(const Collect&) = delete;
   Collect& operator=(const Collect&) = delete;
@@ -37,6 +43,11 @@ class Collect {
       out.append(py::make_tuple(m.first == LogLevel::Warning ? "warning" : "info", m.second));
     }
     return out;
+  }
+  // (messages, signal, where) of the call: what the bound methods return after their result.
+  py::tuple outcome() const {
+    const CallCrash& c = this_thread_crash();
+    return py::make_tuple(to_list(), c.signal, c.where);
   }
 
  private:
@@ -157,13 +168,13 @@ void bind_allocator(py::module_& m) {
           [](HostMemAllocator& a, size_t size, HostBufferBacking backing, size_t hugepage_size,
              int numa_node, bool prefault) {
             Collect c;
-            CallOutcome out;
             HostBufferHandle h;
             {
               py::gil_scoped_release nogil;
-              h = a.Alloc(size, backing, hugepage_size, numa_node, prefault, &out);
+              h = a.Alloc(size, backing, hugepage_size, numa_node, prefault);
             }
-            return py::make_tuple(h, c.to_list(), out.signal, out.where);
+            const py::tuple o = c.outcome();
+            return py::make_tuple(h, o[0], o[1], o[2]);
           },
           py::arg("size"), py::arg("backing"), py::arg("hugepage_size"), py::arg("numa_node"),
           py::arg("prefault"))
@@ -171,12 +182,11 @@ void bind_allocator(py::module_& m) {
           "free",
           [](HostMemAllocator& a, HostBufferHandle& h) {
             Collect c;
-            CallOutcome out;
             {
               py::gil_scoped_release nogil;
-              a.Free(h, &out);
+              a.Free(h);
             }
-            return py::make_tuple(c.to_list(), out.signal, out.where);
+            return c.outcome();
           },
           py::arg("handle"))
       .def(
@@ -205,12 +215,11 @@ void bind_allocator(py::module_& m) {
           "release_shm_allocation",
           [](HostMemAllocator& a, uintptr_t base) {
             Collect c;
-            CallOutcome out;
             {
               py::gil_scoped_release nogil;
-              a.ReleaseShmAllocation(base, &out);
+              a.ReleaseShmAllocation(base);
             }
-            return py::make_tuple(c.to_list(), out.signal, out.where);
+            return c.outcome();
           },
           py::arg("base"))
       .def("snapshot", [](HostMemAllocator& a) {
