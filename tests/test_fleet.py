@@ -83,10 +83,14 @@ def test_directory_of_dumps_a_row_per_host_in_order(
         assert row["actual_backing"] == d["actual_backing"]
         assert row["fix"] == ("; ".join(d["fixes"][0]["commands"]) if d["fixes"] else None)
         assert row["cause"] is None or row["cause"] in d["causes"]
+        if row["cause"] is not None:  # what the run decided, not a dump note or the RDMA note
+            source = d["cause_sources"][d["causes"].index(row["cause"])]
+            assert source not in ("dump", "outcome"), (name, row["cause"])
     assert by[HOSTS[0]]["outcome"] == "crashed" and by[HOSTS[0]]["exit_code"] == 2
     assert by[HOSTS[0]]["cause"].startswith("the reservation is global")
     assert by[HOSTS[1]]["outcome"] == "demoted" and by[HOSTS[1]]["actual_backing"] == "Anonymous"
     assert by[HOSTS[1]]["fix"] == "sysctl -w vm.nr_overcommit_hugepages=4096"
+    assert "MAP_HUGETLB" in by[HOSTS[1]]["cause"], by[HOSTS[1]]["cause"]
     ok = by[f"{HOSTS[2]}.tar.gz"]
     assert (ok["outcome"], ok["cause"], ok["fix"], ok["exit_code"]) == ("ok", None, None, 0)
     assert out["summary"] == {"ok": 1, "demoted": 3, "crashed": 1}

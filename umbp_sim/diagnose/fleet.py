@@ -6,14 +6,14 @@
     write_fleet_html(report, "fleet.html")    # umbp_sim/diagnose/html_report.py
 
 A host's row holds what the single-dump replay says first: the outcome (``demoted``, or ``ok``
-with ``, not bound`` when its NUMA binding was dropped), the backing the buffer got, the first
-cause (the explanation's first line that is not a figure such as "N kB pages needed"; none
-when the host got what it asked) and the first (best-ranked) fix's commands. A dump that
-cannot be read is a row with outcome ``unreadable`` and the reader's one-line error. Exit
-status: the worst host's, where 0 got what it asked, 1 demoted or not bound, 2 failed or
-crashed, 65 unreadable dump. A row also carries the host's picture (its nodes' pools and memory
-against the request, :mod:`umbp_sim.diagnose.picture`) for the HTML page; the JSON and the text
-table leave it out.
+with ``, not bound`` when its NUMA binding was dropped), the backing the buffer got, the cause
+(the last the run decided: a kernel, allocator or sglang cause, not a dump note nor what the
+outcome implies; none when the host got what it asked) and the first (best-ranked) fix's
+commands. A dump that cannot be read is a row with outcome ``unreadable`` and the reader's one-
+line error. Exit status: the worst host's, where 0 got what it asked, 1 demoted or not bound, 2
+failed or crashed, 65 unreadable dump. A row also carries the host's picture (its nodes' pools
+and memory against the request, :mod:`umbp_sim.diagnose.picture`) for the HTML page; the JSON
+and the text table leave it out.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import glob
 import multiprocessing
 import os
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -37,8 +36,6 @@ EX_NOINPUT = 66
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz")
 OUTCOME_ORDER = ("ok", "ok, not bound", "demoted", "failed", "crashed", "unreadable")
 _GLOB_CHARS = ("*", "?", "[")
-# The figures the explanation starts with (what was needed, what the pools hold): not a cause.
-_FIGURE = re.compile(r"^(?:\d+ kB pages needed|(?:node \d+ has )?HugePages_\w+ \d+ of )")
 
 
 class FleetError(UmbpSimError):
@@ -205,7 +202,9 @@ def replay_host(path: str, request: Request) -> HostRow:
     outcome = str(j["outcome"])
     if outcome == "ok" and not j.get("got_what_was_asked", True):
         outcome = "ok, not bound"
-    causes = [str(c) for c in j.get("causes") or [] if not _FIGURE.match(str(c))]
+    # Causes the run decided (kernel, allocator, sglang), not the dump's notes nor what the
+    # outcome implies (a demoted buffer's RDMA note): those come after the cause in the report.
+    causes = [c.text for c in d.evidence if c.source not in ("dump", "outcome")]
     if d.exit_code == 0:
         causes = []  # it got what it asked: nothing to blame
     fixes = j.get("fixes") or []

@@ -299,28 +299,11 @@ def _start_sglang(
 ) -> Any:
     """sglang's host-pool startup with ``module`` as ``mori.umbp`` (the allocator's calls are
     in the interposer's scope; Python's and torch's own go to the real kernel)."""
-    from umbp_sim.scenario.runner import result_budget, zoneinfo_low_pages
-    from umbp_sim.sglang import MHAModel, MLAModel, hicache_request, start_host_pool
+    from umbp_sim.scenario.runner import result_budget, sglang_request_of, zoneinfo_low_pages
+    from umbp_sim.sglang import start_host_pool
     from umbp_sim.sglang.sizing import parse_meminfo
 
-    r = job.request
-    dtype = r.get("dtype", "bfloat16")
-    if "kv_lora_rank" in r:
-        model: Any = MLAModel(r["layers"], r["kv_lora_rank"], r.get("qk_rope_head_dim", 64),
-                              dtype, r.get("index_head_dim"))  # fmt: skip
-    else:
-        kv_heads = r["kv_heads"]
-        if "tp_size" in r:
-            kv_heads = max(1, kv_heads // r["tp_size"])
-        model = MHAModel(r["layers"], kv_heads, r["head_dim"], dtype)
-    request = hicache_request(
-        model,
-        layout=r.get("layout", "layer_first"),
-        page_size=r.get("page_size", 1),
-        hicache_size=r.get("hicache_size", 0),
-        hicache_ratio=r.get("hicache_ratio", 2.0),
-        device_pool_tokens=r.get("device_pool_tokens"),
-    )
+    request = sglang_request_of(job.request)
     meminfo = parse_meminfo(host.read("/proc/meminfo"), "/proc/meminfo")
     obs.budget = result_budget(meminfo, host)
     # What a death leaves the parent: the host check's numbers.

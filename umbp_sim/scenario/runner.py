@@ -239,30 +239,38 @@ def _run_steps(
             obs.steps.append("released")
 
 
+def sglang_request_of(r: dict[str, Any]) -> Any:
+    """The HiCache host-pool request of an ``[request]`` table with ``kind = "sglang"`` (the
+    model: MLA when ``kv_lora_rank`` is given, else MHA with ``kv_heads`` split by ``tp_size``).
+    Raises KeyError, ValueError or TypeError on a bad table."""
+    from umbp_sim.sglang import MHAModel, MLAModel, hicache_request
+
+    dtype = r.get("dtype", "bfloat16")
+    if "kv_lora_rank" in r:
+        model: Any = MLAModel(r["layers"], r["kv_lora_rank"], r.get("qk_rope_head_dim", 64),
+                              dtype, r.get("index_head_dim"))  # fmt: skip
+    else:
+        kv_heads = r["kv_heads"]
+        if "tp_size" in r:
+            kv_heads = max(1, kv_heads // r["tp_size"])
+        model = MHAModel(r["layers"], kv_heads, r["head_dim"], dtype)
+    return hicache_request(
+        model,
+        layout=r.get("layout", "layer_first"),
+        page_size=r.get("page_size", 1),
+        hicache_size=r.get("hicache_size", 0),
+        hicache_ratio=r.get("hicache_ratio", 2.0),
+        device_pool_tokens=r.get("device_pool_tokens"),
+    )
+
+
 def _run_sglang(scn: Scenario, host: SimHost, obs: Observed, profile: str) -> Any:
     """Start the host pool; returns the startup, whose buffers the caller frees after counters."""
-    from umbp_sim.sglang import MHAModel, MLAModel, hicache_request, start_host_pool
+    from umbp_sim.sglang import start_host_pool
     from umbp_sim.sglang.sizing import parse_meminfo
 
-    r = scn.request
-    dtype = r.get("dtype", "bfloat16")
     try:
-        if "kv_lora_rank" in r:
-            model: Any = MLAModel(r["layers"], r["kv_lora_rank"], r.get("qk_rope_head_dim", 64),
-                                  dtype, r.get("index_head_dim"))  # fmt: skip
-        else:
-            kv_heads = r["kv_heads"]
-            if "tp_size" in r:
-                kv_heads = max(1, kv_heads // r["tp_size"])
-            model = MHAModel(r["layers"], kv_heads, r["head_dim"], dtype)
-        request = hicache_request(
-            model,
-            layout=r.get("layout", "layer_first"),
-            page_size=r.get("page_size", 1),
-            hicache_size=r.get("hicache_size", 0),
-            hicache_ratio=r.get("hicache_ratio", 2.0),
-            device_pool_tokens=r.get("device_pool_tokens"),
-        )
+        request = sglang_request_of(scn.request)
     except (KeyError, ValueError, TypeError) as e:
         raise ScenarioError(f"{scn.path}: [request]: {e}") from None
     meminfo = parse_meminfo(host.read("/proc/meminfo"), "/proc/meminfo")
