@@ -197,3 +197,21 @@ def test_an_unpacked_dump_checked_against_its_manifest(dump: Path, tmp_path: Pat
             f"({root}/umbp-sim-collect.json) lists are not in it: proc/self/limits, "
             "proc/sys/vm/overcommit_ratio"
         )
+
+
+@pytest.mark.parametrize(("mode", "zname"), [("w:gz", "gzip"), ("w:xz", "xz"), ("w:bz2", "bzip2")])
+@pytest.mark.parametrize("cut", [1, 4, 8, 30])
+def test_a_stream_cut_in_its_last_bytes_is_cut_short(
+    dump: Path, tmp_path: Path, mode: str, zname: str, cut: int
+) -> None:
+    """Every member and the end-of-archive blocks may be in what is left (the tail is the
+    record's zero padding and the compressor's trailer): still a cut copy, not the machine."""
+    whole = tmp_path / f"whole.{mode[2:]}"
+    repack(dump, whole, mode)
+    data = whole.read_bytes()
+    p = tmp_path / f"cut.tar.{mode[2:]}"
+    p.write_bytes(data[:-cut])
+    e = error_of(p)
+    assert str(e).startswith(f"{p}: cut short: the {zname} data ends before its stream does")
+    assert e.exit_code == 65
+    load_dump(whole)  # the whole copy reads

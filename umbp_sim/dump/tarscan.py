@@ -278,7 +278,12 @@ def scan(
     out = Scan()
     src = data if isinstance(data, Input) else Input.of(data, budget)
     try:
-        _walk(_Stream(_decompressed(src, budget)), out, wanted, safe_name, budget, keep_dir)
+        stream = _Stream(_decompressed(src, budget))
+        _walk(stream, out, wanted, safe_name, budget, keep_dir)
+        # Past the end-of-archive blocks to the end of the compressed stream: a copy cut in its
+        # last bytes (the record's zero padding, gzip's CRC and length) is cut short too.
+        while stream.read(_OUT_STEP):
+            pass
     except TarFormatError as e:
         e.partial = out
         raise
