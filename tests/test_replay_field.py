@@ -99,6 +99,29 @@ def test_error_line_not_reproduced_is_said(capsys):
     assert "the error line given: NOT reproduced" in out and f"given: {line}" in out
 
 
+def test_flags_that_contradict_the_error_line_are_refused(capsys):
+    line = (
+        "RuntimeError: UMBPHostMemAllocator.alloc(1073741824 bytes) failed "
+        "(requested_backing=UMBPHostBufferBacking.AnonymousHugetlb, numa_node=1)."
+    )
+    dump = str(D / "pool-on-node0-6.8.0")
+    cases = [
+        (["--size", "4GiB"], "--size 4GiB: the --error line says size 1073741824"),
+        (["--numa-node", "0"], "--numa-node 0: the --error line says numa node 1"),
+        (["--backing", "anonymous"], "--backing Anonymous: the --error line says backing "
+                                     "AnonymousHugetlb"),
+    ]  # fmt: skip
+    for flags, said in cases:
+        assert main(["replay", dump, "--error", line, *flags]) == 64
+        err = capsys.readouterr().err
+        assert err == (
+            f"umbp-sim replay: {said}; leave {flags[0]} out (the line gives it) or drop --error\n"
+        )
+    # the same values as the line are no contradiction
+    doc = replay(capsys, dump, "--error", line, "--size", "1GiB", "--numa-node", "1")
+    assert doc["reproduces_error_line"] is False and doc["outcome"] == "crashed"
+
+
 def test_traceback_on_stdin(capsys, monkeypatch):
     tb = (
         "Traceback (most recent call last):\n"

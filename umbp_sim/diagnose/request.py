@@ -353,8 +353,15 @@ def _request_from_flags(args: argparse.Namespace) -> Request:
     line = _error_line(args)
     if line is not None:
         for dest in ("size", "backing", "numa_node"):
-            if getattr(args, dest, None) is None:
-                setattr(args, dest, getattr(line, dest))
+            given, said = getattr(args, dest, None), getattr(line, dest)
+            if given is None:
+                setattr(args, dest, said)
+            elif given != said:  # another request than the one that failed: say so, not replay it
+                shown = format_size(given) if dest == "size" else given
+                raise RequestError(
+                    f"{_flag(dest)} {shown}: the --error line says {dest.replace('_', ' ')} "
+                    f"{said}; leave {_flag(dest)} out (the line gives it) or drop --error"
+                )
     raw_given = [f for f in RAW_FLAGS if getattr(args, f, None) not in (None, False)]
     sg_given = [f for f in SGLANG_FLAGS if getattr(args, f, None) is not None]
     if raw_given and sg_given:
