@@ -85,7 +85,7 @@ def test_bad_input_is_one_line_exit_65(
     if content is not None:
         p.write_bytes(content)
     code, out, err = run(capsys, "inspect", str(p))
-    assert code == 65 and out == ""
+    assert code == (66 if content is None else 65) and out == ""  # 66: no such file
     assert err.count("\n") == 1 and err.startswith(f"umbp-sim inspect: {p}")
     assert expect in err and "Traceback" not in err
 

@@ -74,7 +74,7 @@ def test_truncated_tarball(capsys, tmp_path) -> None:  # type: ignore[no-untyped
 
 def test_missing_dump_and_preflight_root(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
     code, err = run(capsys, ["replay", str(tmp_path / "nope"), "--size", "1GiB"])
-    assert code == 65 and "no such file or directory" in err
+    assert code == 66 and "no such file or directory" in err
     code, err = run(capsys, ["preflight", "--root", str(tmp_path), "--size", "1GiB"])
     assert code == 65 and "not a machine dump" in err
     code, err = run(capsys, ["preflight", "--size", "12XB"])

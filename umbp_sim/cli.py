@@ -40,7 +40,8 @@ EXIT_CODES: dict[int, str] = {
     "names the file and key)",
     EX_SOFTWARE: "an internal error: a bug in umbp-sim (one line; UMBP_SIM_TRACEBACK=1 prints "
     "the traceback)",
-    66: "replay: a DUMP|DIR|GLOB argument names no dump",
+    66: "replay, inspect, preflight --root: a dump argument names no file (or, for a fleet, "
+    "no dump)",
     EX_CANTCREAT: "an output file cannot be written (collect's tarball, an --html page)",
     130: "interrupted (Ctrl-C)",
 }

@@ -27,3 +27,10 @@ class DumpError(UmbpSimError):
         self.kind = kind
         loc = f"{where}:{line}" if line is not None else where
         super().__init__(f"{loc}: {reason}")
+
+
+class DumpNotFound(DumpError):
+    """The path given as a dump does not exist (sysexits' EX_NOINPUT, as for a fleet argument
+    that names no dump)."""
+
+    exit_code = 66

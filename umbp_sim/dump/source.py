@@ -32,7 +32,7 @@ import stat
 import weakref
 from collections.abc import Callable
 
-from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.errors import DumpError, DumpNotFound
 from umbp_sim.dump.limits import DEFAULT_LIMITS, ArchiveLimits, Budget
 from umbp_sim.dump.manifest import check_manifest, cut_short_error
 from umbp_sim.dump.tarscan import BZ2_MAGIC, GZIP_MAGIC, XZ_MAGIC, Input, TarFormatError, scan
@@ -510,7 +510,7 @@ def open_dump(
     try:
         fd = os.open(label, flags)
     except FileNotFoundError:
-        raise DumpError(label, "no such file or directory", kind="missing") from None
+        raise DumpNotFound(label, "no such file or directory", kind="missing") from None
     except OSError as e:
         if e.errno == errno.ELOOP and not follow_symlinks:
             raise DumpError(label, "is a symbolic link (not followed here)",
