@@ -39,8 +39,9 @@ class AllocatorSpec:
         return self.name
 
 
-def parse_allocator_spec(text: str) -> AllocatorSpec:
-    """The allocator ``text`` names; AllocatorSpecError (one line naming it) if none."""
+def parse_allocator_spec(text: str, arg: str = "--allocator") -> AllocatorSpec:
+    """The allocator ``text`` names; AllocatorSpecError (one line naming ``arg`` and ``text``)
+    if none."""
     t = text.strip()
     if t in BUILTIN_PROFILES:
         return AllocatorSpec("builtin", t)
@@ -49,16 +50,16 @@ def parse_allocator_spec(text: str) -> AllocatorSpec:
     looks_like_path = "/" in t or t.endswith(".so") or ".so." in t
     if looks_like_path:
         if not os.path.isfile(t):
-            raise AllocatorSpecError(f"--allocator {text!r}: no such file")
+            raise AllocatorSpecError(f"{arg} {text!r}: no such file")
         with open(t, "rb") as f:
             if f.read(4) != b"\x7fELF":
-                raise AllocatorSpecError(f"--allocator {text!r}: not a shared object (ELF)")
+                raise AllocatorSpecError(f"{arg} {text!r}: not a shared object (ELF)")
         return AllocatorSpec("shared-object", t, os.path.abspath(t))
     if _MODULE_NAME.match(t):
         return AllocatorSpec("module", t)
     known = ", ".join(BUILTIN_PROFILES + tuple(BUILTIN_ALIASES))
     raise AllocatorSpecError(
-        f"--allocator {text!r}: not a built-in profile ({known}), a module name or a path to a "
+        f"{arg} {text!r}: not a built-in profile ({known}), a module name or a path to a "
         "shared object"
     )
 

@@ -76,12 +76,22 @@ def test_an_allocator_that_cannot_run_is_exit_2(
 def test_bad_spec_is_one_usage_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", "umbp-sim", str(tmp_path / "nope.so")]) == 64
     assert capsys.readouterr().err == (
-        f"umbp-sim compare: --allocator '{tmp_path / 'nope.so'}': no such file\n"
+        f"umbp-sim compare: SPEC_B '{tmp_path / 'nope.so'}': no such file\n"
     )
     text = tmp_path / "x.so"
     text.write_text("not elf")
     assert main(["compare", str(text), "umbp-sim"]) == 64
-    assert "not a shared object (ELF)" in capsys.readouterr().err
+    assert "SPEC_A" in (err := capsys.readouterr().err) and "not a shared object (ELF)" in err
+
+
+def test_a_pattern_that_matches_no_run_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """A regression check that compared nothing must not pass."""
+    assert main(["compare", "umbp-sim", "mori", "-k", "nomatch*"]) == 64
+    assert capsys.readouterr().err == (
+        "umbp-sim compare: -k 'nomatch*': no run's label matches (nothing compared)\n"
+    )
+    assert main(["compare", "umbp-sim", "mori", "--matrix", "none", "--no-scenarios"]) == 64
+    assert capsys.readouterr().err == "umbp-sim compare: no runs (nothing compared)\n"
 
 
 def test_an_allocator_that_cannot_run_leaves_no_page(

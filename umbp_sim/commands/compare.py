@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 EX_DIFFERENT = 1
 EX_COULD_NOT_RUN = 2
+EX_USAGE = 64
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
     from umbp_sim.external.runner import CouldNotRun, open_allocator
     from umbp_sim.progress import Progress
 
-    spec_a = parse_allocator_spec(args.spec_a)
-    spec_b = parse_allocator_spec(args.spec_b)
+    spec_a = parse_allocator_spec(args.spec_a, "SPEC_A")
+    spec_b = parse_allocator_spec(args.spec_b, "SPEC_B")
     runs = [] if args.no_scenarios else list(matrix.scenario_runs())
     if args.matrix == "quick":
         runs += list(matrix.quick())
@@ -73,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
     if args.pattern:
         glob = args.pattern if any(c in args.pattern for c in "*?[") else f"*{args.pattern}*"
         runs = [r for r in runs if fnmatch.fnmatch(r.label, glob)]
+    if not runs:  # a regression check that ran nothing must not pass
+        what = f"-k {args.pattern!r}: no run's label matches" if args.pattern else "no runs"
+        print(f"umbp-sim compare: {what} (nothing compared)", file=sys.stderr)
+        return EX_USAGE
     page = None
     if args.html:
         from umbp_sim.diagnose.html_report import PageFile
