@@ -255,6 +255,17 @@ def test_umbp_sim_collect_pid_runs_the_python_collector(
     assert load_dump(out)[0].name
 
 
+def test_umbp_sim_collect_pid_error_is_its_own_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for key, value in isolated_child_env().items():  # its `python -I -S` child (see there)
+        monkeypatch.setenv(key, value)
+    pid = 2**22 + 1  # above pid_max's ceiling: never a process
+    assert cli.main(["collect", "-o", str(tmp_path / "x.tar"), "--pid", str(pid)]) == 64
+    assert capsys.readouterr().err == f"umbp-sim collect: --pid {pid}: no such process\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_python_collector_in_process_matches_collect(tmp_path: Path, nr_hugepages: object) -> None:
     """The same script imported as a module (what coverage sees of it); the pool lock held."""
     from umbp_sim.collect_scripts import collect as script_module

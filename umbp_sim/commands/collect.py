@@ -7,6 +7,7 @@ sh, ``umbp_sim/collect_scripts/``) to copy to a host where umbp-sim cannot be in
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 
@@ -67,5 +68,11 @@ def _collect_pid(args: argparse.Namespace) -> int:
     if args.name:
         argv += ["--name", args.name]
     with resources.as_file(script) as path:
-        proc = subprocess.run([sys.executable, "-I", "-S", str(path), *argv])
+        proc = subprocess.run(
+            [sys.executable, "-I", "-S", str(path), *argv], stderr=subprocess.PIPE, text=True
+        )
+    # Its messages as this command's own: one line, named umbp-sim collect, no script usage.
+    for line in proc.stderr.splitlines():
+        if not line.startswith("usage: "):
+            print(re.sub(r"^collect\.py: ", "umbp-sim collect: ", line), file=sys.stderr)
     return proc.returncode
