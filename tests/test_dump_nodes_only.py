@@ -94,6 +94,9 @@ def test_fixture_without_proc_meminfo_is_built_from_its_nodes(name: str) -> None
         assert f"no proc/meminfo: {key} not in the dump ({instead})" in facts.notes
     assert any(n.startswith("no proc/meminfo, so no MemAvailable: estimated") for n in facts.notes)
     assert not any("kernel before 3.14" in n for n in facts.notes)
+    # sglang reads that estimate as MemAvailable (not psutil's fallback), and the note says so
+    assert machine.mem_available_line and machine.mem_available is not None
+    assert any("shows it as its MemAvailable line" in n for n in facts.notes)
     machine.validate()
 
 

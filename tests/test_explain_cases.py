@@ -147,11 +147,11 @@ def test_dump_notes_node_totals_and_the_memavailable_estimate() -> None:
         "MemTotal"
     ) in facts.notes
     # 3.13-era meminfo without MemAvailable: the kernel's estimate, from the dump's own lines.
-    (note,) = [n for n in facts.notes if n.startswith("meminfo has no MemAvailable (kernel")]
+    (note,) = [n for n in facts.notes if n.startswith("meminfo has no MemAvailable (a kernel")]
     assert note.startswith(
-        "meminfo has no MemAvailable (kernel before 3.14): estimated as the kernel does "
-        "(si_mem_available) at 517613838 kB from MemFree 348138760 kB, page cache 168579748 kB, "
-        "SReclaimable 1240468 kB and low watermarks 115046 kB"
+        "meminfo has no MemAvailable (a kernel before 3.14 without the backport): estimated as "
+        "the kernel does (si_mem_available) at 517613838 kB from MemFree 348138760 kB, page "
+        "cache 168579748 kB, SReclaimable 1240468 kB and low watermarks 115046 kB"
     )
     assert machine.mem_available == 517613838 * 1024 + machine.mem_available % 1024
     assert machine.mem_available_line is False

@@ -99,7 +99,7 @@ def build_machine(f: DumpFacts) -> Machine:
         why = (
             "no proc/meminfo, so no MemAvailable"
             if f.meminfo_source == "nodes"
-            else "meminfo has no MemAvailable (kernel before 3.14)"
+            else "meminfo has no MemAvailable (a kernel before 3.14 without the backport)"
         )
         f.notes.append(
             f"{why}: estimated as the kernel does "
@@ -107,6 +107,12 @@ def build_machine(f: DumpFacts) -> Machine:
             f"page cache {(f.page_cache or 0) // 1024} kB, SReclaimable "
             f"{(f.slab_reclaimable or 0) // 1024} kB and low watermarks "
             f"{watermark_low // 1024} kB ({wm_from})"
+            + (
+                "; the simulated /proc/meminfo shows it as its MemAvailable line (whether the "
+                "host's had one is not in the dump: 3.14+ and RHEL 7's 3.10 have it)"
+                if f.meminfo_source == "nodes"
+                else ""
+            )
         )
     known_totals = [n.mem_total for n in f.nodes if n.mem_total is not None]
     if f.nodes and len(known_totals) == len(f.nodes):
@@ -136,7 +142,9 @@ def build_machine(f: DumpFacts) -> Machine:
         mem_total=f.mem_total,
         mem_free=f.mem_free,
         mem_available=mem_available,
-        mem_available_line=f.mem_available is not None,
+        # A node-only dump cannot say whether /proc/meminfo had the line: shown (3.14+ and
+        # RHEL 7's 3.10 have it), with the estimate, and said in a note.
+        mem_available_line=f.mem_available is not None or f.meminfo_source == "nodes",
         page_cache=f.page_cache or 0,
         slab_reclaimable=f.slab_reclaimable or 0,
         watermark_low=watermark_low,
