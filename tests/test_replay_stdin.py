@@ -54,6 +54,18 @@ def test_bare_meminfo_on_stdin_is_the_same_host_as_the_file(
     assert doc == ref  # everything else: the same host, the same answer
 
 
+def test_a_bound_request_on_a_bare_meminfo_says_the_nodes_are_assumed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    note = "dump note: a bare meminfo: no NUMA information (one node, node 0, in the Machine)"
+    stdin_bytes(monkeypatch, MEMINFO)
+    main(["replay", "-", "--size", "1GiB", "--numa-node", "1", "--json"])
+    assert note in json.loads(capsys.readouterr().out)["causes"]
+    stdin_bytes(monkeypatch, MEMINFO)
+    main(["replay", "-", "--size", "1GiB", "--json"])  # unbound: the nodes do not matter
+    assert note not in json.loads(capsys.readouterr().out)["causes"]
+
+
 def test_preflight_root_from_stdin(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -279,6 +279,8 @@ def _notes(facts: DumpFacts | None, request: Request) -> list[Cause]:
     keys = ["kernel version", "MemAvailable", "MemTotal add up"]
     if request.wants_hugepages():
         keys += ["pages", "hugepage", "reserved"]
+    if request.settings()[2] >= 0:  # bound to a node: a dump without NUMA files says one node
+        keys.append("no NUMA information")
     return [
         Cause(f"dump note: {n}", "dump")
         for n in facts.notes

@@ -403,6 +403,7 @@ def infer_arch(
 def _read_nodes(r: _Reader) -> None:
     f = r.facts
     if r.src.bare_meminfo:
+        f.notes.append("a bare meminfo: no NUMA information (one node, node 0, in the Machine)")
         return
     ids = []
     for name in r.src.listdir(NODES):
