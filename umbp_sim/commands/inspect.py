@@ -25,13 +25,17 @@ def _om(v: object) -> str:
     return "-" if v is None else str(v)
 
 
-def render_table(doc: dict) -> str:
-    """The readable form of ``DumpFacts.to_json()``."""
+def render_table(doc: dict, estimated_available: int | None = None) -> str:
+    """The readable form of ``DumpFacts.to_json()``; ``estimated_available``: the MemAvailable
+    the Machine uses when the dump has none (replay and preflight use it; a note says how)."""
+    available = _size(doc["mem_available"])
+    if doc["mem_available"] is None and estimated_available is not None:
+        available = f"- (estimated {_size(estimated_available)}: see the note)"
     out = [
         f"dump {doc['name']}: {doc['arch']}, kernel {doc['kernel_version']}"
         f" ({doc['kernel_version_source']}), page size {_size(doc['page_size'])}",
         f"memory: total {_size(doc['mem_total'])}, free {_size(doc['mem_free'])}, "
-        f"available {_size(doc['mem_available'])}, swap {_size(doc['swap_total'])}",
+        f"available {available}, swap {_size(doc['swap_total'])}",
         f"commit: limit {_size(doc['commit_limit'])}, committed {_size(doc['committed_as'])}, "
         f"overcommit_memory {_om(doc['overcommit_memory'])}",
         f"limits: RLIMIT_AS {_size(doc['rlimit_as'])}, memory.max {_size(doc['memcg_max'])}",
@@ -70,10 +74,10 @@ def render_table(doc: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from umbp_sim.dump import load_dump
 
-    _machine, facts = load_dump(args.dump)  # building the Machine validates the dump too
+    machine, facts = load_dump(args.dump)  # building the Machine validates the dump too
     doc = facts.to_json()
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        print(render_table(doc))
+        print(render_table(doc, machine.mem_available))
     return 0
