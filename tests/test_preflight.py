@@ -47,6 +47,9 @@ def test_live_text_matches_replay_format(capsys) -> None:  # type: ignore[no-unt
     out = capsys.readouterr().out
     assert "on live (kernel " in out
     assert "nothing: the request gets what it asks for on this host" in out
+    # worded as a prediction: nothing has happened to a user yet
+    assert out.startswith("preflight of alloc(67108864 bytes = 64MiB, backing Anonymous")
+    assert "1. what the server will see\n" in out and "what the user saw" not in out
 
 
 def test_root_dump_exit_codes(capsys) -> None:  # type: ignore[no-untyped-def]

@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         machine, facts = load_dump(args.root) if args.root else live_host()
     d = diagnose(machine, facts, request)
-    print_diagnosis(d, args.json)
+    print_diagnosis(d, args.json, mode="preflight")
     return d.exit_code
 
 
@@ -104,11 +104,11 @@ def run_verify(args: argparse.Namespace, request) -> int:  # type: ignore[no-unt
     machine, facts = live_host()
     d = diagnose(machine, facts, request)
     if is_oom_kill(d) and not args.force:
-        print(render_json(d) if args.json else render_text(d))
+        print(render_json(d) if args.json else render_text(d, mode="preflight"))
         raise VerifyError(refusal(d))
     v = verify(d, cap, args.force)
     if args.json:
         print(json.dumps({**json.loads(render_json(d)), "verify": v.to_json()}, indent=1))
     else:
-        print(render_text(d) + "\n\n" + render_verify_text(v))
+        print(render_text(d, mode="preflight") + "\n\n" + render_verify_text(v))
     return v.exit_code

@@ -21,10 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", metavar="FILE", help="also write the report as an HTML page")
 
 
-def print_diagnosis(d, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+def print_diagnosis(d, as_json: bool, mode: str = "replay") -> None:  # type: ignore[no-untyped-def]
     from umbp_sim.diagnose.report import render_json, render_text
 
-    print(render_json(d) if as_json else render_text(d))
+    print(render_json(d) if as_json else render_text(d, mode))
     if not as_json:
         from umbp_sim.diagnose.picture import bars_for
 

@@ -21,19 +21,21 @@ _SAW = {
 }
 
 
-def render_text(d: Diagnosis) -> str:
+def render_text(d: Diagnosis, mode: str = "replay") -> str:
+    """The report; ``mode`` "preflight" words it as a prediction for a server not started yet."""
     o = d.run.observed
     saw = _SAW[o.outcome]
     if o.outcome == "ok" and d.run.unbound:
         saw = "ok, but the NUMA binding was dropped"
     lines = [
-        f"replay of {d.request.describe()}",
+        f"{mode} of {d.request.describe()}",
         f"on {d.machine.name} (kernel {d.machine.kernel_version})",
         f"allocator: {_ALLOCATOR.get(d.request.allocator, d.request.allocator)}",
     ]
     if d.request.kind == "sglang":
         lines.append(f"sglang: {describe_release(d.request.sglang_release)}")
-    lines += ["", "1. what the user saw", f"   outcome: {saw}"]
+    saw_head = "1. what the server will see" if mode == "preflight" else "1. what the user saw"
+    lines += ["", saw_head, f"   outcome: {saw}"]
     if o.actual_backing:
         lines.append(f"   actual backing: {o.actual_backing}, mapped {o.mapped_size} bytes")
     if o.error:
