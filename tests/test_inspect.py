@@ -99,3 +99,22 @@ def test_bad_input_is_one_line_exit_65(
 def test_usage_error_exit_64(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "inspect")
     assert code == 64 and "required: dump" in err
+
+
+def test_a_dump_on_stdin(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    meminfo = Path(__file__).parent / "data" / "replay" / "report1-7.05GB" / "proc" / "meminfo"
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(meminfo.read_bytes())))
+    code, out, _ = run(capsys, "inspect", "-", "--json")
+    from_stdin = json.loads(out)
+    code2, out2, _ = run(capsys, "inspect", str(meminfo), "--json")
+    assert code == code2 == 0
+    assert from_stdin.pop("name") == "<stdin>"
+    ref = json.loads(out2)
+    ref.pop("name")
+    from_stdin.pop("source", None)
+    ref.pop("source", None)
+    assert from_stdin == ref

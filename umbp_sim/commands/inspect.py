@@ -9,7 +9,9 @@ from umbp_sim.units import format_size
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dump", help="dump directory, .tar[.gz|.bz2|.xz], or a meminfo file")
+    parser.add_argument(
+        "dump", help="dump directory, .tar[.gz|.bz2|.xz], or a meminfo file; - reads one from stdin"
+    )
     parser.add_argument("--json", action="store_true", help="print the model as JSON (bytes)")
 
 
@@ -73,8 +75,10 @@ def render_table(doc: dict, estimated_available: int | None = None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from umbp_sim.dump import load_dump
+    from umbp_sim.dump.stdin import STDIN, stdin_source
 
-    machine, facts = load_dump(args.dump)  # building the Machine validates the dump too
+    # building the Machine validates the dump too
+    machine, facts = load_dump(stdin_source() if args.dump == STDIN else args.dump)
     doc = facts.to_json()
     if args.json:
         print(json.dumps(doc, indent=2))
