@@ -114,6 +114,22 @@ def test_pasted_traceback_with_the_line_inside(
     assert doc["request"].startswith("alloc(1073741824 bytes, backing AnonymousHugetlb,")
 
 
+def test_a_paste_of_several_different_failures_asks_which(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = LINE.replace("1073741824", "2147483648").replace("numa_node=-1", "numa_node=1")
+    stdin_bytes(monkeypatch, (TRACEBACK + TRACEBACK.replace(LINE, other)).encode())
+    assert main(["replay", str(D / "pool-on-node0-6.8.0"), "--error", "-"]) == 64
+    assert capsys.readouterr().err == (
+        "umbp-sim replay: --error - (stdin): 2 different failed allocations in it "
+        "(alloc(1073741824 bytes) AnonymousHugetlb node -1; alloc(2147483648 bytes) "
+        "AnonymousHugetlb node 1): give the one to replay\n"
+    )
+    stdin_bytes(monkeypatch, (TRACEBACK + TRACEBACK).encode())  # the same one twice: fine
+    assert main(["replay", str(D / "pool-on-node0-6.8.0"), "--error", "-", "--json"]) == 0
+    capsys.readouterr()
+
+
 def test_pasted_traceback_hard_wrapped_by_the_terminal(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -50,6 +50,13 @@ def parse_error_line(text: str, where: str = "--error") -> ErrorLine:
             f"{where}: no 'UMBPHostMemAllocator.alloc(N bytes) failed (requested_backing=..., "
             "numa_node=...)' line in it"
         )
+    requests = {(m.group("size"), m.group("backing"), m.group("node")) for m in found}
+    if len(requests) > 1:  # a log of several failures: which one to replay is the user's call
+        listed = "; ".join(f"alloc({s} bytes) {b} node {n}" for s, b, n in sorted(requests))
+        raise ErrorLineError(
+            f"{where}: {len(requests)} different failed allocations in it ({listed}): "
+            "give the one to replay"
+        )
     m = found[-1]
     backing = m.group("backing")
     if backing not in BACKINGS:
