@@ -62,6 +62,9 @@ def test_terminal_bars_one_per_node() -> None:
                         "memory 8.0 GiB free of 8.0 GiB; short 1.0 GiB")  # fmt: skip
     assert lines[3] == "  request [##                  ]  1.0 GiB"
     assert lines[4].startswith("  # free 2 MiB pages  = used 2 MiB pages  % other pools")
+    assert lines[4].endswith(". free memory  | where the request's need ends on its node")
+    unbound = render_bars(picture(two_nodes(), [GiB], "AnonymousHugetlb", 2 * MiB, -1, "ok"))
+    assert "|" not in unbound.splitlines()[-1]  # no bound node, no mark to explain
 
 
 def test_bars_have_the_same_width_whatever_the_sizes() -> None:

@@ -23,6 +23,7 @@ import os
 from typing import TYPE_CHECKING
 
 from umbp_sim.diagnose.picture import (
+    NEED_END,
     SEGMENTS,
     Picture,
     describe_node,
@@ -128,8 +129,7 @@ def bars_html(pic: Picture) -> str:
         for kind, _, text in SEGMENTS
     )
     legend += (
-        f'<span><i class="swatch" style="background:{NEED_MARK}"></i>'
-        "where the request's need ends on its node</span>"
+        f'<span><i class="swatch" style="background:{NEED_MARK}"></i>{esc(NEED_END[1])}</span>'
     )
     return "\n".join(rows) + f'\n<p class="legend">{legend}</p>'
 

@@ -195,9 +195,16 @@ def _bar(pic: Picture, n: NodeBar, width: int) -> str:
     return "".join(out[:width])
 
 
+# The mark on the bound node's bar (the HTML page's legend says the same).
+NEED_END = ("|", "where the request's need ends on its node")
+
+
 def legend(pic: Picture) -> str:
     size = page_size_name(pic.hugepage_size)
-    return "  ".join(f"{ch} {text.format(size=size)}" for _, ch, text in SEGMENTS)
+    parts = [f"{ch} {text.format(size=size)}" for _, ch, text in SEGMENTS]
+    if any(n.target for n in pic.nodes):
+        parts.append(" ".join(NEED_END))
+    return "  ".join(parts)
 
 
 def render_bars(pic: Picture, width: int = 40) -> str:
