@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from umbp_sim import _native
+from umbp_sim._lsan import import_untracked, lsan_active
 
 # Tests start `python -c` children from the repository root, where the source tree's umbp_sim/
 # (which has no compiled _native) would shadow the installed package: keep cwd off their
@@ -19,28 +20,9 @@ from umbp_sim import _native
 os.environ["PYTHONSAFEPATH"] = "1"
 
 
-def _import_numpy_and_torch_untracked_by_lsan() -> None:
-    """Under ``tox -e asan`` (LeakSanitizer preloaded): numpy's import leaves 53 objects
-    (3120 bytes, CPython tuples and capsules) that nothing LSan scans points to, reported at
-    exit as a leak of the whole test process; torch without numpy leaves one string. Neither is
-    umbp-sim's: import both here with LSan's allocation tracking off for this thread
-    (``__lsan_disable``), so leak checking still covers every allocation of umbp-sim's own code.
-    Elsewhere the symbol is absent and nothing is imported early."""
-    import ctypes
-
-    process = ctypes.CDLL(None)
-    if not hasattr(process, "__lsan_disable"):
-        return
-    process.__lsan_disable()
-    try:
-        for name in ("numpy", "torch"):
-            if importlib.util.find_spec(name) is not None:
-                importlib.import_module(name)
-    finally:
-        process.__lsan_enable()
-
-
-_import_numpy_and_torch_untracked_by_lsan()
+# Under `tox -e asan`: numpy's and torch's import leaks are not umbp-sim's (umbp_sim/_lsan.py).
+if lsan_active():
+    import_untracked("numpy", "torch")
 
 pytest_plugins = ["pytester"]  # tests of the umbp_sim pytest plugin run pytest in a subprocess
 
