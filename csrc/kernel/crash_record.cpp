@@ -1,5 +1,7 @@
 #include "kernel/crash_record.h"
 
+#include <algorithm>
+
 namespace umbp {
 
 CallCrash& this_thread_crash() {
@@ -10,7 +12,9 @@ CallCrash& this_thread_crash() {
 SysResult record_crash(int signal, const std::string& where) {
   CallCrash& c = this_thread_crash();
   c.signal = signal;
-  c.where = where;
+  const size_t n = std::min(where.size(), sizeof c.where - 1);  // the longest is ~30 characters
+  where.copy(c.where, n);
+  c.where[n] = '\0';
   return SysResult::Crash(signal);
 }
 

@@ -11,12 +11,14 @@
 
 namespace umbp {
 
+// Trivially destructible on purpose: it is thread_local, and a std::string member's destructor
+// at thread exit is reported by ThreadSanitizer as racing with glibc freeing the thread's TLS.
 struct CallCrash {
-  int signal = 0;     // 0: no call on this thread was answered with a signal since clear()
-  std::string where;  // "mmap", "madvise(MADV_POPULATE_WRITE)", "prefault touch", ...
+  int signal = 0;       // 0: no call on this thread was answered with a signal since clear()
+  char where[64] = {};  // "mmap", "madvise(MADV_POPULATE_WRITE)", "prefault touch", ...
   void clear() {
     signal = 0;
-    where.clear();
+    where[0] = '\0';
   }
 };
 

@@ -47,7 +47,7 @@ class Collect {
   // (messages, signal, where) of the call: what the bound methods return after their result.
   py::tuple outcome() const {
     const CallCrash& c = this_thread_crash();
-    return py::make_tuple(to_list(), c.signal, c.where);
+    return py::make_tuple(to_list(), c.signal, std::string(c.where));
   }
 
  private:
