@@ -182,3 +182,48 @@ def test_limit_fixes_are_searched_and_verified(
     assert any(r.rule == rule for r in d.run.observed.reasons)
     assert d.evidence and d.evidence[0].rules == (rule,)
     assert commands(d) == want
+
+
+@pytest.mark.torch  # start_host_pool makes torch tensors
+def test_a_later_step_is_sized_on_what_the_earlier_steps_left() -> None:
+    """16amd64, node 1, --hicache-size 20: the first step releases the whole 2 MiB pool, so the
+    node 1 step after it starts from 0 pages there (not the dump's 512) and writes the 3340 the
+    request needs, not 3340 + the 512 that step one took away."""
+    machine, facts = load_dump(MACHINES / "16amd64-4n4c-cgroup-distance-merge.tar.bz2")
+    llama_20 = dict(LLAMA_100, hicache_size=20)
+    d = diagnose(
+        machine,
+        facts,
+        Request("sglang", sglang=llama_20, env={"SGLANG_HICACHE_HOST_NUMA_NODE": "1"}),
+    )
+    node1 = "/sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages"
+    (fix,) = [f for f in d.fixes if any(node1 in c for c in f.commands)]
+    assert fix.commands == [
+        "sysctl -w vm.nr_hugepages=0",
+        "--hicache-size 7",
+        f"echo 3340 > {node1}",
+    ]
+    assert fix.action.endswith(
+        "grow node 1's 2048 kB pool to 3340 pages (3340 needed there, 0 free)"
+    )
+    assert fix.outcome_after == "ok: AnonymousHugetlb on node 1"
+
+
+def test_two_writes_of_one_pool_file_are_not_a_combination() -> None:
+    """A combination whose later step writes the file an earlier one wrote keeps only the later
+    value: it is not tried (the later step alone is)."""
+    from umbp_sim.diagnose.fixes import Fix, PoolWrite, _overwrites, combine, host_after
+
+    size = 2048 * 1024
+    grow = Fix("grow", ["sysctl -w vm.nr_hugepages=100"], "pool",
+               host_changes=[PoolWrite("nr_hugepages", size, 100)])  # fmt: skip
+    node = Fix("node", ["echo 50 > node0"], "pool",
+               host_changes=[PoolWrite("nr_hugepages", size, 50, node=0)])  # fmt: skip
+    shrink = Fix("shrink", ["sysctl -w vm.nr_hugepages=0"], "pool",
+                 host_changes=[PoolWrite("nr_hugepages", size, 0)])  # fmt: skip
+    assert _overwrites(combine([grow, shrink]))
+    assert not _overwrites(combine([shrink, node]))
+    # host_after applies the steps in order: the node write after the release is all there is.
+    m = machine_of("pool-100-overcommit-1000-request-512")
+    host = host_after(m, combine([shrink, node]))
+    assert host.hugepages(size).total == host.node_hugepages(0, size).total == 50

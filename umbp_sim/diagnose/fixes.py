@@ -124,8 +124,29 @@ def combine(fixes: list[Fix]) -> Fix:
 # ---- host writes ------------------------------------------------------------------------------
 
 
-def _pool_write(size: int, count: int, node: int | None = None) -> HostChange:
-    def apply(host: SimHost) -> str | None:
+@dataclass(frozen=True)
+class PoolWrite:
+    """An admin write of a hugepage pool setting (a :data:`HostChange`): ``nr_hugepages`` or
+    ``nr_overcommit_hugepages`` of one page size, host-wide or (``node``) one node's."""
+
+    setting: str  # "nr_hugepages" | "nr_overcommit_hugepages"
+    size: int
+    count: int
+    node: int | None = None
+
+    @property
+    def target(self) -> tuple[str, int, int | None]:
+        """The file written: two writes with one target leave only the last one's value."""
+        return (self.setting, self.size, self.node)
+
+    def __call__(self, host: SimHost) -> str | None:
+        if self.setting == "nr_overcommit_hugepages":
+            try:
+                host.set_nr_overcommit_hugepages(self.size, self.count)
+            except OSError as e:
+                return f"the kernel refused nr_overcommit_hugepages={self.count}: {e.strerror}"
+            return None
+        node, size, count = self.node, self.size, self.count
         before = host.node_hugepages(node, size) if node is not None else host.hugepages(size)
         try:
             host.set_nr_hugepages(size, count, node)
@@ -137,18 +158,13 @@ def _pool_write(size: int, count: int, node: int | None = None) -> HostChange:
             return f"the kernel made only {after.total} of {count} pages on {where}"
         return None
 
-    return apply
+
+def _pool_write(size: int, count: int, node: int | None = None) -> HostChange:
+    return PoolWrite("nr_hugepages", size, count, node)
 
 
 def _overcommit_write(size: int, count: int) -> HostChange:
-    def apply(host: SimHost) -> str | None:
-        try:
-            host.set_nr_overcommit_hugepages(size, count)
-        except OSError as e:
-            return f"the kernel refused nr_overcommit_hugepages={count}: {e.strerror}"
-        return None
-
-    return apply
+    return PoolWrite("nr_overcommit_hugepages", size, count)
 
 
 def _pool_command(machine: Machine, size: int, count: int, node: int | None = None) -> str:
@@ -198,13 +214,19 @@ def _no_hugepages(r: Request) -> Request:
     return r.without_hugepages()
 
 
-def candidates(machine: Machine, request: Request, run: Run) -> list[Fix]:
-    """Single changes worth simulating, from ``run``'s evidence (not yet run)."""
+def candidates(
+    machine: Machine, request: Request, run: Run, host: SimHost | None = None
+) -> list[Fix]:
+    """Single changes worth simulating, from ``run``'s evidence (not yet run).
+
+    ``host`` is the state the changes start from (``host_after`` of the fix ``run`` re-ran, so
+    a later step is sized on what the earlier steps left); by default ``machine`` as dumped."""
     if request.kind == "sglang":
         failure = sgenv.sglang_env_failure(request.env)
         if failure is not None:
             return [_env_fix(failure.variable, failure.value)]
-    host = host_view(machine)
+    if host is None:
+        host = host_view(machine)
     out: list[Fix] = []
     o = run.observed
     backing, hp, node, _prefault = request.settings()
@@ -595,6 +617,30 @@ def run_fix(machine: Machine, request: Request, fix: Fix, profile: str | None = 
     return fix.run
 
 
+def host_after(machine: Machine, fix: Fix) -> SimHost:
+    """The simulated host as ``fix`` leaves it (its Machine change, then its admin writes):
+    where the next step of a combination starts, so that step is sized on what is left."""
+    if not fix.host_changes and fix.machine_change is None:
+        return host_view(machine)
+    host = SimHost(fix.machine(machine).copy())
+    for change in fix.host_changes:
+        change(host)
+    return host
+
+
+def _overwrites(fix: Fix) -> bool:
+    """Two steps write the same pool file: the later one's value is all that is left."""
+    targets = [c.target for c in fix.host_changes if isinstance(c, PoolWrite)]
+    return len(targets) != len(set(targets))
+
+
+def _next_steps(machine: Machine, request: Request, f: Fix) -> list[Fix]:
+    """Candidates after ``f``: from its run's evidence, sized on the host it leaves."""
+    assert f.run is not None
+    after = f.machine(machine)
+    return candidates(after, f.request(request), f.run, host_after(machine, f))
+
+
 def _value(f: Fix) -> tuple[int, int, int]:
     """Higher is better: outcome rank, fewer compromises, fewer changes."""
     assert f.run is not None
@@ -616,6 +662,8 @@ def propose(
         kinds = [s.category for s in fix.singles if s.category in COMPROMISES]
         if len(kinds) != len(set(kinds)):
             return None  # two bindings, two sizes ... at once
+        if _overwrites(fix):
+            return None
         if runs >= MAX_RUNS:
             return None
         runs += 1
@@ -638,8 +686,7 @@ def propose(
         key=lambda f: -f.run.rank if f.run else 0,
     )[:3]
     for f in frontier:
-        assert f.run is not None
-        for g in candidates(machine, f.request(request), f.run):
+        for g in _next_steps(machine, request, f):
             if g.key not in {s.key for s in f.singles}:
                 trial(combine([f, g]))
     if not done():
@@ -653,8 +700,7 @@ def propose(
             reverse=True,
         )[:2]
         for f in best:
-            assert f.run is not None
-            for g in candidates(machine, f.request(request), f.run):
+            for g in _next_steps(machine, request, f):
                 if g.key not in {s.key for s in f.singles}:
                     trial(combine([f, g]))
 
@@ -716,4 +762,13 @@ def _limit(baseline: Run, tried: list[Fix]) -> str:
     return "none that SimKernel recorded: " + (o.error or "; ".join(o.warnings) or o.outcome)
 
 
-__all__ = ["Fix", "Search", "candidates", "combine", "propose", "run_fix"]
+__all__ = [
+    "Fix",
+    "PoolWrite",
+    "Search",
+    "candidates",
+    "combine",
+    "host_after",
+    "propose",
+    "run_fix",
+]
