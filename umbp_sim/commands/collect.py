@@ -68,11 +68,14 @@ def _collect_pid(args: argparse.Namespace) -> int:
     if args.name:
         argv += ["--name", args.name]
     with resources.as_file(script) as path:
-        proc = subprocess.run(
+        with subprocess.Popen(
             [sys.executable, "-I", "-S", str(path), *argv], stderr=subprocess.PIPE, text=True
-        )
-    # Its messages as this command's own: one line, named umbp-sim collect, no script usage.
-    for line in proc.stderr.splitlines():
-        if not line.startswith("usage: "):
-            print(re.sub(r"^collect\.py: ", "umbp-sim collect: ", line), file=sys.stderr)
+        ) as proc:
+            assert proc.stderr is not None
+            # Its messages as this command's own, as they come: named umbp-sim collect, no
+            # script usage line.
+            for line in proc.stderr:
+                if not line.startswith("usage: "):
+                    line = re.sub(r"^collect\.py: ", "umbp-sim collect: ", line.rstrip("\n"))
+                    print(line, file=sys.stderr, flush=True)
     return proc.returncode
