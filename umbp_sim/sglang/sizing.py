@@ -20,6 +20,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from umbp_sim.meminfo import meminfo_lines
+
 # sglang: HICACHE_HOST_MEMORY_RESERVE_BYTES = 10 * (1024**3), left for the OS and other processes.
 HICACHE_HOST_MEMORY_RESERVE_BYTES = 10 * (1 << 30)
 
@@ -366,14 +368,16 @@ def parse_meminfo(text: str, source: str = "meminfo") -> dict[str, int]:
     A line that is not ``Name: number [kB]`` is an error naming ``source`` and the line number.
     """
     out: dict[str, int] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        name, sep, rest = line.partition(":")
-        parts = rest.split()
-        if not sep or not name.strip() or not parts or len(parts) > 2 or not parts[0].isdigit():
-            raise SizingError(f"{source}:{lineno}: cannot read meminfo line {line!r}")
-        out[name.strip()] = int(parts[0])
+    for t in meminfo_lines(text.splitlines()):
+        parts = t.value.split()
+        if (
+            not t.has_colon
+            or not t.key.strip()
+            or not 1 <= len(parts) <= 2
+            or not parts[0].isdigit()
+        ):
+            raise SizingError(f"{source}:{t.lineno}: cannot read meminfo line {t.raw!r}")
+        out[t.key.strip()] = int(parts[0])
     return out
 
 
