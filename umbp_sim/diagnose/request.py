@@ -22,6 +22,7 @@ from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.flag_types import count_flag, gb_flag, node_flag, ratio_flag, size_flag
 from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, ProfileError, canonical_profile
+from umbp_sim.request import AllocRequest
 from umbp_sim.scenario.schema import Scenario
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.release import SGLANG_RELEASES, default_sglang_release
@@ -232,6 +233,10 @@ class Request:
             backing = "AnonymousHugetlb" if s.use_hugepage else "Anonymous"
         return backing, s.hugepage_size, s.numa_node, s.prefault
 
+    def alloc_request(self, size: int | None = None) -> AllocRequest:
+        """The allocator call for one buffer (``size``; a raw request's own size by default)."""
+        return AllocRequest(self.size if size is None else size, *self.settings())
+
     def buffer_sizes(self) -> list[int]:
         """Bytes of each ``alloc`` the request makes (three for MLA kv_split with an indexer)."""
         if self.kind == "raw":
@@ -302,15 +307,9 @@ class Request:
 
     def scenario(self, label: str) -> Scenario:
         """An in-memory scenario the runner executes (its machine comes separately)."""
+        table: dict[str, Any]
         if self.kind == "raw":
-            table: dict[str, Any] = {
-                "size": self.size,
-                "backing": self.backing,
-                "hugepage_size": self.hugepage_size,
-                "numa_node": self.numa_node,
-                "prefault": self.prefault,
-            }
-            kind = "alloc"
+            table, kind = self.alloc_request().table(), "alloc"
         else:
             table, kind = dict(self.sglang), "sglang"
         return Scenario(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim import _context
-from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
+from umbp_sim.allocator import UMBPHostMemAllocator
 from umbp_sim.backing import alloc_outcome, is_demoted
 from umbp_sim.errors import SimulatedCrash, UmbpSimError
 from umbp_sim.faults import FaultPlan
@@ -27,6 +27,7 @@ from umbp_sim.log_capture import capture_logs
 from umbp_sim.machine import HugePool, Machine
 from umbp_sim.mori_compat import mori_module
 from umbp_sim.profiles import FIELD_PROFILE, canonical_profile
+from umbp_sim.request import AllocRequest
 from umbp_sim.scenario.schema import Scenario, ScenarioError
 from umbp_sim.sim import SimHost, simulate
 from umbp_sim.trace import instrument, trace_text
@@ -155,13 +156,8 @@ def _null_handle_error(size: int, backing: str, node: int) -> str:
 
 
 def _alloc_args(table: dict[str, Any]) -> tuple[int, str, int, int, bool]:
-    return (
-        parse_size(table["size"], "size"),
-        table.get("backing", "Anonymous"),
-        parse_size(table.get("hugepage_size", 2 << 20), "hugepage_size"),
-        int(table.get("numa_node", -1)),
-        bool(table.get("prefault", True)),
-    )
+    # (external/matrix.py and external/observe.py read a table through this)
+    return AllocRequest.from_table(table).fields()
 
 
 def _backing_name(handle: Any) -> str:
@@ -169,16 +165,16 @@ def _backing_name(handle: Any) -> str:
 
 
 def _run_alloc(scn: Scenario, allocator: UMBPHostMemAllocator, host: SimHost, obs: Observed) -> Any:
-    size, backing, hp, node, prefault = _alloc_args(scn.request)
-    handle = allocator.alloc(size, getattr(UMBPHostBufferBacking, backing), hp, node, prefault)
+    req = AllocRequest.from_table(scn.request)
+    handle = allocator.alloc(*req.args())
     if not handle:
         obs.outcome = "failed"
-        obs.error = _null_handle_error(size, backing, node)
+        obs.error = _null_handle_error(req.size, req.backing, req.numa_node)
         return None
     obs.actual_backing = _backing_name(handle)
     obs.mapped_size = handle.mapped_size
     obs.bound_node = handle.numa_node
-    obs.outcome = alloc_outcome(backing, obs.actual_backing)
+    obs.outcome = alloc_outcome(req.backing, obs.actual_backing)
     return handle
 
 
@@ -193,17 +189,17 @@ def _run_steps(
     for i, step in enumerate(scn.request["steps"]):
         op = step["op"]
         if op == "alloc":
-            size, backing, hp, node, prefault = _alloc_args(step)
-            h = allocator.alloc(size, getattr(UMBPHostBufferBacking, backing), hp, node, prefault)
+            req = AllocRequest.from_table(step)
+            h = allocator.alloc(*req.args())
             handles[step["id"]] = h
             bases[step["id"]] = h.ptr if h else 0
             if not h:
                 obs.steps.append("alloc failed")
                 obs.outcome = "failed"
-                obs.error = _null_handle_error(size, backing, node)
+                obs.error = _null_handle_error(req.size, req.backing, req.numa_node)
                 continue
             got = _backing_name(h)
-            demoted = is_demoted(backing, got)
+            demoted = is_demoted(req.backing, got)
             if demoted and obs.outcome == "ok":
                 obs.outcome = "demoted"
             obs.actual_backing, obs.mapped_size = got, h.mapped_size
