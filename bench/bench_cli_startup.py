@@ -21,12 +21,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import emit, figure, ratios  # noqa: E402
+from _common import emit, figure, ratios, timed_run  # noqa: E402
 
 REPEAT = 3
 EAGER = "import umbp_sim._native, umbp_sim.cli as c; c.build_parser()"
@@ -73,12 +72,7 @@ def modules_loaded(argv: list[str], cwd: str) -> tuple[int, int]:
 
 
 def _wall(cmd: list[str], cwd: str) -> float:
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    elapsed = time.perf_counter() - t
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr[-2000:]!r}")
-    return elapsed
+    return timed_run(cmd, cwd)[0]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

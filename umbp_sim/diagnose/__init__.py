@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from umbp_sim import _lazy
 from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, canonical_profile, mori_log_lines
 
 # The simulation (explain, fixes, run: the allocator and the compiled extension) is imported
@@ -38,11 +39,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f"umbp_sim.diagnose.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'umbp_sim.diagnose' has no attribute {name!r}")
+    return _lazy.attribute(__name__, _LAZY, name)
 
 
 @dataclass

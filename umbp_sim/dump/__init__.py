@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from umbp_sim import _lazy
+
 # What the package offers, by the module that holds it: imported on first use (PEP 562), so
 # importing one submodule (a parser's flags, a constant) does not load every other one.
 _EXPORTS = {
@@ -49,11 +51,7 @@ _EXPORTS = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(f"umbp_sim.dump.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'umbp_sim.dump' has no attribute {name!r}")
+    return _lazy.attribute(__name__, _EXPORTS, name)
 
 
 if TYPE_CHECKING:

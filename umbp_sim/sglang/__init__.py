@@ -5,6 +5,8 @@ Importing this package does not import torch; only constructing the tensor alloc
 
 from typing import Any
 
+from umbp_sim import _lazy
+
 # What the package offers, by the module that holds it: imported on first use (PEP 562), so
 # importing one submodule (a parser's flags, a constant) does not load every other one.
 _EXPORTS = {
@@ -43,11 +45,7 @@ _EXPORTS = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(f"umbp_sim.sglang.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'umbp_sim.sglang' has no attribute {name!r}")
+    return _lazy.attribute(__name__, _EXPORTS, name)
 
 
 __all__ = [*_EXPORTS]
