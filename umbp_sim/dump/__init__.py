@@ -18,36 +18,20 @@ from umbp_sim import _lazy
 
 # What the package offers, by the module that holds it: imported on first use (PEP 562), so
 # importing one submodule (a parser's flags, a constant) does not load every other one.
-_EXPORTS = {
-    "build_machine": "build",
-    "DumpError": "errors",
-    "DEFAULT_KERNEL_VERSION": "facts",
-    "DumpFacts": "facts",
-    "GlobalPool": "facts",
-    "NodeFacts": "facts",
-    "NodePool": "facts",
-    "infer_arch": "facts",
-    "parse_dump": "facts",
-    "spread": "facts",
-    "cgroup_hugetlb_name": "parse",
-    "cgroup_hugetlb_size": "parse",
-    "hugepage_dir_size": "parse",
-    "parse_cgroup_max": "parse",
-    "parse_cpulist": "parse",
-    "parse_distance": "parse",
-    "parse_int": "parse",
-    "parse_limits": "parse",
-    "parse_meminfo": "parse",
-    "parse_node_meminfo": "parse",
-    "parse_nodelist": "parse",
-    "parse_osrelease": "parse",
-    "parse_proc_version": "parse",
-    "DirSource": "source",
-    "DumpSource": "source",
-    "MemorySource": "source",
-    "bytes_source": "source",
-    "open_dump": "source",
-}
+_EXPORTS = _lazy.exports(
+    build="build_machine",
+    errors="DumpError",
+    facts=(
+        "DEFAULT_KERNEL_VERSION DumpFacts GlobalPool NodeFacts NodePool infer_arch "
+        "parse_dump spread"
+    ),
+    parse=(
+        "cgroup_hugetlb_name cgroup_hugetlb_size hugepage_dir_size parse_cgroup_max "
+        "parse_cpulist parse_distance parse_int parse_limits parse_meminfo "
+        "parse_node_meminfo parse_nodelist parse_osrelease parse_proc_version"
+    ),
+    source="DirSource DumpSource MemorySource bytes_source open_dump",
+)
 
 
 def __getattr__(name: str) -> Any:
