@@ -12,6 +12,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,28 @@ def figure(
         "ok": meets(med, target),
         "note": note,
     }
+
+
+def rate(name: str, count: int, seconds: Sequence[float], note: str = "") -> dict[str, Any]:
+    """A throughput row: ``count`` things per second of each measured run."""
+    return figure(name, [count / t for t in seconds], unit="1/s", note=note, higher_is_better=True)
+
+
+def timed_run(
+    cmd: Sequence[str], cwd: str | os.PathLike[str] = ROOT, ok: Sequence[int] = (0,)
+) -> tuple[float, str]:
+    """Wall seconds of one child process and its stdout (started with PYTHONSAFEPATH=1: the
+    installed package, not the source tree); RuntimeError naming the command when its exit
+    status is not in ``ok``."""
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    t = time.perf_counter()
+    proc = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t
+    if proc.returncode not in ok:
+        raise RuntimeError(
+            f"{' '.join(cmd)} exited {proc.returncode}: {(proc.stderr or proc.stdout)[-2000:]}"
+        )
+    return elapsed, proc.stdout
 
 
 def unavailable(name: str, why: str, target: str | None = None, unit: str = "x") -> dict[str, Any]:

@@ -21,12 +21,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import emit, figure, ratios  # noqa: E402
+from _common import emit, figure, ratios, timed_run  # noqa: E402
 
 REPEAT = 3
 EAGER = "import umbp_sim._native, umbp_sim.cli as c; c.build_parser()"
@@ -50,13 +49,30 @@ def variants() -> dict[str, list[str]]:
     }
 
 
+# Modules a command's --help loads (tests/test_cli_imports.py bounds the umbp_sim ones).
+COUNT = """
+import contextlib, io, sys
+from umbp_sim.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        main(sys.argv[1:])
+    except SystemExit:
+        pass
+print(sum(m.startswith("umbp_sim") for m in sys.modules), len(sys.modules))
+"""
+HELP_COMMANDS = ("replay", "preflight", "inspect")
+
+
+def modules_loaded(argv: list[str], cwd: str) -> tuple[int, int]:
+    """(umbp_sim modules, all modules) in sys.modules after ``umbp-sim ARGV``."""
+    out = subprocess.run(
+        [sys.executable, "-c", COUNT, *argv], cwd=cwd, capture_output=True, text=True, check=True
+    ).stdout.split()
+    return int(out[0]), int(out[1])
+
+
 def _wall(cmd: list[str], cwd: str) -> float:
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    elapsed = time.perf_counter() - t
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr[-2000:]!r}")
-    return elapsed
+    return timed_run(cmd, cwd)[0]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -66,6 +82,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     times: dict[str, list[float]] = {name: [] for name in cmds}
     env_cwd = tempfile.mkdtemp(prefix="umbp-bench-cli-")
     try:
+        loaded = {c: modules_loaded([c, "--help"], env_cwd) for c in HELP_COMMANDS}
         for cmd in cmds.values():  # warm the page cache
             _wall(cmd, env_cwd)
         for _ in range(rounds):
@@ -83,6 +100,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return {
         "bench": "cli_startup",
         "seconds": times,
+        "modules": {f"{c} --help": {"umbp_sim": u, "all": a} for c, (u, a) in loaded.items()},
         "figures": [
             figure(
                 "umbp-sim --help / python -c pass (wall)",
@@ -93,6 +111,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             figure(
                 "umbp-sim replay --help / python -c pass (wall)",
                 ratios(times["umbp-sim replay --help"], base),
+                note="modules loaded by --help: "
+                + ", ".join(f"{c} {u} umbp_sim / {a} in all" for c, (u, a) in loaded.items()),
             ),
             figure(
                 "eager parser (every command + extension) / python -c pass (wall)",

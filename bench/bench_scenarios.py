@@ -10,25 +10,17 @@ in-process after warm-up (the cost of the scenarios themselves), and ``pytest -n
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, emit, figure  # noqa: E402
+from _common import ROOT, emit, figure, rate, timed_run  # noqa: E402
 
 
 def _timed(cmd: list[str]) -> float:
-    env = dict(os.environ, PYTHONSAFEPATH="1")
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - t
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-2000:]}")
-    return elapsed
+    return timed_run(cmd)[0]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -56,24 +48,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "scenarios": n,
         "figures": [
             figure(f"umbp-sim run, {n} scenarios, one core (s)", cli, unit="s", target="< 10"),
-            figure(
-                "scenarios/s, umbp-sim run, one core",
-                [n / t for t in cli],
-                unit="1/s",
-                higher_is_better=True,
-            ),
-            figure(
-                "scenarios/s, in-process after warm-up",
-                [n / t for t in inproc],
-                unit="1/s",
-                higher_is_better=True,
-            ),
-            figure(
-                "scenarios/s, pytest -n 2 (incl. start-up)",
-                [n / t for t in par],
-                unit="1/s",
-                higher_is_better=True,
-            ),
+            rate("scenarios/s, umbp-sim run, one core", n, cli),
+            rate("scenarios/s, in-process after warm-up", n, inproc),
+            rate("scenarios/s, pytest -n 2 (incl. start-up)", n, par),
         ],  # fmt: skip
     }
 

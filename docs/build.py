@@ -26,6 +26,7 @@ PUBLIC = [
     "umbp_sim.sim",
     "umbp_sim.faults",
     "umbp_sim.strategies",
+    "umbp_sim.request",
     "umbp_sim.pytest_plugin",
     "umbp_sim.mori_compat",
     "umbp_sim.progress",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import umbp_sim
-from umbp_sim import faults, machine, progress, pytest_plugin, strategies
+from umbp_sim import faults, machine, progress, pytest_plugin, request, strategies
 from umbp_sim.diagnose import html_report, picture
 
 pytest_plugins = ["pytester"]
@@ -37,7 +37,9 @@ def test_every_strategy_and_faultplan_method_has_a_doctest_example() -> None:
     assert missing == []
 
 
-@pytest.mark.parametrize("module", [strategies, faults, machine, progress, picture, html_report])
+@pytest.mark.parametrize(
+    "module", [strategies, request, faults, machine, progress, picture, html_report]
+)
 def test_doctests_pass(module: object) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS, verbose=False)  # type: ignore[arg-type]
     assert result.attempted > 0

@@ -84,3 +84,38 @@ def test_every_command_gets_its_options_when_it_runs() -> None:
     assert cli.selected_command(["--help", "replay"]) is None  # the top level answers
     assert cli.selected_command(["replay", "--help"]) == "replay"
     assert cli.selected_command(["nope"]) is None
+
+
+# A command's --help builds that command's parser only: the request's flags of replay and
+# preflight (umbp_sim/diagnose/request_flags.py) and nothing they do once run. Before the lazy
+# packages (umbp_sim.dump, umbp_sim.sglang, umbp_sim.diagnose): 31 umbp_sim modules (199 in all,
+# importlib.metadata among them) for `replay --help`; now 16 (126).
+HELP_BOUND = 16
+NOT_FOR_HELP = (
+    "importlib.metadata",
+    "umbp_sim.diagnose.request",
+    "umbp_sim.dump.facts",
+    "umbp_sim.dump.build",
+    "umbp_sim.scenario.schema",
+    "umbp_sim.sglang.sizing",
+)
+HELP_CHILD = CHILD.replace(
+    "heavy = [m for m in json.loads(sys.argv[2]) if m in sys.modules]",
+    "heavy = [m for m in json.loads(sys.argv[2]) if m in sys.modules]\n"
+    "heavy += [m for m in json.loads(sys.argv[3]) if m in sys.modules]",
+)
+
+
+@pytest.mark.parametrize("name", list(cli.COMMANDS))
+def test_a_commands_help_imports_only_its_parser(name: str) -> None:
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", HELP_CHILD, json.dumps([name, "--help"]), json.dumps(HEAVY),
+         json.dumps(NOT_FOR_HELP)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["code"] == 0
+    assert r["heavy"] == []
+    assert len(r["ours"]) <= HELP_BOUND, r["ours"]

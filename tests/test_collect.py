@@ -8,6 +8,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from fake_dumps import CGROUP_V2_HOST, write_tree
 
 from umbp_sim import cli
 from umbp_sim.collect import CollectError, collect
@@ -58,25 +59,14 @@ def test_round_trip_describes_this_host(tmp_path: Path) -> None:
 
 
 def test_collect_from_a_fake_root_with_cgroup_v2_limits(tmp_path: Path) -> None:
-    root = tmp_path / "root"
-    files = {
-        "proc/meminfo": "MemTotal: 1048576 kB\nHugepagesize: 2048 kB\n",
-        "proc/self/cgroup": "0::/job/step\n",
-        "proc/self/mountinfo": "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
-        "sys/fs/cgroup/job/memory.max": "4294967296\n",
-        "sys/fs/cgroup/job/step/memory.max": "max\n",
-        "sys/fs/cgroup/job/step/hugetlb.2MB.max": "2097152\n",
-        "sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages": "3\n",
-        "proc/sys/kernel/osrelease": "5.15.0\n",
-    }
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
+    root = write_tree(tmp_path / "root", CGROUP_V2_HOST)
     out = tmp_path / "fake.tar"
     res = collect(str(out), "fake", root=str(root))
     m, f = load_dump(out)
     assert m.memcg_max == 4 << 30  # the parent's limit binds
     assert m.hugetlb_cgroup_max == {2 << 20: 2 << 20}
+    assert m.hugetlb_cgroup_rsvd_max == {2 << 20: 4 << 20}  # rsvd.max: collected, then loaded
+    assert "fake/sys/fs/cgroup/hugetlb.2MB.rsvd.max" in _names(out)
     assert m.pool_total(2 << 20) == 3 and m.kernel_version == "5.15.0"
     assert "proc/self/limits" in res.missing and "proc/sys/vm/overcommit_memory" in res.missing
     assert any("binding level /job" in n for n in res.notes)
@@ -92,3 +82,8 @@ def test_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     with pytest.raises(SystemExit) as ei:
         cli.main(["collect"])
     assert ei.value.code == 64
+
+
+def _names(tarball: Path) -> list[str]:
+    with tarfile.open(tarball) as tar:
+        return tar.getnames()

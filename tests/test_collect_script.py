@@ -17,6 +17,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from fake_dumps import CGROUP_V2_HOST, write_tree
 
 from umbp_sim import cli
 from umbp_sim.collect import collect
@@ -189,21 +190,9 @@ def test_pid_records_what_the_server_saw_and_no_secrets(tmp_path: Path, kind: st
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_fake_root_with_cgroup_v2_limits_matches_collect(tmp_path: Path, kind: str) -> None:
-    root = tmp_path / "root"
-    files = {
-        "proc/meminfo": "MemTotal: 1048576 kB\nHugepagesize: 2048 kB\n",
-        "proc/self/cgroup": "0::/job/step\n",
-        "proc/self/mountinfo": "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
-        "sys/fs/cgroup/job/memory.max": "4294967296\n",
-        "sys/fs/cgroup/job/step/memory.max": "max\n",
-        "sys/fs/cgroup/job/step/hugetlb.2MB.max": "2097152\n",
-        "sys/fs/cgroup/hugetlb.2MB.max": "1048576\n",
-        "sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages": "3\n",
-        "proc/sys/kernel/osrelease": "5.15.0\n",
-    }
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
+    root = write_tree(
+        tmp_path / "root", {**CGROUP_V2_HOST, "sys/fs/cgroup/hugetlb.2MB.max": "1048576\n"}
+    )
     ref = tmp_path / "ref.tar"
     res = collect(str(ref), "fake", root=str(root))
     out = tmp_path / "fake.tar"
@@ -213,6 +202,7 @@ def test_fake_root_with_cgroup_v2_limits_matches_collect(tmp_path: Path, kind: s
     assert m == load_dump(ref)[0]
     assert m.memcg_max == 4 << 30  # the parent's limit binds
     assert m.hugetlb_cgroup_max == {2 << 20: 1 << 20}  # the root's is smaller
+    assert m.hugetlb_cgroup_rsvd_max == {2 << 20: 4 << 20}  # rsvd.max: collected, then loaded
     man = manifest(out)
     assert man["collected"] == sorted(res.collected)
     assert man["notes"] == res.notes

@@ -14,6 +14,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from fake_dumps import tar_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_dump_fixtures import DATA, FIXTURES, G, M
@@ -123,14 +124,9 @@ def test_directory_dump_without_proc_meminfo(tmp_path: Path) -> None:
 
 
 def test_node_meminfo_without_memtotal_names_proc_meminfo() -> None:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        raw = b"Node 0 MemFree: 100 kB\n"
-        info = tarfile.TarInfo("H/sys/devices/system/node/node0/meminfo")
-        info.size = len(raw)
-        tar.addfile(info, io.BytesIO(raw))
+    raw = b"Node 0 MemFree: 100 kB\n"
     with pytest.raises(DumpError) as e:
-        load_dump(buf.getvalue())
+        load_dump(tar_bytes({"H/sys/devices/system/node/node0/meminfo": raw}))
     assert str(e.value) == (
         "<bytes>:H/proc/meminfo: missing, and no sys/devices/system/node/nodeN/meminfo with a "
         "MemTotal line to build the machine from"
@@ -138,14 +134,9 @@ def test_node_meminfo_without_memtotal_names_proc_meminfo() -> None:
 
 
 def test_malformed_node_meminfo_names_its_line() -> None:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        raw = b"Node 0 MemTotal: 100 kB\nNode 0 MemFree: lots\n"
-        info = tarfile.TarInfo("H/sys/devices/system/node/node0/meminfo")
-        info.size = len(raw)
-        tar.addfile(info, io.BytesIO(raw))
+    raw = b"Node 0 MemTotal: 100 kB\nNode 0 MemFree: lots\n"
     with pytest.raises(DumpError) as e:
-        load_dump(buf.getvalue())
+        load_dump(tar_bytes({"H/sys/devices/system/node/node0/meminfo": raw}))
     assert str(e.value) == (
         "<bytes>:H/sys/devices/system/node/node0/meminfo:2: cannot read value 'lots' for MemFree"
     )
@@ -185,13 +176,7 @@ def test_generated_node_only_dumps_sum_their_files(nodes: list[dict], sysfs_pool
     files["H/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"] = b"%d\n" % sum(
         n["pages"] or 0 for n in nodes if n["meminfo"]
     )
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, raw in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(raw)
-            tar.addfile(info, io.BytesIO(raw))
-    machine, facts = load_dump(buf.getvalue())
+    machine, facts = load_dump(tar_bytes(files))
     known = [n["total_kb"] * 1024 for n in nodes if n["meminfo"]]
     assert facts.mem_total == machine.mem_total == sum(known)
     assert len(machine.nodes) == len(nodes)

@@ -4,7 +4,8 @@
 meminfo, the vm sysctls, the kernel release (as ``proc/sys/kernel/osrelease``), this process's
 ``proc/self/limits``, every readable file under ``sys/kernel/mm/hugepages``, the node lists and
 each ``nodeN/{meminfo,cpulist,distance,hugepages/**}``, and the current cgroup's limits under
-their cgroup v2 names (``sys/fs/cgroup/memory.max``, ``sys/fs/cgroup/hugetlb.<size>.max``).
+their cgroup v2 names (``sys/fs/cgroup/memory.max``, ``sys/fs/cgroup/hugetlb.<size>.max``,
+``hugetlb.<size>.rsvd.max``).
 A file that cannot be read is listed in ``NAME/umbp-sim-collect.json`` and never fatal.
 
 Cgroup limits: the effective limit is the smallest along the path from the current cgroup to
@@ -193,13 +194,12 @@ def _collect_cgroup(c: _Collector, hugepage_sizes: list[int]) -> None:
 
     v2_path, v1_paths = _self_cgroups(c.read_host("/proc/self/cgroup"))
     v2_mount, v1_mounts = _mountinfo_cgroup(c.root)  # mount points as the host names them
+    # Per hugepage size: the fault-time limit and the reservation-time one (v2 rsvd.max, v1
+    # rsvd.limit_in_bytes, kernel 5.7+), which is what a MAP_HUGETLB mmap is checked against.
     wanted = [("memory.max", "memory", "memory.limit_in_bytes")] + [
-        (
-            f"hugetlb.{cgroup_hugetlb_name(s)}.max",
-            "hugetlb",
-            f"hugetlb.{cgroup_hugetlb_name(s)}.limit_in_bytes",
-        )
-        for s in hugepage_sizes
+        (f"hugetlb.{name}.{kind}max", "hugetlb", f"hugetlb.{name}.{kind}limit_in_bytes")
+        for name in (cgroup_hugetlb_name(s) for s in hugepage_sizes)
+        for kind in ("", "rsvd.")
     ]
     for v2_name, ctrl, v1_name in wanted:
         rel = f"sys/fs/cgroup/{v2_name}"

@@ -18,6 +18,7 @@ from pathlib import Path
 from umbp_sim import _context, _native
 from umbp_sim.errors import SimulatedCrash, UmbpSimError
 from umbp_sim.machine import MACHINE_FIELDS, Machine
+from umbp_sim.meminfo import file_units
 
 __all__ = [
     "HugePages",
@@ -289,11 +290,7 @@ class SimHost:
 
     def meminfo(self) -> dict[str, int]:
         """/proc/meminfo as {label: value} (kB for sizes, pages for HugePages_*)."""
-        out: dict[str, int] = {}
-        for line in self.kernel.read_file("/proc/meminfo").splitlines():
-            key, _, rest = line.partition(":")
-            out[key] = int(rest.split()[0])
-        return out
+        return file_units(self.kernel.read_file("/proc/meminfo"))
 
     def mappings(self) -> list[Mapping]:
         """The simulated process's live mappings (address, length, page size, NUMA policy)."""

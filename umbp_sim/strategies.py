@@ -38,7 +38,6 @@ Public and usable from other projects' tests::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import strategies as st
@@ -46,6 +45,7 @@ from hypothesis import strategies as st
 from umbp_sim.backing import BACKINGS
 from umbp_sim.faults import OPS, FaultPlan, FaultRule
 from umbp_sim.machine import GiB, KiB, Machine, MiB, default_hugepage_sizes
+from umbp_sim.request import AllocRequest
 
 __all__ = [
     "BACKINGS",
@@ -277,39 +277,6 @@ def fault_plans(
 
 
 # ---- allocation requests -------------------------------------------------------------------
-@dataclass(frozen=True)
-class AllocRequest:
-    """One ``UMBPHostMemAllocator.alloc`` call.
-
-    >>> req = AllocRequest(4096, "AnonymousHugetlb", numa_node=0)
-    >>> req.table()["backing"], req.args()[1]
-    ('AnonymousHugetlb', <UMBPHostBufferBacking.AnonymousHugetlb: 1>)
-    """
-
-    size: int
-    backing: str = "Anonymous"
-    hugepage_size: int = 2 * MiB
-    numa_node: int = -1
-    prefault: bool = True
-
-    def args(self) -> tuple[int, Any, int, int, bool]:
-        """Positional arguments of ``UMBPHostMemAllocator.alloc`` (the backing as its enum)."""
-        from umbp_sim.allocator import UMBPHostBufferBacking
-
-        backing = getattr(UMBPHostBufferBacking, self.backing)
-        return self.size, backing, self.hugepage_size, self.numa_node, self.prefault
-
-    def table(self) -> dict[str, Any]:
-        """The request as a scenario ``[request]`` table (or an ``alloc`` step's keys)."""
-        return {
-            "size": self.size,
-            "backing": self.backing,
-            "hugepage_size": self.hugepage_size,
-            "numa_node": self.numa_node,
-            "prefault": self.prefault,
-        }
-
-
 _ODD_HUGEPAGE_SIZES = (3 * MiB, 4 * KiB, 0)  # not a power of two / not above the base page
 
 

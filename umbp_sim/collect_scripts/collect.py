@@ -188,7 +188,14 @@ def collect_cgroup(c, proc, sizes):
     wanted = [("memory.max", "memory", "memory.limit_in_bytes")]
     for s in sizes:
         n = hugetlb_name(s)
-        wanted.append(("hugetlb.%s.max" % n, "hugetlb", "hugetlb.%s.limit_in_bytes" % n))
+        for kind in ("", "rsvd."):  # the fault-time and the reservation-time (5.7+) limit
+            wanted.append(
+                (
+                    "hugetlb.%s.%smax" % (n, kind),
+                    "hugetlb",
+                    "hugetlb.%s.%slimit_in_bytes" % (n, kind),
+                )
+            )
     for v2_name, ctrl, v1_name in wanted:
         rel = "sys/fs/cgroup/" + v2_name
         found = None

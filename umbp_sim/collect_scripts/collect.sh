@@ -273,6 +273,7 @@ for d in "$ROOT"/sys/kernel/mm/hugepages/hugepages-*kB; do
     printf '%s %s\n' "$kb" "$n"
 done | sort -n | while read -r kb n; do
     limit "hugetlb.$n.max" hugetlb "hugetlb.$n.limit_in_bytes"
+    limit "hugetlb.$n.rsvd.max" hugetlb "hugetlb.$n.rsvd.limit_in_bytes" # reservations (5.7+)
 done
 
 # ---- what the server process saw -------------------------------------------------------------

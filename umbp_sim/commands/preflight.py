@@ -13,7 +13,7 @@ import tempfile
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from umbp_sim.diagnose.request import add_request_arguments
+    from umbp_sim.diagnose.request_flags import add_request_arguments
     from umbp_sim.flag_types import size_flag
 
     parser.add_argument(

@@ -6,7 +6,7 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from umbp_sim.diagnose.request import add_request_arguments
+    from umbp_sim.diagnose.request_flags import add_request_arguments
 
     parser.add_argument(
         "dump",

@@ -12,20 +12,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from umbp_sim.diagnose.request import Request, RequestError, add_request_arguments
+from umbp_sim import _lazy
 from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, canonical_profile, mori_log_lines
 
 # The simulation (explain, fixes, run: the allocator and the compiled extension) is imported
 # when a diagnosis is made, not with the package: `replay --help` and a usage error need only
-# the request's flags (umbp_sim/diagnose/request.py).
+# the request's flags (umbp_sim/diagnose/request_flags.py).
 if TYPE_CHECKING:
     from umbp_sim.diagnose.explain import Cause
     from umbp_sim.diagnose.fixes import Fix
+    from umbp_sim.diagnose.request import Request, RequestError
+    from umbp_sim.diagnose.request_flags import add_request_arguments
     from umbp_sim.diagnose.run import Run
     from umbp_sim.dump import DumpFacts
     from umbp_sim.machine import Machine
 
 _LAZY = {
+    "Request": "request",
+    "RequestError": "request",
+    "add_request_arguments": "request_flags",
     "Cause": "explain",
     "Fix": "fixes",
     "Run": "run",
@@ -34,11 +39,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f"umbp_sim.diagnose.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'umbp_sim.diagnose' has no attribute {name!r}")
+    return _lazy.attribute(__name__, _LAZY, name)
 
 
 @dataclass

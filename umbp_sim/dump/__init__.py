@@ -12,71 +12,43 @@ file. Every error is a ``DumpError`` (exit code 65) naming the file inside the d
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
-from umbp_sim.dump.build import build_machine
-from umbp_sim.dump.errors import DumpError
-from umbp_sim.dump.facts import (
-    DEFAULT_KERNEL_VERSION,
-    DumpFacts,
-    GlobalPool,
-    NodeFacts,
-    NodePool,
-    infer_arch,
-    parse_dump,
-    spread,
+from umbp_sim import _lazy
+
+# What the package offers, by the module that holds it: imported on first use (PEP 562), so
+# importing one submodule (a parser's flags, a constant) does not load every other one.
+_EXPORTS = _lazy.exports(
+    build="build_machine",
+    errors="DumpError",
+    facts=(
+        "DEFAULT_KERNEL_VERSION DumpFacts GlobalPool NodeFacts NodePool infer_arch "
+        "parse_dump spread"
+    ),
+    parse=(
+        "cgroup_hugetlb_name cgroup_hugetlb_size hugepage_dir_size parse_cgroup_max "
+        "parse_cpulist parse_distance parse_int parse_limits parse_meminfo "
+        "parse_node_meminfo parse_nodelist parse_osrelease parse_proc_version"
+    ),
+    source="DirSource DumpSource MemorySource bytes_source open_dump",
 )
-from umbp_sim.dump.parse import (
-    cgroup_hugetlb_name,
-    cgroup_hugetlb_size,
-    hugepage_dir_size,
-    parse_cgroup_max,
-    parse_cpulist,
-    parse_distance,
-    parse_int,
-    parse_limits,
-    parse_meminfo,
-    parse_node_meminfo,
-    parse_nodelist,
-    parse_osrelease,
-    parse_proc_version,
-)
-from umbp_sim.dump.source import DirSource, DumpSource, MemorySource, bytes_source, open_dump
+
+
+def __getattr__(name: str) -> Any:
+    return _lazy.attribute(__name__, _EXPORTS, name)
+
+
+if TYPE_CHECKING:
+    from umbp_sim.dump.source import DumpSource
 
 
 def load_dump(path: str | os.PathLike[str] | DumpSource | bytes):  # -> (Machine, DumpFacts)
     """Read a dump once and return ``(machine, facts)``; ``facts.notes`` lists every guess."""
+    from umbp_sim.dump.build import build_machine
+    from umbp_sim.dump.facts import parse_dump
+
     facts = parse_dump(path)
     return build_machine(facts), facts
 
 
-__all__ = [
-    "DEFAULT_KERNEL_VERSION",
-    "DirSource",
-    "DumpError",
-    "DumpFacts",
-    "DumpSource",
-    "GlobalPool",
-    "MemorySource",
-    "NodeFacts",
-    "NodePool",
-    "build_machine",
-    "bytes_source",
-    "cgroup_hugetlb_name",
-    "cgroup_hugetlb_size",
-    "hugepage_dir_size",
-    "infer_arch",
-    "load_dump",
-    "open_dump",
-    "parse_cgroup_max",
-    "parse_cpulist",
-    "parse_distance",
-    "parse_dump",
-    "parse_int",
-    "parse_limits",
-    "parse_meminfo",
-    "parse_node_meminfo",
-    "parse_nodelist",
-    "parse_osrelease",
-    "parse_proc_version",
-    "spread",
-]
+__all__ = [*_EXPORTS, "load_dump"]

@@ -14,6 +14,7 @@ import re
 
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.limits import MAX_BYTES, MAX_RELEASE_PART
+from umbp_sim.meminfo import meminfo_lines, split_lines
 
 # The kernel prints unsigned long; anything wider is a corrupt file, not a bigger machine.
 MAX_VALUE = (1 << 64) - 1
@@ -50,8 +51,8 @@ NODE_MEMINFO_KB_KEYS = (
 )
 NODE_MEMINFO_COUNT_KEYS = ("HugePages_Total", "HugePages_Free", "HugePages_Surp")
 
-_KEY_RE = re.compile(r"^([A-Za-z0-9_()]+):(.*)$", re.ASCII)
-_NODE_KEY_RE = re.compile(r"^Node\s+(\d+)\s+([A-Za-z0-9_()]+):(.*)$", re.ASCII)
+_KEY_RE = re.compile(r"[A-Za-z0-9_()]+", re.ASCII)  # the text before a meminfo line's ':'
+_NODE_KEY_RE = re.compile(r"Node\s+(\d+)\s+([A-Za-z0-9_()]+)", re.ASCII)
 _KB_RE = re.compile(r"^\s*(\d+)\s+kB\s*$", re.ASCII)
 _COUNT_RE = re.compile(r"^\s*(\d+)\s*$", re.ASCII)
 _INT_RE = re.compile(r"^\s*(\d+)\s*$", re.ASCII)
@@ -69,10 +70,9 @@ def _number(raw: str, where: str, line: int, key: str) -> int:
     return int(digits)
 
 
-def _lines(text: str) -> list[str]:
-    # The kernel ends every line with "\n"; a last line without it is a truncated file but its
-    # content may still be whole, so it is parsed like the others.
-    return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+# The kernel ends every line with "\n"; a last line without it is a truncated file but its
+# content may still be whole, so it is parsed like the others.
+_lines = split_lines
 
 
 def _kv_value(key: str, value: str, where: str, line: int, kb_keys: tuple[str, ...]) -> int:
@@ -105,20 +105,16 @@ def parse_meminfo(
     """
     out: dict[str, int] = {}
     known = MEMINFO_KB_KEYS + MEMINFO_COUNT_KEYS
-    for n, raw in enumerate(_lines(text), 1):
-        if not raw.strip():
+    for t in meminfo_lines(_lines(text)):
+        if not t.has_colon or not _KEY_RE.fullmatch(t.key):
+            raise DumpError(where, f"expected 'Key: value', got {t.raw.strip()[:60]!r}", t.lineno)
+        if t.key not in known:
             continue
-        m = _KEY_RE.match(raw)
-        if not m:
-            raise DumpError(where, f"expected 'Key: value', got {raw.strip()[:60]!r}", n)
-        key, value = m.group(1), m.group(2)
-        if key not in known:
-            continue
-        if key in out:
-            raise DumpError(where, f"{key} appears twice", n)
-        out[key] = _kv_value(key, value, where, n, MEMINFO_KB_KEYS)
+        if t.key in out:
+            raise DumpError(where, f"{t.key} appears twice", t.lineno)
+        out[t.key] = _kv_value(t.key, t.value, where, t.lineno, MEMINFO_KB_KEYS)
         if lines is not None:
-            lines[key] = n
+            lines[t.key] = t.lineno
     if "MemTotal" not in out:
         raise DumpError(where, "no MemTotal line (not a meminfo file?)")
     return out
@@ -131,22 +127,22 @@ def parse_node_meminfo(text: str, node: int, where: str = "meminfo") -> dict[str
     """
     out: dict[str, int] = {}
     known = NODE_MEMINFO_KB_KEYS + NODE_MEMINFO_COUNT_KEYS
-    for n, raw in enumerate(_lines(text), 1):
-        if not raw.strip():
-            continue
-        m = _NODE_KEY_RE.match(raw)
+    for t in meminfo_lines(_lines(text)):
+        m = _NODE_KEY_RE.fullmatch(t.key) if t.has_colon else None
         if not m:
             raise DumpError(
-                where, f"expected 'Node {node} Key: value', got {raw.strip()[:60]!r}", n
+                where, f"expected 'Node {node} Key: value', got {t.raw.strip()[:60]!r}", t.lineno
             )
         if len(m.group(1)) > 7 or int(m.group(1)) != node:
-            raise DumpError(where, f"line is about node {m.group(1)}, file is node{node}'s", n)
-        key, value = m.group(2), m.group(3)
+            raise DumpError(
+                where, f"line is about node {m.group(1)}, file is node{node}'s", t.lineno
+            )
+        key = m.group(2)
         if key not in known:
             continue
         if key in out:
-            raise DumpError(where, f"{key} appears twice", n)
-        out[key] = _kv_value(key, value, where, n, NODE_MEMINFO_KB_KEYS)
+            raise DumpError(where, f"{key} appears twice", t.lineno)
+        out[key] = _kv_value(key, t.value, where, t.lineno, NODE_MEMINFO_KB_KEYS)
     return out
 
 

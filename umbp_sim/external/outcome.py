@@ -13,23 +13,11 @@ from typing import Any
 
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
+from umbp_sim.request import AllocRequest
 
-
-@dataclass(frozen=True)
-class AllocCall:
-    """``alloc(size, backing, hugepage_size, numa_node, prefault)`` with mori's defaults."""
-
-    size: int
-    backing: str = "Anonymous"
-    hugepage_size: int = 2 << 20
-    numa_node: int = -1
-    prefault: bool = True
-
-    def label(self) -> str:
-        return (
-            f"alloc(size={self.size}, {self.backing}, hugepage_size={self.hugepage_size}, "
-            f"numa_node={self.numa_node}, prefault={self.prefault})"
-        )
+# ``alloc(size, backing, hugepage_size, numa_node, prefault)`` with mori's defaults: the one
+# request type (umbp_sim/request.py), under the name the external runs have used.
+AllocCall = AllocRequest
 
 
 @dataclass(frozen=True)

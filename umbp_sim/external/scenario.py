@@ -13,7 +13,6 @@ from umbp_sim.faults import FaultPlan
 from umbp_sim.scenario.runner import (
     Observed,
     ScenarioResult,
-    _alloc_args,
     build_machine,
     compare,
 )
@@ -26,7 +25,7 @@ def runnable(scn: Scenario) -> bool:
 
 def to_run(scn: Scenario) -> Run:
     plan = FaultPlan.from_dict({"faults": scn.faults, "fault_seed": scn.fault_seed})
-    call = AllocCall(*_alloc_args(scn.request))
+    call = AllocCall.from_table(scn.request)
     # A scenario observes the allocation; the user's first write is not part of it.
     return Run(build_machine(scn), call, plan=plan if scn.faults else None, write=False)
 

@@ -12,7 +12,6 @@ The default is ``installed`` when sglang is installed, else the newest emulated 
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -58,9 +57,11 @@ def installed_module_path() -> Path | None:
 
 
 def installed_version() -> str | None:
+    from importlib import metadata  # ~40 modules: not for `replay --help`, which reads this file
+
     try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
         return None
 
 

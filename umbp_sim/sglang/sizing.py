@@ -20,146 +20,61 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-# sglang: HICACHE_HOST_MEMORY_RESERVE_BYTES = 10 * (1024**3), left for the OS and other processes.
-HICACHE_HOST_MEMORY_RESERVE_BYTES = 10 * (1 << 30)
+from umbp_sim.sglang.host_memory import (
+    HICACHE_HOST_MEMORY_RESERVE_BYTES,
+    check_host_memory,
+    host_available_bytes,
+    host_memory_budget,
+    host_memory_error,
+    hugetlb_pool_bytes,
+    mem_field,
+    parse_meminfo,
+    read_meminfo,
+)
+from umbp_sim.sglang.kv_model import (
+    DTYPE_ITEMSIZE,
+    MHA_LAYOUTS,
+    MLA_LAYOUTS,
+    MHAModel,
+    MLAModel,
+    Model,
+    SizingError,
+    _positive_int,
+    dtype_itemsize,
+    kv_heads_per_rank,
+    mha_bytes_per_token,
+    mla_bytes_per_token,
+)
 
-MHA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
-MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_first_kv_split")
-
-# torch dtype name -> itemsize. fp8 KV caches are stored as uint8 in sglang (itemsize 1 either way).
-DTYPE_ITEMSIZE = {
-    "bfloat16": 2,
-    "float16": 2,
-    "half": 2,
-    "float32": 4,
-    "float": 4,
-    "float64": 8,
-    "double": 8,
-    "float8_e4m3fn": 1,
-    "float8_e4m3fnuz": 1,
-    "float8_e5m2": 1,
-    "float8_e5m2fnuz": 1,
-    "uint8": 1,
-    "int8": 1,
-}
-
-
-class SizingError(ValueError):
-    """Bad sizing input (unknown dtype or layout, negative dims); the message names the argument."""
-
-
-def dtype_itemsize(dtype: object) -> int:
-    """Bytes per element of ``dtype``: a name ("bfloat16", "torch.float16") or a torch dtype."""
-    itemsize = getattr(dtype, "itemsize", None)
-    if isinstance(itemsize, int) and not isinstance(dtype, str):
-        return itemsize
-    name = str(dtype).removeprefix("torch.")
-    if name not in DTYPE_ITEMSIZE:
-        known = ", ".join(sorted(DTYPE_ITEMSIZE))
-        raise SizingError(f"dtype: unknown dtype {dtype!r} (known: {known})")
-    return DTYPE_ITEMSIZE[name]
-
-
-def _positive_int(value: object, what: str, *, allow_zero: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SizingError(f"{what}: expected an integer, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise SizingError(f"{what}: must be {'>= 0' if allow_zero else '> 0'}, got {value}")
-    return value
-
-
-@dataclass(frozen=True)
-class MHAModel:
-    """What an MHA host pool needs per rank: kv_heads is the heads this rank holds."""
-
-    layers: int
-    kv_heads: int
-    head_dim: int
-    dtype: str = "bfloat16"
-
-    def __post_init__(self) -> None:
-        _positive_int(self.layers, "layers")
-        _positive_int(self.kv_heads, "kv_heads")
-        _positive_int(self.head_dim, "head_dim")
-        dtype_itemsize(self.dtype)
-
-    @property
-    def kind(self) -> str:
-        return "mha"
-
-    @property
-    def itemsize(self) -> int:
-        return dtype_itemsize(self.dtype)
-
-    @property
-    def bytes_per_token(self) -> int:
-        return mha_bytes_per_token(self.layers, self.kv_heads, self.head_dim, self.itemsize)
-
-
-@dataclass(frozen=True)
-class MLAModel:
-    """What an MLA host pool needs per rank (DeepSeek: kv_lora_rank 512, qk_rope_head_dim 64).
-
-    ``index_head_dim`` is the DSA indexer's K width (DeepSeek V3.2: 128): only the
-    ``page_first_kv_split`` layout allocates it, as a third buffer, and sglang's size per token
-    (hence the host check) does not count it.
-    """
-
-    layers: int
-    kv_lora_rank: int
-    qk_rope_head_dim: int
-    dtype: str = "bfloat16"
-    index_head_dim: int | None = None
-    override_kv_cache_dim: int | None = None
-
-    def __post_init__(self) -> None:
-        _positive_int(self.layers, "layers")
-        _positive_int(self.kv_lora_rank, "kv_lora_rank")
-        _positive_int(self.qk_rope_head_dim, "qk_rope_head_dim")
-        if self.index_head_dim is not None:
-            _positive_int(self.index_head_dim, "index_head_dim")
-        if self.override_kv_cache_dim is not None:
-            _positive_int(self.override_kv_cache_dim, "override_kv_cache_dim")
-        dtype_itemsize(self.dtype)
-
-    @property
-    def kind(self) -> str:
-        return "mla"
-
-    @property
-    def itemsize(self) -> int:
-        return dtype_itemsize(self.dtype)
-
-    @property
-    def kv_cache_dim(self) -> int:
-        # sglang: override_kv_cache_dim or (kv_lora_rank + qk_rope_head_dim)
-        return self.override_kv_cache_dim or (self.kv_lora_rank + self.qk_rope_head_dim)
-
-    @property
-    def bytes_per_token(self) -> int:
-        return self.kv_cache_dim * self.itemsize * self.layers
-
-
-Model = MHAModel | MLAModel
-
-
-def mha_bytes_per_token(layers: int, kv_heads: int, head_dim: int, itemsize: int) -> int:
-    """sglang MHATokenToKVPoolHost.get_size_per_token: K and V, every layer."""
-    return head_dim * kv_heads * layers * itemsize * 2
-
-
-def mla_bytes_per_token(
-    layers: int, kv_lora_rank: int, qk_rope_head_dim: int, itemsize: int
-) -> int:
-    """sglang MLATokenToKVPoolHost.get_size_per_token (no override, no indexer)."""
-    return (kv_lora_rank + qk_rope_head_dim) * itemsize * layers
-
-
-def kv_heads_per_rank(total_kv_heads: int, tp_size: int) -> int:
-    """sglang's ``get_num_kv_heads(tp_size)``: KV heads are split across TP ranks, at least one."""
-    _positive_int(total_kv_heads, "kv_heads")
-    _positive_int(tp_size, "tp_size")
-    return max(1, total_kv_heads // tp_size)
+__all__ = [
+    "DTYPE_ITEMSIZE",
+    "HICACHE_HOST_MEMORY_RESERVE_BYTES",
+    "MHA_LAYOUTS",
+    "MLA_LAYOUTS",
+    "BufferSpec",
+    "HicacheRequest",
+    "MHAModel",
+    "MLAModel",
+    "Model",
+    "SizingError",
+    "check_host_memory",
+    "check_request",
+    "dtype_itemsize",
+    "hicache_request",
+    "host_available_bytes",
+    "host_memory_budget",
+    "host_memory_error",
+    "host_pool_tokens",
+    "hugetlb_pool_bytes",
+    "kv_buffers",
+    "kv_heads_per_rank",
+    "largest_hicache_size_that_fits",
+    "mem_field",
+    "mha_bytes_per_token",
+    "mla_bytes_per_token",
+    "parse_meminfo",
+    "read_meminfo",
+]
 
 
 def host_pool_tokens(
@@ -345,156 +260,6 @@ def largest_hicache_size_that_fits(
         return None
     s = (max_tokens_allowed * bytes_per_token - 1) // 10**9
     return s if s >= 1 else None
-
-
-# ---- the host-memory check -------------------------------------------------------------------
-
-
-def host_memory_error(requested_bytes: int, available_bytes: int) -> str:
-    """sglang's exact ValueError text (available is MemAvailable minus the 10 GiB reserve)."""
-    return (
-        f"Not enough host memory available. Requesting "
-        f"{requested_bytes / 1e9:.2f} GB but only have "
-        f"{available_bytes / 1e9:.2f} GB free. Please reduce the "
-        f"size of the hierarchical cache."
-    )
-
-
-def parse_meminfo(text: str, source: str = "meminfo") -> dict[str, int]:
-    """``/proc/meminfo`` as {field: value in the file's unit (kB for most, count for HugePages_*)}.
-
-    A line that is not ``Name: number [kB]`` is an error naming ``source`` and the line number.
-    """
-    out: dict[str, int] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        name, sep, rest = line.partition(":")
-        parts = rest.split()
-        if not sep or not name.strip() or not parts or len(parts) > 2 or not parts[0].isdigit():
-            raise SizingError(f"{source}:{lineno}: cannot read meminfo line {line!r}")
-        out[name.strip()] = int(parts[0])
-    return out
-
-
-def read_meminfo(path: str | os.PathLike[str] = "/proc/meminfo") -> dict[str, int]:
-    try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            text = f.read()
-    except OSError as e:
-        raise SizingError(f"{os.fspath(path)}: cannot read meminfo ({e.strerror})") from None
-    return parse_meminfo(text, os.fspath(path))
-
-
-def _zoneinfo_watermark_low_pages(path: str | os.PathLike[str] | None) -> int | None:
-    if path is None:
-        return None
-    try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            return sum(
-                int(parts[1])
-                for parts in (line.split() for line in f)
-                if len(parts) >= 2 and parts[0] == "low" and parts[1].isdigit()
-            )
-    except OSError:
-        return None
-
-
-def host_available_bytes(
-    meminfo: Mapping[str, int] | str | os.PathLike[str] = "/proc/meminfo",
-    *,
-    zoneinfo: str | os.PathLike[str] | None = None,
-    page_size: int = 4096,
-    watermark_low_pages: int | None = None,
-) -> int:
-    """What sglang reads as free host memory: ``psutil.virtual_memory().available`` on Linux.
-
-    That is MemAvailable (kB * 1024). Like psutil: when MemAvailable is absent (kernel < 3.14)
-    or 0 it is estimated from MemFree, the file LRU, SReclaimable and the zones' low watermarks
-    (``zoneinfo``; without it, MemFree + Cached); a negative result is 0 and one above MemTotal
-    is MemFree. ``meminfo`` is a dict from parse_meminfo or a path to a meminfo file. Note that
-    a reserved hugetlb pool is not in MemAvailable: this is the check's blind spot.
-    """
-    if isinstance(meminfo, Mapping):
-        mems = dict(meminfo)
-    else:
-        if zoneinfo is None:
-            zoneinfo = os.path.join(os.path.dirname(os.fspath(meminfo)), "zoneinfo")
-        mems = read_meminfo(meminfo)
-    for needed in ("MemTotal", "MemFree"):
-        if needed not in mems:
-            raise SizingError(f"meminfo: {needed} missing")
-
-    def kb(name: str, default: int = 0) -> int:
-        return mems.get(name, default) * 1024
-
-    total, free = kb("MemTotal"), kb("MemFree")
-    avail = kb("MemAvailable")
-    if avail == 0:
-        avail = free + kb("Cached")
-        lru = ("Active(file)", "Inactive(file)", "SReclaimable")
-        low_pages = (
-            watermark_low_pages
-            if watermark_low_pages is not None
-            else _zoneinfo_watermark_low_pages(zoneinfo)
-        )
-        if all(k in mems for k in lru) and low_pages is not None:
-            low = low_pages * page_size
-            pagecache = kb("Active(file)") + kb("Inactive(file)")
-            sreclaim = kb("SReclaimable")
-            # psutil's float arithmetic, kept as is so the result matches it.
-            est: float = free - low
-            est += pagecache - min(pagecache / 2, low)
-            est += sreclaim - min(sreclaim / 2.0, low)
-            avail = int(est)
-    if avail < 0:
-        return 0
-    if avail > total:
-        return free
-    return avail
-
-
-def hugetlb_pool_bytes(meminfo: Mapping[str, int]) -> int:
-    """Bytes reserved in the default-size hugetlb pool (HugePages_Total * Hugepagesize).
-
-    None of it is in MemAvailable, so sglang's host check cannot see it even when it is free.
-    """
-    return mem_field(meminfo, "HugePages_Total", 0) * mem_field(meminfo, "Hugepagesize", 0) * 1024
-
-
-def mem_field(meminfo: Mapping[str, int], name: str, default: int | None = None) -> int:
-    """One meminfo field (in the file's unit); a missing one is ``default`` or an error."""
-    if name in meminfo:
-        return meminfo[name]
-    if default is None:
-        raise SizingError(f"meminfo: {name} missing")
-    return default
-
-
-def host_memory_budget(
-    meminfo: Mapping[str, int] | str | os.PathLike[str] = "/proc/meminfo",
-    *,
-    zoneinfo: str | os.PathLike[str] | None = None,
-    watermark_low_pages: int | None = None,
-) -> int:
-    """``available - 10 GiB``: the most a HiCache host pool may request (can be negative).
-
-    ``watermark_low_pages``: Σ low watermarks of /proc/zoneinfo, for a meminfo without
-    MemAvailable (instead of reading ``zoneinfo``).
-    """
-    available = host_available_bytes(
-        meminfo, zoneinfo=zoneinfo, watermark_low_pages=watermark_low_pages
-    )
-    return available - HICACHE_HOST_MEMORY_RESERVE_BYTES
-
-
-def check_host_memory(requested_bytes: int, available_bytes: int) -> None:
-    """Raise sglang's ValueError when ``requested_bytes`` exceeds the budget.
-
-    ``available_bytes`` is the budget (MemAvailable - 10 GiB), as in sglang's message.
-    """
-    if requested_bytes > available_bytes:
-        raise ValueError(host_memory_error(requested_bytes, available_bytes))
 
 
 def check_request(

@@ -1,0 +1,134 @@
+"""The request's command-line flags (``replay``, ``preflight``): what building their parser
+needs and nothing more, so ``umbp-sim replay --help`` imports no simulator, no dump reader and
+no sglang emulation. ``umbp_sim.diagnose.request`` reads the parsed flags into a ``Request``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from umbp_sim.flag_types import count_flag, gb_flag, node_flag, ratio_flag, size_flag
+from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, ProfileError, canonical_profile
+from umbp_sim.sglang.release import SGLANG_RELEASES
+
+BACKINGS = {
+    "hugetlb": "AnonymousHugetlb",
+    "anonymous": "Anonymous",
+    "shm": "AnonymousShm",
+    "shm-hugetlb": "AnonymousShmHugetlb",
+}
+_FLAG_OF = {v: k for k, v in BACKINGS.items()}
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _backing_arg(value: str) -> str:
+    v = value.strip().removeprefix("UMBPHostBufferBacking.")
+    if v.lower() in BACKINGS:
+        return BACKINGS[v.lower()]
+    if v in BACKINGS.values():
+        return v
+    raise argparse.ArgumentTypeError(
+        f"unknown backing {value!r} (use {', '.join(BACKINGS)}, or the enum names)"
+    )
+
+
+def _profile_arg(value: str) -> str:
+    """A built-in profile's canonical name, or an external build's SPEC (a path, a module)."""
+    import importlib.util
+
+    from umbp_sim.allocator_spec import AllocatorSpecError, parse_allocator_spec
+
+    try:
+        return canonical_profile(value)
+    except ProfileError as e:
+        try:
+            spec = parse_allocator_spec(value)
+        except AllocatorSpecError as spec_error:
+            raise argparse.ArgumentTypeError(
+                str(e) if "/" not in value and ".so" not in value else str(spec_error)
+            ) from None
+        if spec.kind == "module":
+            try:
+                found = importlib.util.find_spec(spec.name) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                raise argparse.ArgumentTypeError(
+                    f"{e}, a path to a built .so, or an importable module (no module named "
+                    f"{spec.name!r})"
+                ) from None
+        return spec.path or spec.name
+
+
+def _sglang_arg(value: str) -> str:
+    if value in SGLANG_RELEASES:
+        return value
+    raise argparse.ArgumentTypeError(
+        f"unknown sglang {value!r}: use one of {', '.join(SGLANG_RELEASES)}"
+    )
+
+
+def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    model = parser.add_argument_group("what the server runs")
+    model.add_argument(
+        "--allocator",
+        type=_profile_arg,
+        default=FIELD_PROFILE,
+        metavar="NAME|PATH|MODULE",
+        help=f"allocator profile: {FIELD_PROFILE} (default, alias mori: the field's) or "
+        f"{FIXED_PROFILE} (mori plus umbp-sim's fixes); or an external build: a built .so with "
+        "mori's Python API, or an importable module such as mori.umbp (runs in its own "
+        "process under the interposer)",
+    )
+    model.add_argument(
+        "--sglang",
+        type=_sglang_arg,
+        default=None,
+        metavar="VERSION|installed",
+        help="sglang release whose UMBPHostTensorAllocator runs: 'installed' (the sglang in "
+        "this environment; the default when there is one) or "
+        f"{', '.join(r for r in SGLANG_RELEASES if r != 'installed')} (umbp-sim's emulation)",
+    )
+    model.add_argument(
+        "--error",
+        metavar="LINE|-",
+        help="sglang's 'UMBPHostMemAllocator.alloc(N bytes) failed (...)' line, or - to read a "
+        "pasted traceback from stdin: fills --size, --backing and --numa-node",
+    )
+    raw = parser.add_argument_group("raw request (UMBPHostMemAllocator.alloc)")
+    raw.add_argument("--size", type=size_flag, help="bytes, or with a unit: 100000595968, 2GiB, "
+                     "100GB (GB = 10^9, GiB = 2^30)")  # fmt: skip
+    raw.add_argument("--backing", type=_backing_arg, help="hugetlb (default) | anonymous | shm | "
+                     "shm-hugetlb")  # fmt: skip
+    raw.add_argument("--hugepage-size", type=size_flag, help="default 2MiB")
+    raw.add_argument("--numa-node", type=node_flag, help="node to bind to (default -1: none)")
+    raw.add_argument("--no-prefault", action="store_true", help="do not prefault the buffer")
+    sg = parser.add_argument_group("sglang request (HiCache host pool of one rank)")
+    sg.add_argument("--model-layers", type=count_flag, help="layers of the model")
+    sg.add_argument("--kv-heads", type=count_flag, help="MHA: KV heads of the model (all ranks)")
+    sg.add_argument("--head-dim", type=count_flag, help="MHA: head dimension")
+    sg.add_argument("--kv-lora-rank", type=count_flag, help="MLA: kv_lora_rank (DeepSeek: 512)")
+    sg.add_argument(
+        "--qk-rope-head-dim", type=count_flag, help="MLA: qk_rope_head_dim (default 64)"
+    )
+    sg.add_argument("--index-head-dim", type=count_flag, help="MLA: DSA indexer K width")
+    sg.add_argument("--dtype", help="KV cache dtype (default bfloat16)")
+    sg.add_argument("--hicache-size", type=gb_flag, help="GB per rank (sglang --hicache-size)")
+    sg.add_argument("--hicache-ratio", type=ratio_flag, help="host/device ratio (default 2.0)")
+    sg.add_argument(
+        "--device-pool-tokens", type=count_flag, help="device pool tokens (with the ratio)"
+    )
+    sg.add_argument("--page-size", type=count_flag, help="sglang --page-size (default 1)")
+    sg.add_argument("--layout", help="--hicache-mem-layout (default layer_first)")
+    sg.add_argument("--tp-size", type=count_flag, help="tensor parallel size: KV heads are split")
+    sg.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="SGLANG_HICACHE_HOST_*, UMBP_STANDALONE_ADDRESS or MORI_*_LOG_LEVEL setting of "
+        "the server (repeatable; raw requests take only the MORI_* ones)",
+    )

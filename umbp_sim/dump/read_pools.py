@@ -1,0 +1,207 @@
+"""Reading a dump's hugepage sizes, architecture and pools (global and per node) into
+``DumpFacts``; the rules are in ``umbp_sim.dump.facts``'s docstring."""
+
+from __future__ import annotations
+
+import re
+
+from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.host_facts import HUGEPAGES, NODES, GlobalPool, KiB, NodeFacts, NodePool, _Reader
+from umbp_sim.dump.parse import hugepage_dir_size
+
+
+def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi: str) -> None:
+    f = r.facts
+    sizes: list[int] = []
+    for name in r.src.listdir(HUGEPAGES):
+        size = hugepage_dir_size(name)
+        if size is None:
+            continue
+        if size & (size - 1):
+            raise DumpError(
+                r.src.where(f"{HUGEPAGES}/{name}"), "hugepage size is not a power of two"
+            )
+        sizes.append(size)
+    if not sizes and not r.src.bare_meminfo:
+        f.missing.append(HUGEPAGES)
+    cpuinfo = r.text("proc/cpuinfo", record=False) if not r.src.bare_meminfo else None
+    default = mi.get("Hugepagesize")
+    if default is not None and (default == 0 or default & (default - 1)):
+        raise DumpError(
+            where_mi,
+            f"Hugepagesize {default // KiB} kB is not a power of two",
+            lines.get("Hugepagesize"),
+        )
+    f.arch, f.page_size, why = infer_arch(
+        sorted(set(sizes) | ({default} if default else set())), cpuinfo, "HighTotal" in mi
+    )
+    f.notes.append(why)
+    if not sizes and default is not None:
+        sizes = [default]
+        f.notes.append(
+            f"no {HUGEPAGES} directories: the only hugepage size is meminfo's Hugepagesize "
+            f"({default // KiB} kB)"
+        )
+    elif default is not None and default not in sizes:
+        sizes.append(default)
+        f.notes.append(
+            f"meminfo's Hugepagesize {default // KiB} kB has no {HUGEPAGES} directory; added"
+        )
+    for s in sizes:
+        if s <= f.page_size:
+            raise DumpError(
+                r.src.where(f"{HUGEPAGES}/hugepages-{s // KiB}kB"),
+                f"hugepage size {s} is not larger than the {f.page_size}-byte base page",
+            )
+    f.hugepage_sizes = sorted(set(sizes))
+    if default is None and f.hugepage_sizes:
+        from umbp_sim.machine import pmd_size
+
+        pmd = pmd_size(f.arch, f.page_size)
+        default = pmd if pmd in f.hugepage_sizes else f.hugepage_sizes[0]
+        f.notes.append(
+            f"meminfo has no Hugepagesize: default hugepage size taken as {default // KiB} kB"
+        )
+    if not f.hugepage_sizes:
+        f.notes.append("no hugepage sizes: kernel without CONFIG_HUGETLB_PAGE")
+    f.default_hugepage_size = default
+
+
+def infer_arch(
+    sizes: list[int], cpuinfo: str | None, highmem: bool = False
+) -> tuple[str, int, str]:
+    """(arch, base page size, why) from the hugepage sizes and proc/cpuinfo (module docstring).
+
+    ``highmem``: meminfo has HighTotal, which only 32-bit kernels print.
+    """
+    kb = {s // KiB for s in sizes}
+    if 64 in kb:
+        return "arm64", 4 * KiB, "page size 4 KiB, arm64: hugepage size 64 kB (contiguous PTE)"
+    if 32768 in kb:
+        return "arm64", 16 * KiB, "page size 16 KiB, arm64: hugepage size 32 MiB without 64 kB"
+    if kb & {524288, 16777216}:
+        return "arm64", 64 * KiB, "page size 64 KiB, arm64: hugepage size 512 MiB or 16 GiB"
+    if kb == {1024}:
+        return "s390x", 4 * KiB, "page size 4 KiB, s390x: the only hugepage size is 1 MiB"
+    if cpuinfo:
+        if "IBM/S390" in cpuinfo:
+            return "s390x", 4 * KiB, "page size 4 KiB, s390x: proc/cpuinfo says IBM/S390"
+        if re.search(r"^CPU implementer", cpuinfo, re.M):
+            return "arm64", 4 * KiB, "page size 4 KiB (assumed), arm64: proc/cpuinfo"
+        if re.search(r"^vendor_id\s*:\s*(GenuineIntel|AuthenticAMD|HygonGenuine)", cpuinfo, re.M):
+            if highmem:
+                return "i386", 4 * KiB, "page size 4 KiB, i386: x86 cpuinfo, meminfo has HighTotal"
+            flags = re.search(r"^flags\s*:(.*)$", cpuinfo, re.M)
+            if flags and "lm" not in flags.group(1).split():
+                return "i386", 4 * KiB, "page size 4 KiB, i386: proc/cpuinfo flags lack 'lm'"
+            return "x86_64", 4 * KiB, "page size 4 KiB, x86_64: proc/cpuinfo vendor_id"
+    if kb:
+        return "x86_64", 4 * KiB, "page size 4 KiB, x86_64: hugepage sizes 2 MiB/1 GiB"
+    return "x86_64", 4 * KiB, "page size 4 KiB, x86_64: assumed (no hugepage sizes, no cpuinfo)"
+
+
+def _read_global_pools(r: _Reader, mi: dict[str, int]) -> None:
+    f = r.facts
+    for size in f.hugepage_sizes:
+        d = f"{HUGEPAGES}/hugepages-{size // KiB}kB"
+        vals = {
+            k: r.int(f"{d}/{k}", record=False)
+            for k in (
+                "nr_hugepages",
+                "free_hugepages",
+                "resv_hugepages",
+                "surplus_hugepages",
+                "nr_overcommit_hugepages",
+            )
+        }
+        pool = GlobalPool(source="sysfs")
+        if size == f.default_hugepage_size:
+            fallback = {
+                "nr_hugepages": "HugePages_Total",
+                "free_hugepages": "HugePages_Free",
+                "resv_hugepages": "HugePages_Rsvd",
+                "surplus_hugepages": "HugePages_Surp",
+            }
+            for k, key in fallback.items():
+                if vals[k] is None and key in mi:
+                    vals[k] = mi[key]
+                    pool.source = "meminfo"
+                elif vals[k] is not None and key in mi and mi[key] != vals[k]:
+                    f.notes.append(
+                        f"{d}/{k} says {vals[k]}, meminfo {key} says {mi[key]} (read at "
+                        "different moments?): the sysfs value is used"
+                    )
+            if vals["nr_overcommit_hugepages"] is None:
+                vals["nr_overcommit_hugepages"] = r.int(
+                    "proc/sys/vm/nr_overcommit_hugepages", record=False
+                )
+        if vals["nr_hugepages"] is None:
+            pool.source = "nodes"
+        pool.total = vals["nr_hugepages"] or 0
+        pool.free = vals["free_hugepages"] if vals["free_hugepages"] is not None else pool.total
+        pool.reserved = vals["resv_hugepages"] or 0
+        pool.surplus = vals["surplus_hugepages"] or 0
+        pool.overcommit = vals["nr_overcommit_hugepages"]
+        f.hugepages[size] = pool
+
+
+def spread(count: int, n: int) -> list[int]:
+    """How the kernel spreads ``count`` pages over ``n`` nodes: round robin, first node first."""
+    return [count // n + (1 if i < count % n else 0) for i in range(n)] if n else []
+
+
+def _read_node_pools(r: _Reader, mi: dict[str, int]) -> None:
+    f = r.facts
+    if not f.nodes:
+        return
+    for size in f.hugepage_sizes:
+        unknown: list[NodeFacts] = []
+        for node in f.nodes:
+            d = f"{NODES}/node{node.id}/hugepages/hugepages-{size // KiB}kB"
+            total = r.int(f"{d}/nr_hugepages", record=False)
+            free = r.int(f"{d}/free_hugepages", record=False)
+            surp = r.int(f"{d}/surplus_hugepages", record=False)
+            nm = getattr(node, "_meminfo", {})
+            src = "sysfs"
+            if size == f.default_hugepage_size:
+                if total is None and "HugePages_Total" in nm:
+                    total, src = nm["HugePages_Total"], "meminfo"
+                if free is None and "HugePages_Free" in nm:
+                    free = nm["HugePages_Free"]
+                if surp is None and "HugePages_Surp" in nm:
+                    surp = nm["HugePages_Surp"]
+            if total is None:
+                unknown.append(node)
+                continue
+            node.hugepages[size] = NodePool(total, total if free is None else free, surp or 0, src)
+        if unknown:
+            pool = f.hugepages[size]
+            known = [n for n in f.nodes if size in n.hugepages]
+            rest = NodePool(
+                max(0, pool.total - sum(n.hugepages[size].total for n in known)),
+                max(0, pool.free - sum(n.hugepages[size].free for n in known)),
+                max(0, pool.surplus - sum(n.hugepages[size].surplus for n in known)),
+            )
+            targets = [n for n in unknown if f.has_memory is None or n.id in f.has_memory]
+            targets = targets or unknown
+            for n in unknown:
+                n.hugepages[size] = NodePool(0, 0, 0, "spread")
+            for attr in ("total", "free", "surplus"):
+                for n, share in zip(
+                    targets, spread(getattr(rest, attr), len(targets)), strict=True
+                ):
+                    setattr(n.hugepages[size], attr, share)
+            if rest.total:
+                f.notes.append(
+                    f"no per-node files for {size // KiB} kB pages on node(s) "
+                    f"{','.join(str(n.id) for n in unknown)}: {rest.total} pages spread round "
+                    "robin as the kernel does"
+                )
+        if f.hugepages[size].source == "nodes":
+            pool = f.hugepages[size]
+            pool.total = sum(n.hugepages[size].total for n in f.nodes)
+            pool.free = sum(n.hugepages[size].free for n in f.nodes)
+            pool.surplus = sum(n.hugepages[size].surplus for n in f.nodes)
+            f.notes.append(f"no global counts for {size // KiB} kB pages: summed from the nodes")
+    for node in f.nodes:
+        node.__dict__.pop("_meminfo", None)

@@ -1,0 +1,187 @@
+"""Reading a dump's nodes, sysctls, kernel version, process limits and zone watermarks into
+``DumpFacts``; the rules are in ``umbp_sim.dump.facts``'s docstring."""
+
+from __future__ import annotations
+
+from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.host_facts import (
+    _NODE_DIR_RE,
+    DEFAULT_KERNEL_VERSION,
+    NODES,
+    DumpFacts,
+    NodeFacts,
+    _Reader,
+)
+from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
+from umbp_sim.dump.parse import (
+    MAX_NODES,
+    cgroup_hugetlb_name,
+    parse_cgroup_max,
+    parse_cpulist,
+    parse_distance,
+    parse_limits,
+    parse_node_meminfo,
+    parse_nodelist,
+    parse_osrelease,
+    parse_proc_version,
+)
+
+
+def _read_watermarks(r: _Reader) -> None:
+    """Σ of the zones' low watermarks: proc/zoneinfo, else 5/4 of vm.min_free_kbytes."""
+    f = r.facts
+    if r.src.bare_meminfo:
+        return
+    t = r.text("proc/zoneinfo", record=False)
+    if t is not None:
+        pages = sum(
+            int(parts[1])
+            for parts in (line.split() for line in t.splitlines())
+            if len(parts) == 2 and parts[0] == "low" and parts[1].isdigit()
+        )
+        f.watermark_low = pages * f.page_size
+        return
+    mfk = r.int("proc/sys/vm/min_free_kbytes", record=False)
+    if mfk is not None:
+        f.watermark_low = mfk * 1024 * 5 // 4
+
+
+def _read_nodes(r: _Reader) -> None:
+    f = r.facts
+    if r.src.bare_meminfo:
+        f.notes.append("a bare meminfo: no NUMA information (one node, node 0, in the Machine)")
+        return
+    ids = []
+    for name in r.src.listdir(NODES):
+        m = _NODE_DIR_RE.match(name)
+        if m and len(m.group(1)) <= 5:
+            nid = int(m.group(1))
+            if nid >= MAX_NODES:
+                raise DumpError(r.src.where(f"{NODES}/{name}"), f"node id {nid} >= {MAX_NODES}")
+            ids.append(nid)
+    for key in ("online", "possible", "has_memory"):
+        t = r.text(f"{NODES}/{key}")
+        if t is not None:
+            setattr(
+                f,
+                key if key == "has_memory" else f"{key}_nodes",
+                parse_nodelist(t, r.src.where(f"{NODES}/{key}")),
+            )
+    f.numa_sysfs = bool(ids) or f.online_nodes is not None or f.possible_nodes is not None
+    if not f.numa_sysfs:
+        f.notes.append(f"no {NODES}: no NUMA information (one node, node 0, in the Machine)")
+        return
+    if not ids:
+        ids = list(f.online_nodes or f.possible_nodes or [])
+        f.notes.append(f"no nodeN directories: nodes taken from the online list {ids}")
+    for nid in sorted(ids):
+        node = NodeFacts(nid)
+        base = f"{NODES}/node{nid}"
+        t = r.text(f"{base}/meminfo")
+        if t is not None:
+            nm = parse_node_meminfo(t, nid, r.src.where(f"{base}/meminfo"))
+            node.mem_total = nm.get("MemTotal")
+            node.mem_free = nm.get("MemFree")
+            if "Active(file)" in nm and "Inactive(file)" in nm:
+                node.page_cache = nm["Active(file)"] + nm["Inactive(file)"]
+            node.slab_reclaimable = nm.get("SReclaimable")
+            node._meminfo = nm  # type: ignore[attr-defined]
+        t = r.text(f"{base}/cpulist")
+        if t is not None:
+            node.cpus = parse_cpulist(t, r.src.where(f"{base}/cpulist"))
+        t = r.text(f"{base}/distance")
+        if t is not None:
+            node.distances = parse_distance(t, r.src.where(f"{base}/distance"))
+        f.nodes.append(node)
+
+
+def _read_sysctls(r: _Reader, mi: dict[str, int]) -> None:
+    f = r.facts
+    vm = "proc/sys/vm"
+    f.nr_hugepages = r.int(f"{vm}/nr_hugepages")
+    om = r.int(f"{vm}/overcommit_memory")
+    if om is not None and om not in (0, 1, 2):
+        raise DumpError(r.src.where(f"{vm}/overcommit_memory"), f"{om} is not 0, 1 or 2", 1)
+    f.overcommit_memory = om
+    f.overcommit_ratio = r.int(f"{vm}/overcommit_ratio")
+    if f.overcommit_ratio is not None and f.overcommit_ratio > MAX_INT:
+        raise DumpError(r.src.where(f"{vm}/overcommit_ratio"),
+                        f"{f.overcommit_ratio} does not fit the kernel's int", 1)  # fmt: skip
+    f.overcommit_kbytes = r.int(f"{vm}/overcommit_kbytes")
+    if f.overcommit_kbytes is not None and f.overcommit_kbytes * 1024 >= MAX_BYTES:
+        raise DumpError(r.src.where(f"{vm}/overcommit_kbytes"), f"{f.overcommit_kbytes} kB is "
+                        "beyond what umbp-sim simulates (below 2^62 bytes)", 1)  # fmt: skip
+    r.int(f"{vm}/nr_overcommit_hugepages")  # recorded as missing if absent; read in pools
+    f.admin_reserve_kbytes = r.int(f"{vm}/admin_reserve_kbytes", record=False)
+    f.user_reserve_kbytes = r.int(f"{vm}/user_reserve_kbytes", record=False)
+
+
+def inferred_overcommit_ratio(f: DumpFacts) -> int | None:
+    """Solve CommitLimit = (MemTotal - hugetlb pool) * ratio / 100 + SwapTotal for ratio."""
+    if f.commit_limit is None:
+        return None
+    pool = sum(p.total * s for s, p in f.hugepages.items())
+    ram = f.mem_total - pool
+    if ram <= 0:
+        return None
+    ratio = (f.commit_limit - (f.swap_total or 0)) * 100 / ram
+    if ratio < 0 or abs(ratio - round(ratio)) > 0.05:
+        return None
+    return round(ratio)
+
+
+def _read_kernel_version(r: _Reader, mi: dict[str, int]) -> None:
+    f = r.facts
+    t = r.text("proc/sys/kernel/osrelease")
+    if t is not None:
+        f.kernel_version = parse_osrelease(t, r.src.where("proc/sys/kernel/osrelease"))
+        f.kernel_version_source = "osrelease"
+        return
+    t = r.text("proc/version", record=False) if not r.src.bare_meminfo else None
+    if t is not None:
+        f.kernel_version = parse_proc_version(t, r.src.where("proc/version"))
+        f.kernel_version_source = "proc/version"
+        f.notes.append(f"kernel version {f.kernel_version} from proc/version (no osrelease)")
+        return
+    f.kernel_version_source = "meminfo"
+    if f.meminfo_source == "nodes":  # node files date nothing
+        f.kernel_version = DEFAULT_KERNEL_VERSION
+        f.kernel_version_source = "default"
+        why = "no proc/meminfo, osrelease or proc/version dates it: the default"
+    elif "MemAvailable" not in mi:
+        f.kernel_version = "3.13.0"
+        why = "meminfo has no MemAvailable (added in 3.14)"
+    elif "HugePages_Total" in mi and "Hugetlb" not in mi:
+        f.kernel_version = "4.15.0"
+        why = "meminfo has no Hugetlb: line (added in ~4.16)"
+    else:
+        f.kernel_version = DEFAULT_KERNEL_VERSION
+        f.kernel_version_source = "default"
+        why = "nothing in the dump dates it: the default"
+    f.notes.append(f"kernel version taken as {f.kernel_version}: {why}")
+
+
+def _read_limits(r: _Reader) -> None:
+    f = r.facts
+    t = r.text("proc/self/limits")
+    if t is not None:
+        limits = parse_limits(t, r.src.where("proc/self/limits"))
+        if "Max address space" in limits:
+            soft = limits["Max address space"][0]
+            f.rlimit_as = "unlimited" if soft is None else soft
+        else:
+            f.notes.append("proc/self/limits has no 'Max address space' line: RLIMIT_AS unknown")
+    t = r.text("sys/fs/cgroup/memory.max")
+    if t is not None:
+        v = parse_cgroup_max(t, r.src.where("sys/fs/cgroup/memory.max"))
+        f.memcg_max = "max" if v is None else v
+    for size in f.hugepage_sizes:
+        for suffix, by_size in (
+            ("max", f.hugetlb_cgroup_max),
+            ("rsvd.max", f.hugetlb_cgroup_rsvd_max),
+        ):
+            rel = f"sys/fs/cgroup/hugetlb.{cgroup_hugetlb_name(size)}.{suffix}"
+            t = r.text(rel, record=False)
+            if t is not None:
+                v = parse_cgroup_max(t, r.src.where(rel))
+                by_size[size] = "max" if v is None else v
