@@ -424,6 +424,25 @@ def test_sglang_sizing_error_is_a_scenario_error(tmp_path: Path) -> None:
         run(tmp_path, NO_POOL + body)
 
 
+@pytest.mark.parametrize(
+    ("tp_size", "error"),
+    [
+        ("0", "must be > 0, got 0"),
+        ("-2", "must be > 0, got -2"),
+        ('"4"', "expected an integer, got '4'"),
+    ],
+)
+def test_bad_tp_size_is_a_scenario_error(tmp_path: Path, tp_size: str, error: str) -> None:
+    """tp_size splits kv_heads as sglang does: 0 was a ZeroDivisionError ("internal error")."""
+    body = (
+        '[request]\nkind = "sglang"\nlayers = 2\nkv_heads = 2\nhead_dim = 64\n'
+        f"hicache_size = 1\ntp_size = {tp_size}\n"
+    )
+    with pytest.raises(ScenarioError) as ei:
+        run(tmp_path, NO_POOL + body)
+    assert str(ei.value) == f"{tmp_path / 't.toml'}: [request]: tp_size: {error}"
+
+
 # ---- isolation ---------------------------------------------------------------------------------
 def test_runs_are_repeatable_and_do_not_leak_log_handlers(tmp_path: Path) -> None:
     body = NO_POOL + '[request]\nsize = "64MiB"\nbacking = "AnonymousHugetlb"\n'

@@ -109,6 +109,7 @@ def sglang_request_of(r: dict[str, Any]) -> Any:
     model: MLA when ``kv_lora_rank`` is given, else MHA with ``kv_heads`` split by ``tp_size``).
     Raises KeyError, ValueError or TypeError on a bad table."""
     from umbp_sim.sglang import MHAModel, MLAModel, hicache_request
+    from umbp_sim.sglang.kv_model import kv_heads_per_rank
 
     dtype = r.get("dtype", "bfloat16")
     if "kv_lora_rank" in r:
@@ -117,7 +118,7 @@ def sglang_request_of(r: dict[str, Any]) -> Any:
     else:
         kv_heads = r["kv_heads"]
         if "tp_size" in r:
-            kv_heads = max(1, kv_heads // r["tp_size"])
+            kv_heads = kv_heads_per_rank(kv_heads, r["tp_size"])
         model = MHAModel(r["layers"], kv_heads, r["head_dim"], dtype)
     return hicache_request(
         model,
