@@ -318,19 +318,15 @@ void HostMemAllocator::ReleaseShmAllocation(uintptr_t base) {
 }
 
 namespace {
-// The records of one of State's tables, by address, copied under its lock; empty when there is
-// no state or the copy cannot be made.
+// The records of one of State's tables, by address, copied under its lock; none without a
+// state. A copy that runs out of memory throws (an empty answer would hide what is held).
 template <typename T>
 std::vector<T> Records(const std::shared_ptr<HostMemAllocator::State>& state,
                        std::map<void*, T> HostMemAllocator::State::*table) {
   std::vector<T> out;
   if (!state) return out;
-  try {
-    std::lock_guard<std::mutex> lock(state->mu);
-    for (const auto& kv : (*state).*table) out.push_back(kv.second);
-  } catch (...) {
-    out.clear();
-  }
+  std::lock_guard<std::mutex> lock(state->mu);
+  for (const auto& kv : (*state).*table) out.push_back(kv.second);
   return out;
 }
 }  // namespace
