@@ -753,7 +753,7 @@ def test_allocator_without_a_kernel():
     assert not handle and sig == 0
     assert messages == [("warning", "Alloc: no kernel; returning an invalid handle")]
     assert a.kernel is None
-    assert a.snapshot() == {"live": [], "shm": []}
+    assert a.live_buffers() == [] and a.shm_registry() == []
     assert a.lookup_shm_allocation(4096, 1) is None
     assert a.acquire_shm_allocation(4096, 1) is None
     assert a.release_shm_allocation(4096) == ([], 0, "")

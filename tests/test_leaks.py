@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from umbp_sim import _native
+from umbp_sim import UMBPHostBufferBacking, UMBPHostMemAllocator, _native
 from umbp_sim.faults import FaultPlan, FaultRule
 from umbp_sim.leaks import assert_no_leaks, collect_leaks
 from umbp_sim.trace import instrument
@@ -56,3 +56,19 @@ def test_unknown_source_is_a_type_error():
     with pytest.raises(TypeError, match="collect_leaks: LinuxKernel is not a traced kernel"):
         collect_leaks(_native.LinuxKernel())
     assert collect_leaks(None) == []
+
+
+def test_an_fd_the_allocators_bookkeeping_forgot_is_caught_by_the_kernel_ledger():
+    # mori lets exceptions escape Alloc: a std::bad_alloc out of ftruncate leaves the memfd open
+    # before any registry record names it. The allocator's own tables are empty; the traced
+    # kernel, which saw memfd_create succeed and no close, still lists the fd.
+    linux = _native.LinuxKernel()
+    st = instrument(linux, FaultPlan((FaultRule(op="ftruncate", throw="bad_alloc"),)))
+    alloc = UMBPHostMemAllocator(st.kernel, "mori-624002c")
+    with pytest.raises(MemoryError):
+        alloc.alloc(4096, UMBPHostBufferBacking.AnonymousShm)
+    fd = next(r.result.value for r in st.tracing.records() if r.op == "memfd_create")
+    assert alloc.snapshot() == {"live": [], "shm": []}
+    assert collect_leaks(alloc) == []
+    assert collect_leaks(st.kernel, alloc) == [f"fd {fd} still open"]
+    linux.close(fd)

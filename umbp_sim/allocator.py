@@ -160,12 +160,14 @@ class UMBPHostMemAllocator:
         self._finish(*self._native.release_shm_allocation(b))
 
     def snapshot(self) -> dict[str, list[dict[str, Any]]]:
-        """Live buffers and shm registry records of this allocator's kernel (all allocators on it).
+        """The allocator's own bookkeeping on this kernel (all allocators on it): live buffers
+        and shm registry records. What the process holds at the kernel (mappings, fds) is the
+        traced kernel's ledger (``umbp_sim.leaks``).
 
         ``{"live": [{ptr, requested_size, mapped_size, backing, alignment, fd, numa_node}],
         "shm": [{base, mapped_size, fd, active_registrations, pending_free}]}``
         """
-        return self._native.snapshot()
+        return {"live": self._native.live_buffers(), "shm": self._native.shm_registry()}
 
     def _finish(self, messages: list[tuple[str, str]], sig: int, where: str) -> None:
         for level, text in messages:

@@ -1,11 +1,12 @@
 """Leak accounting at the end of a test: what is still held, as a list of one-line strings.
 
 Sources, in any combination (``collect_leaks(*sources)``):
-  - a kernel chain containing a ``_native.TracingKernel``: mappings made through it and not
-    unmapped, memfds created through it and not closed;
+  - a kernel chain containing a ``_native.TracingKernel``: its leak ledger (the kernel-level
+    record, csrc/kernel/leak_ledger.h), mappings made through it and not unmapped, memfds
+    created through it and not closed, whatever the allocator's bookkeeping says;
   - an allocator (anything with ``snapshot() -> {"live": [...], "shm": [...]}``, i.e.
-    ``umbp_sim.UMBPHostMemAllocator``): buffers not freed, shm registry entries still held
-    (including frees deferred by an active registration);
+    ``umbp_sim.UMBPHostMemAllocator``): its own bookkeeping, buffers not freed, shm registry
+    entries still held (including frees deferred by an active registration);
   - a simulated host (``umbp_sim.sim.SimHost``): simulated mappings, fds, and hugepage
     reservations above what the machine started with;
   - anything with a ``leaks() -> list[str]`` method: its lines as they are.

@@ -119,6 +119,21 @@ void HostMemAllocator::Restore(const HostBufferHandle& h, size_t len, HostBuffer
 }
 
 // close() of a memfd this kernel owns; one that throws is kept for CloseOrphans.
+// After the munmap of a buffer: a failure is warned (mori's text or umbp-sim's), then the memfd
+// (fd >= 0) is closed. A process that died in the munmap does nothing more.
+void HostMemAllocator::Unmapped(const SysResult& r, void* ptr, size_t len, int fd,
+                                const char* mori_text, const char* text) {
+  if (r.killed()) return;
+  if (!r.ok()) {
+    if (policy_.mori_texts) {
+      Warn(Fill(mori_text, {{"err", MoriErr(r.error)}}));
+    } else {
+      Warn(Fill(text, {{"addr", Hex(ptr)}, {"n", std::to_string(len)}, {"e", ErrName(r.error)}}));
+    }
+  }
+  if (fd >= 0) CloseOwned(fd, ptr);
+}
+
 void HostMemAllocator::CloseOwned(int fd, void* ptr) {
   SysResult c;
   try {
@@ -222,16 +237,7 @@ void HostMemAllocator::Free(HostBufferHandle& handle) {
       Warn(Fill(texts::kFreeMunmapThrew, {{"addr", Hex(ptr)}, {"what", e.what()}}));
       return;
     }
-    if (r.killed()) return;
-    if (!r.ok()) {
-      if (policy_.mori_texts) {
-        Warn(Fill(texts::kMoriMunmapFailed, {{"err", MoriErr(r.error)}}));
-      } else {
-        Warn(Fill(texts::kFreeMunmapFailed,
-                  {{"addr", Hex(ptr)}, {"n", std::to_string(len)}, {"e", ErrName(r.error)}}));
-      }
-    }
-    if (fd_to_close >= 0) CloseOwned(fd_to_close, ptr);
+    Unmapped(r, ptr, len, fd_to_close, texts::kMoriMunmapFailed, texts::kFreeMunmapFailed);
   } catch (...) {
     // Only a warning's string building can throw here; the handle state is already settled.
   }
@@ -305,32 +311,32 @@ void HostMemAllocator::ReleaseShmAllocation(uintptr_t base) {
       return;
     }
     if (!ptr) return;
-    SysResult r = kernel_->munmap(ptr, len);
-    if (r.killed()) return;
-    if (!r.ok()) {
-      if (policy_.mori_texts) {
-        Warn(Fill(texts::kMoriDeferredMunmapFailed, {{"err", MoriErr(r.error)}}));
-      } else {
-        Warn(Fill(texts::kDeferredMunmapFailed,
-                  {{"addr", Hex(ptr)}, {"n", std::to_string(len)}, {"e", ErrName(r.error)}}));
-      }
-    }
-    if (fd >= 0) CloseOwned(fd, ptr);
+    Unmapped(kernel_->munmap(ptr, len), ptr, len, fd, texts::kMoriDeferredMunmapFailed,
+             texts::kDeferredMunmapFailed);
   } catch (...) {
   }
 }
 
-AllocatorSnapshot HostMemAllocator::Snapshot() const {
-  AllocatorSnapshot s;
-  if (!state_) return s;
-  try {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    for (const auto& kv : state_->live) s.live.push_back(kv.second);
-    for (const auto& kv : state_->shm) s.shm.push_back(kv.second);
-  } catch (...) {
-    return AllocatorSnapshot{};
-  }
-  return s;
+namespace {
+// The records of one of State's tables, by address, copied under its lock; none without a
+// state. A copy that runs out of memory throws (an empty answer would hide what is held).
+template <typename T>
+std::vector<T> Records(const std::shared_ptr<HostMemAllocator::State>& state,
+                       std::map<void*, T> HostMemAllocator::State::*table) {
+  std::vector<T> out;
+  if (!state) return out;
+  std::lock_guard<std::mutex> lock(state->mu);
+  for (const auto& kv : (*state).*table) out.push_back(kv.second);
+  return out;
+}
+}  // namespace
+
+std::vector<LiveBuffer> HostMemAllocator::LiveBuffers() const {
+  return Records(state_, &State::live);
+}
+
+std::vector<ShmRegistryEntry> HostMemAllocator::ShmRegistry() const {
+  return Records(state_, &State::shm);
 }
 
 }  // namespace umbp

@@ -78,11 +78,6 @@ struct ShmRegistryEntry {
   bool pending_free = false;
 };
 
-struct AllocatorSnapshot {
-  std::vector<LiveBuffer> live;       // by address
-  std::vector<ShmRegistryEntry> shm;  // by address, includes pending frees
-};
-
 class HostMemAllocator {
  public:
   struct ShmAllocation {
@@ -119,8 +114,12 @@ class HostMemAllocator {
   // unmaps and closes.
   void ReleaseShmAllocation(uintptr_t base);
 
-  // Live buffers and shm registry records of this kernel, for leak accounting.
-  AllocatorSnapshot Snapshot() const;
+  // The allocator's own bookkeeping, shared by every allocator on this kernel, by address: the
+  // buffers Alloc returned and Free has not taken back, and the shm registry's records (with
+  // their active registrations and deferred frees). What the process holds at the kernel is a
+  // kernel wrapper's to say (kernel/leak_ledger.h), not the allocator's.
+  std::vector<LiveBuffer> LiveBuffers() const;
+  std::vector<ShmRegistryEntry> ShmRegistry() const;
 
   const KernelPtr& kernel() const { return kernel_; }
   const AllocatorPolicy& policy() const { return policy_; }
@@ -131,6 +130,8 @@ class HostMemAllocator {
   void Warn(const std::string& text);
   void WarnOnce(const std::string& reason, const std::function<std::string()>& text);
   void Restore(const HostBufferHandle& h, size_t len, HostBufferBacking backing, int fd);
+  void Unmapped(const SysResult& r, void* ptr, size_t len, int fd, const char* mori_text,
+                const char* text);
   void CloseOwned(int fd, void* ptr);
   void CloseOrphans();
 

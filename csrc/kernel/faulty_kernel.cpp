@@ -203,132 +203,72 @@ bool FaultyKernel::inject(SyscallArgs&& a, SysResult& out, std::string* content)
 size_t FaultyKernel::page_size() { return inner_->page_size(); }
 
 SysResult FaultyKernel::mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
-  if (active(SysOp::Mmap)) {
-    SyscallArgs a;
-    a.op = SysOp::Mmap;
-    a.addr = reinterpret_cast<uintptr_t>(addr);
-    a.length = length;
-    a.prot = prot;
-    a.flags = flags;
-    a.fd = fd;
-    a.offset = offset;
-    SysResult r;
-    if (inject(std::move(a), r)) return r;
-  }
+  SysResult r;
+  if (active(SysOp::Mmap) && inject(call_args::mmap(addr, length, prot, flags, fd, offset), r))
+    return r;
   return inner_->mmap(addr, length, prot, flags, fd, offset);
 }
 
 SysResult FaultyKernel::munmap(void* addr, size_t length) {
-  if (active(SysOp::Munmap)) {
-    SyscallArgs a;
-    a.op = SysOp::Munmap;
-    a.addr = reinterpret_cast<uintptr_t>(addr);
-    a.length = length;
-    SysResult r;
-    if (inject(std::move(a), r)) return r;
-  }
+  SysResult r;
+  if (active(SysOp::Munmap) && inject(call_args::munmap(addr, length), r)) return r;
   return inner_->munmap(addr, length);
 }
 
 SysResult FaultyKernel::madvise(void* addr, size_t length, int advice) {
-  if (active(SysOp::Madvise)) {
-    SyscallArgs a;
-    a.op = SysOp::Madvise;
-    a.addr = reinterpret_cast<uintptr_t>(addr);
-    a.length = length;
-    a.advice = advice;
-    SysResult r;
-    if (inject(std::move(a), r)) return r;
-  }
+  SysResult r;
+  if (active(SysOp::Madvise) && inject(call_args::madvise(addr, length, advice), r)) return r;
   return inner_->madvise(addr, length, advice);
 }
 
 SysResult FaultyKernel::mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
                               unsigned long maxnode, unsigned flags) {
-  if (active(SysOp::Mbind)) {
-    SyscallArgs a;
-    a.op = SysOp::Mbind;
-    a.addr = reinterpret_cast<uintptr_t>(addr);
-    a.length = length;
-    a.mode = mode;
-    a.nodes = mask_nodes(nodemask, maxnode);
-    a.null_mask = nodemask == nullptr;
-    a.maxnode = maxnode;
-    a.flags = static_cast<int>(flags);
-    SysResult r;
-    if (inject(std::move(a), r)) return r;
-  }
+  SysResult r;
+  if (active(SysOp::Mbind) &&
+      inject(call_args::mbind(addr, length, mode, nodemask, maxnode, flags), r))
+    return r;
   return inner_->mbind(addr, length, mode, nodemask, maxnode, flags);
 }
 
 SysResult FaultyKernel::memfd_create(const char* name, unsigned flags) {
-  if (active(SysOp::MemfdCreate)) {
-    SyscallArgs a;
-    a.op = SysOp::MemfdCreate;
-    a.text = name ? name : "";
-    a.flags = static_cast<int>(flags);
-    SysResult r;
-    if (inject(std::move(a), r)) return r;
-  }
+  SysResult r;
+  if (active(SysOp::MemfdCreate) && inject(call_args::memfd_create(name, flags), r)) return r;
   return inner_->memfd_create(name, flags);
 }
 
 SysResult FaultyKernel::ftruncate(int fd, off_t length) {
-  if (active(SysOp::Ftruncate)) {
-    SyscallArgs a;
-    a.op = SysOp::Ftruncate;
-    a.fd = fd;
-    a.length = static_cast<size_t>(length);
-    SysResult r;
-    if (inject(std::move(a), r)) return r;
-  }
+  SysResult r;
+  if (active(SysOp::Ftruncate) && inject(call_args::ftruncate(fd, length), r)) return r;
   return inner_->ftruncate(fd, length);
 }
 
 SysResult FaultyKernel::close(int fd) {
-  if (active(SysOp::Close)) {
-    SyscallArgs a;
-    a.op = SysOp::Close;
-    a.fd = fd;
-    SysResult r;
-    if (inject(std::move(a), r)) {
-      // Linux releases the descriptor before it reports a close error (man 2 close), so an
-      // injected EIO/EINTR/... still closes it; only EBADF means it was never open.
-      if (r.signal == 0 && r.error != 0 && r.error != EBADF) {
-        inner_->close(fd);
-        last_result_injected() = true;
-      }
-      return r;
+  SysResult r;
+  if (active(SysOp::Close) && inject(call_args::close(fd), r)) {
+    // Linux releases the descriptor before it reports a close error (man 2 close), so an
+    // injected EIO/EINTR/... still closes it; only EBADF means it was never open.
+    if (r.signal == 0 && r.error != 0 && r.error != EBADF) {
+      inner_->close(fd);
+      last_result_injected() = true;
     }
+    return r;
   }
   return inner_->close(fd);
 }
 
 FileResult FaultyKernel::read_file(const std::string& path) {
-  if (active(SysOp::ReadFile)) {
-    SyscallArgs a;
-    a.op = SysOp::ReadFile;
-    a.text = path;
-    SysResult r;
-    FileResult f;
-    if (inject(std::move(a), r, &f.data)) {
-      f.error = r.error;
-      return f;
-    }
+  SysResult r;
+  FileResult f;
+  if (active(SysOp::ReadFile) && inject(call_args::read_file(path), r, &f.data)) {
+    f.error = r.error;
+    return f;
   }
   return inner_->read_file(path);
 }
 
 SysResult FaultyKernel::touch(void* addr, size_t length, size_t stride) {
-  if (active(SysOp::Touch)) {
-    SyscallArgs a;
-    a.op = SysOp::Touch;
-    a.addr = reinterpret_cast<uintptr_t>(addr);
-    a.length = length;
-    a.stride = stride;
-    SysResult r;
-    if (inject(std::move(a), r)) return r;
-  }
+  SysResult r;
+  if (active(SysOp::Touch) && inject(call_args::touch(addr, length, stride), r)) return r;
   return inner_->touch(addr, length, stride);
 }
 

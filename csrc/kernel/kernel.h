@@ -44,6 +44,35 @@ struct FileResult {
   bool ok() const { return error == 0; }
 };
 
+// Every call of the seam, once: X(return type, name, (parameters), (arguments)). Adding a
+// call to the seam is one line here (and its definition in each kernel):
+//   page_size     sysconf(_SC_PAGESIZE).
+//   mmap, munmap, madvise, memfd_create, ftruncate, close: the syscalls.
+//   mbind         mbind(2) as the raw syscall: the kernel reads maxnode-1 bits of nodemask.
+//   read_file     whole contents of a /proc or /sys file.
+//   touch         write one byte at addr, addr+stride, ... below addr+length: the page faults of
+//                 the manual prefault path. A simulated kernel may answer with a crash (signal)
+//                 instead of faulting.
+#define UMBP_KERNEL_CALLS(X)                                                                    \
+  X(size_t, page_size, (), ())                                                                  \
+  X(SysResult, mmap, (void* addr, size_t length, int prot, int flags, int fd, off_t offset),    \
+    (addr, length, prot, flags, fd, offset))                                                    \
+  X(SysResult, munmap, (void* addr, size_t length), (addr, length))                             \
+  X(SysResult, madvise, (void* addr, size_t length, int advice), (addr, length, advice))        \
+  X(SysResult, mbind,                                                                           \
+    (void* addr, size_t length, int mode, const unsigned long* nodemask, unsigned long maxnode, \
+     unsigned flags),                                                                           \
+    (addr, length, mode, nodemask, maxnode, flags))                                             \
+  X(SysResult, memfd_create, (const char* name, unsigned flags), (name, flags))                 \
+  X(SysResult, ftruncate, (int fd, off_t length), (fd, length))                                 \
+  X(SysResult, close, (int fd), (fd))                                                           \
+  X(FileResult, read_file, (const std::string& path), (path))                                   \
+  X(SysResult, touch, (void* addr, size_t length, size_t stride), (addr, length, stride))
+
+// In a class deriving from Kernel: the declaration of every call as an override.
+#define UMBP_KERNEL_OVERRIDE_ONE(ret, name, params, args) ret name params override;
+#define UMBP_KERNEL_OVERRIDES UMBP_KERNEL_CALLS(UMBP_KERNEL_OVERRIDE_ONE)
+
 class Kernel {
  public:
   Kernel() : id_(next_id()) {}
@@ -66,22 +95,10 @@ class Kernel {
     return std::static_pointer_cast<T>(slot);
   }
 
-  // sysconf(_SC_PAGESIZE).
-  virtual size_t page_size() = 0;
-  virtual SysResult mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) = 0;
-  virtual SysResult munmap(void* addr, size_t length) = 0;
-  virtual SysResult madvise(void* addr, size_t length, int advice) = 0;
-  // mbind(2) as the raw syscall: the kernel reads maxnode-1 bits of nodemask.
-  virtual SysResult mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
-                          unsigned long maxnode, unsigned flags) = 0;
-  virtual SysResult memfd_create(const char* name, unsigned flags) = 0;
-  virtual SysResult ftruncate(int fd, off_t length) = 0;
-  virtual SysResult close(int fd) = 0;
-  // Whole contents of a /proc or /sys file.
-  virtual FileResult read_file(const std::string& path) = 0;
-  // Write one byte at addr, addr+stride, ... below addr+length: the page faults of the manual
-  // prefault path. A simulated kernel may answer with a crash (signal) instead of faulting.
-  virtual SysResult touch(void* addr, size_t length, size_t stride) = 0;
+  // The calls, declared once by UMBP_KERNEL_CALLS above (what each does is said there).
+#define UMBP_KERNEL_PURE_VIRTUAL(ret, name, params, args) virtual ret name params = 0;
+  UMBP_KERNEL_CALLS(UMBP_KERNEL_PURE_VIRTUAL)
+#undef UMBP_KERNEL_PURE_VIRTUAL
 
  private:
   static uint64_t next_id() {

@@ -268,15 +268,10 @@ SysResult SimKernel::populate(uintptr_t start, uintptr_t end, bool write, const 
 }
 
 SysResult SimKernel::madvise(void* addr, size_t length, int advice) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t before = reasons_total_;
-  SysResult r = do_madvise(addr, length, advice);
-  explain_errno("madvise", r, before);
-  return r;
+  return syscall(SysOp::Madvise, advice, [&] { return do_madvise(addr, length, advice); });
 }
 
 SysResult SimKernel::do_madvise(void* addr, size_t length, int advice) {
-  if (crash_.signal) return record_crash(crash_.signal, crash_where(SysOp::Madvise, advice));
   const bool populate_advice = advice == kMadvPopulateRead || advice == kMadvPopulateWrite;
   if (populate_advice && !version_at_least(5, 14))
     return fail(EINVAL,
@@ -362,15 +357,10 @@ SysResult SimKernel::do_madvise(void* addr, size_t length, int advice) {
 }
 
 SysResult SimKernel::touch(void* addr, size_t length, size_t stride) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t before = reasons_total_;
-  SysResult r = do_touch(addr, length, stride);
-  explain_errno("touch", r, before);
-  return r;
+  return syscall(SysOp::Touch, [&] { return do_touch(addr, length, stride); });
 }
 
 SysResult SimKernel::do_touch(void* addr, size_t length, size_t stride) {
-  if (crash_.signal) return record_crash(crash_.signal, crash_where(SysOp::Touch));
   if (stride == 0) return SysResult::Err(EINVAL);
   if (length == 0) return SysResult::Ok(0);
   const uintptr_t start = reinterpret_cast<uintptr_t>(addr);

@@ -19,11 +19,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "kernel/crash_record.h"
 #include "kernel/kernel.h"
 #include "kernel/sim_config.h"
 #include "kernel/sim_pages.h"
+#include "kernel/syscall_format.h"
 
 namespace umbp {
 
@@ -126,17 +129,7 @@ class SimKernel : public Kernel {
   explicit SimKernel(const SimConfig& cfg);
   ~SimKernel() override;
 
-  size_t page_size() override;
-  SysResult mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) override;
-  SysResult munmap(void* addr, size_t length) override;
-  SysResult madvise(void* addr, size_t length, int advice) override;
-  SysResult mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
-                  unsigned long maxnode, unsigned flags) override;
-  SysResult memfd_create(const char* name, unsigned flags) override;
-  SysResult ftruncate(int fd, off_t length) override;
-  SysResult close(int fd) override;
-  FileResult read_file(const std::string& path) override;
-  SysResult touch(void* addr, size_t length, size_t stride) override;
+  UMBP_KERNEL_OVERRIDES
 
   // ---- admin knobs and inspection (Python: SimKernel methods) --------------------------
   // Write nr_hugepages for `size` (node < 0: /proc/sys/vm / global sysfs file, interleaved
@@ -200,6 +193,15 @@ class SimKernel : public Kernel {
             SimNumbers numbers = {});
   // After a public call: an errno with no reason recorded gets a generic one.
   void explain_errno(const std::string& call, const SysResult& r, uint64_t before);
+  // One public syscall: `body` (a do_* below) under the lock; the call of a dead process is its
+  // crash again; an errno `body` gave no reason for gets a generic one (explain_errno).
+  // `advice` names a madvise call in the crash record.
+  template <typename F>
+  SysResult syscall(SysOp op, int advice, F&& body);
+  template <typename F>
+  SysResult syscall(SysOp op, F&& body) {
+    return syscall(op, -1, std::forward<F>(body));
+  }
   // Keep a reason; past kMaxReasons the oldest half is dropped (a long simulation keeps its
   // latest evidence without growing without bound).
   void record(SimReason r);
@@ -257,5 +259,14 @@ class SimKernel : public Kernel {
   bool real_cache_ok_ = true;  // false once a PROT_NONE fallback mapping exists (no memset)
   void real_cache_evict(uintptr_t start, uintptr_t end);
 };
+
+template <typename F>
+SysResult SimKernel::syscall(SysOp op, int advice, F&& body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t before = reasons_total_;
+  SysResult r = crash_.signal ? record_crash(crash_.signal, crash_where(op, advice)) : body();
+  explain_errno(sysop_name(op), r, before);
+  return r;
+}
 
 }  // namespace umbp

@@ -24,16 +24,12 @@ constexpr int kWeightedInterleave = 6;
 
 SysResult SimKernel::mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
                            unsigned long maxnode, unsigned flags) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t before = reasons_total_;
-  SysResult r = do_mbind(addr, length, mode, nodemask, maxnode, flags);
-  explain_errno("mbind", r, before);
-  return r;
+  return syscall(SysOp::Mbind,
+                 [&] { return do_mbind(addr, length, mode, nodemask, maxnode, flags); });
 }
 
 SysResult SimKernel::do_mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
                               unsigned long maxnode, unsigned flags) {
-  if (crash_.signal) return record_crash(crash_.signal, crash_where(SysOp::Mbind));
   const uint64_t ps = cfg_.page_size;
 
   // sanitize_mpol_flags

@@ -18,15 +18,10 @@ constexpr unsigned kMfdHugeMask = 0x3f;
 }  // namespace
 
 SysResult SimKernel::memfd_create(const char* name, unsigned flags) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t before = reasons_total_;
-  SysResult r = do_memfd_create(name, flags);
-  explain_errno("memfd_create", r, before);
-  return r;
+  return syscall(SysOp::MemfdCreate, [&] { return do_memfd_create(name, flags); });
 }
 
 SysResult SimKernel::do_memfd_create(const char* name, unsigned flags) {
-  if (crash_.signal) return record_crash(crash_.signal, crash_where(SysOp::MemfdCreate));
   if (!version_at_least(3, 17))
     return fail(ENOSYS, "memfd_create", "memfd_unsupported",
                 "kernel " + cfg_.kernel_release +
@@ -73,15 +68,10 @@ SysResult SimKernel::do_memfd_create(const char* name, unsigned flags) {
 }
 
 SysResult SimKernel::ftruncate(int fd, off_t length) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t before = reasons_total_;
-  SysResult r = do_ftruncate(fd, length);
-  explain_errno("ftruncate", r, before);
-  return r;
+  return syscall(SysOp::Ftruncate, [&] { return do_ftruncate(fd, length); });
 }
 
 SysResult SimKernel::do_ftruncate(int fd, off_t length) {
-  if (crash_.signal) return record_crash(crash_.signal, crash_where(SysOp::Ftruncate));
   auto it = fds_.find(fd);
   if (it == fds_.end()) return SysResult::Err(EBADF);
   if (length < 0) return SysResult::Err(EINVAL);
@@ -96,15 +86,10 @@ SysResult SimKernel::do_ftruncate(int fd, off_t length) {
 }
 
 SysResult SimKernel::close(int fd) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t before = reasons_total_;
-  SysResult r = do_close(fd);
-  explain_errno("close", r, before);
-  return r;
+  return syscall(SysOp::Close, [&] { return do_close(fd); });
 }
 
 SysResult SimKernel::do_close(int fd) {
-  if (crash_.signal) return record_crash(crash_.signal, crash_where(SysOp::Close));
   auto it = fds_.find(fd);
   if (it == fds_.end()) return SysResult::Err(EBADF);
   SimObjectPtr o = it->second;

@@ -102,15 +102,10 @@ SysResult SimKernel::munmap_locked(uintptr_t start, uintptr_t end) {
 // ---- mmap -------------------------------------------------------------------------------
 
 SysResult SimKernel::mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t before = reasons_total_;
-  SysResult r = do_mmap(addr, length, prot, flags, fd, offset);
-  explain_errno("mmap", r, before);
-  return r;
+  return syscall(SysOp::Mmap, [&] { return do_mmap(addr, length, prot, flags, fd, offset); });
 }
 
 SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
-  if (crash_.signal) return record_crash(crash_.signal, crash_where(SysOp::Mmap));
   const uint64_t ps = cfg_.page_size;
   const uintptr_t hint = reinterpret_cast<uintptr_t>(addr);
   const int type = flags & 0x0f;
@@ -309,15 +304,10 @@ SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int
 }
 
 SysResult SimKernel::munmap(void* addr, size_t length) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t before = reasons_total_;
-  SysResult r = do_munmap(addr, length);
-  explain_errno("munmap", r, before);
-  return r;
+  return syscall(SysOp::Munmap, [&] { return do_munmap(addr, length); });
 }
 
 SysResult SimKernel::do_munmap(void* addr, size_t length) {
-  if (crash_.signal) return record_crash(crash_.signal, crash_where(SysOp::Munmap));
   uintptr_t start = reinterpret_cast<uintptr_t>(addr);
   if (start % cfg_.page_size || length == 0) return SysResult::Err(EINVAL);
   uint64_t len = round_up(length, cfg_.page_size);

@@ -172,6 +172,77 @@ int sysop_from_name(const std::string& name) {
   return -1;
 }
 
+namespace call_args {
+namespace {
+SyscallArgs at(SysOp op, void* addr = nullptr, size_t length = 0) {
+  SyscallArgs a;
+  a.op = op;
+  a.addr = reinterpret_cast<uintptr_t>(addr);
+  a.length = length;
+  return a;
+}
+}  // namespace
+
+SyscallArgs mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
+  SyscallArgs a = at(SysOp::Mmap, addr, length);
+  a.prot = prot;
+  a.flags = flags;
+  a.fd = fd;
+  a.offset = offset;
+  return a;
+}
+
+SyscallArgs munmap(void* addr, size_t length) { return at(SysOp::Munmap, addr, length); }
+
+SyscallArgs madvise(void* addr, size_t length, int advice) {
+  SyscallArgs a = at(SysOp::Madvise, addr, length);
+  a.advice = advice;
+  return a;
+}
+
+SyscallArgs mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
+                  unsigned long maxnode, unsigned flags) {
+  SyscallArgs a = at(SysOp::Mbind, addr, length);
+  a.mode = mode;
+  a.nodes = mask_nodes(nodemask, maxnode);
+  a.null_mask = nodemask == nullptr;
+  a.maxnode = maxnode;
+  a.flags = static_cast<int>(flags);
+  return a;
+}
+
+SyscallArgs memfd_create(const char* name, unsigned flags) {
+  SyscallArgs a = at(SysOp::MemfdCreate);
+  a.text = name ? name : "";
+  a.flags = static_cast<int>(flags);
+  return a;
+}
+
+SyscallArgs ftruncate(int fd, off_t length) {
+  SyscallArgs a = at(SysOp::Ftruncate, nullptr, static_cast<size_t>(length));
+  a.fd = fd;
+  return a;
+}
+
+SyscallArgs close(int fd) {
+  SyscallArgs a = at(SysOp::Close);
+  a.fd = fd;
+  return a;
+}
+
+SyscallArgs read_file(const std::string& path) {
+  SyscallArgs a = at(SysOp::ReadFile);
+  a.text = path;
+  return a;
+}
+
+SyscallArgs touch(void* addr, size_t length, size_t stride) {
+  SyscallArgs a = at(SysOp::Touch, addr, length);
+  a.stride = stride;
+  return a;
+}
+}  // namespace call_args
+
 std::vector<unsigned> mask_nodes(const unsigned long* mask, unsigned long maxnode) {
   std::vector<unsigned> nodes;
   if (!mask || maxnode < 2) return nodes;

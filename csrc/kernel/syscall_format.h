@@ -50,6 +50,21 @@ struct SyscallArgs {
   std::string text;             // memfd name or read_file path
 };
 
+// One call's SyscallArgs, from the call's own arguments: what FaultyKernel's rules match and
+// TracingKernel records. mbind's mask is decoded here, before the call, as it was passed.
+namespace call_args {
+SyscallArgs mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset);
+SyscallArgs munmap(void* addr, size_t length);
+SyscallArgs madvise(void* addr, size_t length, int advice);
+SyscallArgs mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
+                  unsigned long maxnode, unsigned flags);
+SyscallArgs memfd_create(const char* name, unsigned flags);
+SyscallArgs ftruncate(int fd, off_t length);
+SyscallArgs close(int fd);
+SyscallArgs read_file(const std::string& path);
+SyscallArgs touch(void* addr, size_t length, size_t stride);
+}  // namespace call_args
+
 // The set bits of an mbind mask as the kernel reads it (maxnode-1 bits), capped at 1<<20 bits.
 std::vector<unsigned> mask_nodes(const unsigned long* mask, unsigned long maxnode);
 

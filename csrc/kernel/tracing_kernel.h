@@ -9,14 +9,13 @@
 
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <mutex>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kernel/kernel.h"
+#include "kernel/leak_ledger.h"
 #include "kernel/syscall_format.h"
 
 namespace umbp {
@@ -47,33 +46,20 @@ class TracingKernel final : public Kernel {
   // Forget the records (the leak ledger stays: it describes the process, not the log).
   void clear();
 
-  size_t page_size() override;
-  SysResult mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) override;
-  SysResult munmap(void* addr, size_t length) override;
-  SysResult madvise(void* addr, size_t length, int advice) override;
-  SysResult mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
-                  unsigned long maxnode, unsigned flags) override;
-  SysResult memfd_create(const char* name, unsigned flags) override;
-  SysResult ftruncate(int fd, off_t length) override;
-  SysResult close(int fd) override;
-  FileResult read_file(const std::string& path) override;
-  SysResult touch(void* addr, size_t length, size_t stride) override;
+  UMBP_KERNEL_OVERRIDES
 
  private:
   void record(SyscallArgs&& a, const SysResult& r, bool injected, bool threw);
   template <typename F>
   SysResult traced(SyscallArgs&& a, F&& f);
-  void unmap_range(uintptr_t start, uintptr_t end);  // mu_ held
 
   KernelPtr inner_;
   size_t limit_;
-  size_t page_;
   mutable std::mutex mu_;
   std::deque<TraceRecord> records_;
   uint64_t seq_ = 0;
   uint64_t dropped_ = 0;
-  std::map<uintptr_t, size_t> mappings_;  // start -> length (page-rounded)
-  std::set<int> fds_;
+  LeakLedger ledger_;  // under mu_
 };
 
 }  // namespace umbp

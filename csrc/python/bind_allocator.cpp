@@ -66,6 +66,19 @@ std::string hex(const void* p) {
   return buf;
 }
 
+// One of the allocator's queries (made without the GIL) as a list, each record through to_dict.
+template <typename Query, typename ToDict>
+py::list records(Query&& query, ToDict&& to_dict) {
+  decltype(query()) recs;
+  {
+    py::gil_scoped_release nogil;
+    recs = query();
+  }
+  py::list out;
+  for (const auto& r : recs) out.append(to_dict(r));
+  return out;
+}
+
 py::object shm_to_py(const std::optional<HostMemAllocator::ShmAllocation>& a) {
   if (!a) return py::none();
   return py::cast(*a);
@@ -222,37 +235,32 @@ void bind_allocator(py::module_& m) {
             return c.outcome();
           },
           py::arg("base"))
-      .def("snapshot", [](HostMemAllocator& a) {
-        AllocatorSnapshot s;
-        {
-          py::gil_scoped_release nogil;
-          s = a.Snapshot();
-        }
-        py::list live, shm;
-        for (const auto& b : s.live) {
-          py::dict d;
-          d["ptr"] = reinterpret_cast<uintptr_t>(b.ptr);
-          d["requested_size"] = b.requested_size;
-          d["mapped_size"] = b.mapped_size;
-          d["backing"] = b.backing;
-          d["alignment"] = b.alignment;
-          d["fd"] = b.fd;
-          d["numa_node"] = b.numa_node;
-          live.append(d);
-        }
-        for (const auto& e : s.shm) {
-          py::dict d;
-          d["base"] = reinterpret_cast<uintptr_t>(e.base);
-          d["mapped_size"] = e.mapped_size;
-          d["fd"] = e.fd;
-          d["active_registrations"] = e.active_registrations;
-          d["pending_free"] = e.pending_free;
-          shm.append(d);
-        }
-        py::dict out;
-        out["live"] = live;
-        out["shm"] = shm;
-        return out;
+      .def("live_buffers",
+           [](HostMemAllocator& a) {
+             return records([&] { return a.LiveBuffers(); },
+                            [](const LiveBuffer& b) {
+                              py::dict d;
+                              d["ptr"] = reinterpret_cast<uintptr_t>(b.ptr);
+                              d["requested_size"] = b.requested_size;
+                              d["mapped_size"] = b.mapped_size;
+                              d["backing"] = b.backing;
+                              d["alignment"] = b.alignment;
+                              d["fd"] = b.fd;
+                              d["numa_node"] = b.numa_node;
+                              return d;
+                            });
+           })
+      .def("shm_registry", [](HostMemAllocator& a) {
+        return records([&] { return a.ShmRegistry(); },
+                       [](const ShmRegistryEntry& e) {
+                         py::dict d;
+                         d["base"] = reinterpret_cast<uintptr_t>(e.base);
+                         d["mapped_size"] = e.mapped_size;
+                         d["fd"] = e.fd;
+                         d["active_registrations"] = e.active_registrations;
+                         d["pending_free"] = e.pending_free;
+                         return d;
+                       });
       });
 }
 
