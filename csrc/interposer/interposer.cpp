@@ -178,14 +178,15 @@ bool g_handler_installed = false;
 // resolver thread asks the Kernel and fills the run (UFFDIO_COPY for a write, UFFDIO_ZEROPAGE
 // for a read) or moves an old block there, exactly the grants of the SIGSEGV path. The SIGSEGV
 // handler stays installed: a simulated death is handed to the faulting thread through it.
-int g_want_path = UMBP_SIM_FAULT_PATH_AUTO;           // for the next activate()
+int g_want_path = UMBP_SIM_FAULT_PATH_AUTO;         // for the next activate()
 std::atomic<int> g_path{UMBP_SIM_FAULT_PATH_NONE};  // the active one
 int g_uffd = -1;
 int g_stop_fd = -1;  // eventfd: the resolver thread's stop signal
 pthread_t g_resolver;
 bool g_resolver_running = false;
 void* g_zero_src = nullptr;
-char g_uffd_why[256];  // why the last start of the userfaultfd path failed  // kCopyChunk bytes of never-written (zero-page) memory
+char g_uffd_why[256];  // why the last start of the userfaultfd path failed  // kCopyChunk bytes of
+                       // never-written (zero-page) memory
 constexpr size_t kCopyChunk = size_t{2} << 20;
 // A simulated death found by the resolver thread: the faulting thread's next touch of this page
 // traps (the page is made PROT_NONE) and its SIGSEGV handler dies of g_death_sig there.
@@ -501,8 +502,8 @@ int open_uffd(char* why, size_t cap) {
   const int sys_errno = errno;
   int dev_errno = 0;
   if (fd < 0) {
-    const int dev = static_cast<int>(raw(SYS_openat, AT_FDCWD, L("/dev/userfaultfd"),
-                                         O_RDWR | O_CLOEXEC));
+    const int dev =
+        static_cast<int>(raw(SYS_openat, AT_FDCWD, L("/dev/userfaultfd"), O_RDWR | O_CLOEXEC));
     if (dev >= 0) {
       fd = static_cast<int>(raw(SYS_ioctl, dev, static_cast<long>(USERFAULTFD_IOC_NEW), flags));
       dev_errno = errno;
@@ -542,8 +543,15 @@ bool grant(const Map& m, uintptr_t start, uintptr_t end, bool write) {
   const size_t big_limit = g_resident_limit / 4 * 3;
   const size_t small_limit = g_resident_limit - big_limit;
   auto fresh = [&] {
-    if (m.uffd) return uffd_fill(start, end, write || big);
-    return sys_mprotect(reinterpret_cast<void*>(start), len, prot) == 0;
+    if (!m.uffd) return sys_mprotect(reinterpret_cast<void*>(start), len, prot) == 0;
+    if (!big) return uffd_fill(start, end, write);
+    // A big block leaves the registration instead: the real kernel fills it with transparent
+    // hugepages (16 faults), which later moves take as 16 page-table entries (filled here with
+    // UFFDIO_COPY it would be 8192 small pages, and every move of it 8192 entries).
+    uffdio_range r{start, len};
+    if (sys_ioctl(g_uffd, UFFDIO_UNREGISTER, &r) != 0) return false;
+    raw_madvise(start, len, MADV_HUGEPAGE);
+    return true;
   };
   if (big) {
     int oldest = -1;
@@ -565,7 +573,7 @@ bool grant(const Map& m, uintptr_t start, uintptr_t end, bool write) {
     if (owner && owner->uffd) {
       sys_mmap(src, kBig, owner->prot & (PROT_READ | PROT_WRITE | PROT_EXEC),
                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-      raw_madvise(from, kBig, MADV_HUGEPAGE);
+      raw_madvise(from, kBig, MADV_NOHUGEPAGE);  // as its registered neighbours (see trap)
       uffd_register(from, kBig);
     } else {
       sys_mmap(src, kBig, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
@@ -799,9 +807,12 @@ void* do_mmap(const umbp_sim_kernel* k, void* addr, size_t len, int prot, int fl
     if (end <= start) end = start + align_up(len, g_page);
     std::lock_guard<std::mutex> l(g_map_mu);
     forget_range(start, end);  // MAP_FIXED over an older simulated mapping
-    // Big grants (32 MiB blocks) move as transparent hugepages; small mappings get none.
-    if (end - start >= kBig) raw_madvise(start, end - start, MADV_HUGEPAGE);
     const bool registered = trap(start, end, prot);
+    // Big grants (32 MiB blocks) move as transparent hugepages; small mappings get none. A
+    // registered range gets none either: a write fault there would allocate and zero a 2 MiB
+    // page before handing the fault to the resolver (and free it), the uffd path's whole cost.
+    if (end - start >= kBig)
+      raw_madvise(start, end - start, registered ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
     add_map(start, end, prot, registered);
   }
   return reinterpret_cast<void*>(start);
