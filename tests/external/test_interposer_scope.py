@@ -39,11 +39,17 @@ ip = Interposer()
 
 
 def _run(
-    code: str, *args: str, fault_path: str = "auto", timeout: float = 120, preload_after: str = ""
+    code: str,
+    *args: str,
+    fault_path: str = "auto",
+    timeout: float = 120,
+    preload_after: str = "",
+    preload: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     # After what is preloaded already (the asan configuration preloads its runtime first).
-    preload = " ".join([os.environ.get("LD_PRELOAD", ""), interposer_path(), preload_after])
-    env = dict(os.environ, LD_PRELOAD=preload.strip(), **{FAULT_PATH_ENV: fault_path})
+    ours = interposer_path() if preload else ""
+    libs = " ".join([os.environ.get("LD_PRELOAD", ""), ours, preload_after])
+    env = dict(os.environ, LD_PRELOAD=libs.strip(), **{FAULT_PATH_ENV: fault_path})
     return subprocess.run(
         [sys.executable, "-c", PRELUDE + textwrap.dedent(code), *args],
         env=env, capture_output=True, text=True, timeout=timeout,
@@ -305,3 +311,38 @@ def test_an_allocator_server_without_userfaultfd_could_not_run(
         ": UMBP_SIM_FAULT_PATH=uffd: userfaultfd does not work here (userfaultfd(2): Function not"
         " implemented; /dev/userfaultfd: No such file or directory)"
     )
+
+
+@pytest.mark.threads
+def test_the_resolver_thread_serves_a_wrapped_build(tiny_builds: dict[str, str]) -> None:
+    # The userfaultfd path's resolver thread, with the interposer linked into the allocator
+    # (--wrap) rather than preloaded: `tox -e tsan` runs this one (a TSan-built interposer cannot
+    # be preloaded into Python), faults from the allocator's prefault and from Python's writes.
+    p = _run(
+        """
+        mod = load(sys.argv[1], "tiny_wrapped")
+        kernel = build_kernel(Machine.x86_64(mem_per_node="64GiB", kernel_version="5.10.0"))
+        ip.activate(kernel)
+        a = mod.UMBPHostMemAllocator()
+        with ip.scope():
+            big = a.alloc(8 << 30, mod.UMBPHostBufferBacking.Anonymous)
+            small = a.alloc(1 << 20, mod.UMBPHostBufferBacking.Anonymous, prefault=False)
+        seen = []
+        for off in (0, 8192, 1 << 19):
+            seen.append(ctypes.string_at(small.ptr + off, 1)[0])
+            ctypes.memset(small.ptr + off, 7, 4096)
+            seen.append(ctypes.string_at(small.ptr + off + 4095, 1)[0])
+        faulted = sorted(m["faulted_pages"] for m in kernel.mappings())
+        with ip.scope():
+            a.free(small)
+            a.free(big)
+        stats = ip.stats()
+        print(json.dumps([ip.fault_path(), seen, faulted, stats.moved > 0, stats.mappings]))
+        ip.deactivate()
+        """,
+        tiny_builds["wrap"],
+        fault_path="uffd",
+        preload=False,
+    )
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == ["uffd", [0, 7, 0, 7, 0, 7], [3, (8 << 30) // 4096], True, 0]
