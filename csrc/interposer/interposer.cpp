@@ -8,11 +8,16 @@
 #include <execinfo.h>
 #include <fcntl.h>
 #include <link.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -22,6 +27,12 @@
 
 #ifndef MREMAP_DONTUNMAP
 #define MREMAP_DONTUNMAP 4
+#endif
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1  // Linux 5.11: handle user-mode faults only (no privilege needed)
+#endif
+#ifndef USERFAULTFD_IOC_NEW
+#define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)  // Linux 6.1: /dev/userfaultfd
 #endif
 
 namespace {
@@ -76,6 +87,9 @@ void* sys_mremap(void* a, size_t n, size_t m, int flags, void* to) {
       raw(SYS_mremap, L(a), static_cast<long>(n), static_cast<long>(m), flags, L(to)));
 }
 int sys_close(int fd) { return static_cast<int>(raw(SYS_close, fd)); }
+int sys_ioctl(int fd, unsigned long req, void* arg) {
+  return static_cast<int>(raw(SYS_ioctl, fd, static_cast<long>(req), L(arg)));
+}
 
 // ---- state -------------------------------------------------------------------------------
 
@@ -142,6 +156,7 @@ struct Map {
   int prot;
   uintptr_t next_seq;  // end of the last grant: a fault there is sequential
   size_t run;          // current grant size
+  bool uffd;           // trapped by userfaultfd (registered, real prot), else PROT_NONE
 };
 struct Grant {
   uintptr_t start, end;
@@ -157,6 +172,26 @@ size_t g_resident_limit = size_t{48} << 20;  // one big block (3/4) + small gran
 
 struct sigaction g_old_segv;
 bool g_handler_installed = false;
+
+// How touches of simulated mappings reach the Kernel (umbp_sim_interposer_set_fault_path).
+// userfaultfd: mappings stay at their real protection, registered for missing-page faults; a
+// resolver thread asks the Kernel and fills the run (UFFDIO_COPY for a write, UFFDIO_ZEROPAGE
+// for a read) or moves an old block there, exactly the grants of the SIGSEGV path. The SIGSEGV
+// handler stays installed: a simulated death is handed to the faulting thread through it.
+int g_want_path = UMBP_SIM_FAULT_PATH_AUTO;         // for the next activate()
+std::atomic<int> g_path{UMBP_SIM_FAULT_PATH_NONE};  // the active one
+int g_uffd = -1;
+int g_stop_fd = -1;  // eventfd: the resolver thread's stop signal
+pthread_t g_resolver;
+bool g_resolver_running = false;
+void* g_zero_src = nullptr;
+char g_uffd_why[256];  // why the last start of the userfaultfd path failed  // kCopyChunk bytes of
+                       // never-written (zero-page) memory
+constexpr size_t kCopyChunk = size_t{2} << 20;
+// A simulated death found by the resolver thread: the faulting thread's next touch of this page
+// traps (the page is made PROT_NONE) and its SIGSEGV handler dies of g_death_sig there.
+std::atomic<uintptr_t> g_death_page{0};
+std::atomic<int> g_death_sig{0};
 
 uintptr_t align_down(uintptr_t v, uintptr_t a) { return v / a * a; }
 uintptr_t align_up(uintptr_t v, uintptr_t a) { return (v + a - 1) / a * a; }
@@ -352,9 +387,9 @@ Map* find_map(uintptr_t a) {
   return nullptr;
 }
 
-void add_map(uintptr_t start, uintptr_t end, int prot) {
+void add_map(uintptr_t start, uintptr_t end, int prot, bool uffd) {
   if (g_nmaps >= kMaxMaps) return;
-  g_maps[g_nmaps++] = Map{start, end, prot, 0, 0};
+  g_maps[g_nmaps++] = Map{start, end, prot, 0, 0, uffd};
 }
 
 void erase_grant(int i) {
@@ -390,9 +425,9 @@ void forget_range(uintptr_t lo, uintptr_t hi) {
       continue;
     }
     if (m.start < lo && m.end > hi) {
-      const Map tail{hi, m.end, m.prot, 0, 0};
+      const Map tail{hi, m.end, m.prot, 0, 0, m.uffd};
       m.end = lo;
-      add_map(tail.start, tail.end, tail.prot);
+      add_map(tail.start, tail.end, tail.prot, tail.uffd);
       ++i;
     } else if (m.start < lo) {
       m.end = lo;
@@ -410,34 +445,141 @@ long raw_madvise(uintptr_t a, size_t n, int advice) {
   return raw(SYS_madvise, static_cast<long>(a), static_cast<long>(n), advice);
 }
 
+// ---- userfaultfd -------------------------------------------------------------------------
+
+bool uffd_register(uintptr_t start, size_t len) {
+  uffdio_register r;
+  memset(&r, 0, sizeof r);
+  r.range.start = start;
+  r.range.len = len;
+  r.mode = UFFDIO_REGISTER_MODE_MISSING;
+  return sys_ioctl(g_uffd, UFFDIO_REGISTER, &r) == 0;
+}
+
+void uffd_wake(uintptr_t start, size_t len) {
+  uffdio_range r{start, len};
+  sys_ioctl(g_uffd, UFFDIO_WAKE, &r);
+}
+
+// Real pages for the missing range [start, end) of a registered mapping: zeroed private pages
+// (UFFDIO_COPY from never-written memory) for a write, the zero page (UFFDIO_ZEROPAGE) for a
+// read. Pages already there are skipped. The faulting thread is woken by the caller.
+bool uffd_fill(uintptr_t start, uintptr_t end, bool write) {
+  int again = 0;
+  for (uintptr_t a = start; a < end;) {
+    const size_t n = std::min<size_t>(end - a, kCopyChunk);
+    long done;
+    int rc;
+    if (write) {
+      uffdio_copy c{a, reinterpret_cast<uintptr_t>(g_zero_src), n, UFFDIO_COPY_MODE_DONTWAKE, 0};
+      rc = sys_ioctl(g_uffd, UFFDIO_COPY, &c);
+      done = static_cast<long>(c.copy);
+    } else {
+      uffdio_zeropage z{{a, n}, UFFDIO_ZEROPAGE_MODE_DONTWAKE, 0};
+      rc = sys_ioctl(g_uffd, UFFDIO_ZEROPAGE, &z);
+      done = static_cast<long>(z.zeropage);
+    }
+    if (rc == 0) {
+      a += n;
+    } else if (done > 0) {
+      a += static_cast<uintptr_t>(done);  // partly done: go on from there
+    } else if (errno == EEXIST) {
+      a += g_page;  // already there (another thread's fault resolved it)
+    } else if (errno != EAGAIN || ++again > 1000) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A userfaultfd, API handshake done, or -1 and why in `why`. The syscall for user-mode faults
+// (no privilege needed since 5.11), then the plain syscall (root, vm.unprivileged_userfaultfd),
+// then /dev/userfaultfd (6.1, its file mode decides).
+int open_uffd(char* why, size_t cap) {
+  const long flags = O_CLOEXEC | O_NONBLOCK;
+  int fd = static_cast<int>(raw(SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY));
+  if (fd < 0) fd = static_cast<int>(raw(SYS_userfaultfd, flags));
+  const int sys_errno = errno;
+  int dev_errno = 0;
+  if (fd < 0) {
+    const int dev =
+        static_cast<int>(raw(SYS_openat, AT_FDCWD, L("/dev/userfaultfd"), O_RDWR | O_CLOEXEC));
+    if (dev >= 0) {
+      fd = static_cast<int>(raw(SYS_ioctl, dev, static_cast<long>(USERFAULTFD_IOC_NEW), flags));
+      dev_errno = errno;
+      sys_close(dev);
+    } else {
+      dev_errno = errno;
+    }
+  }
+  if (fd < 0) {
+    snprintf(why, cap, "userfaultfd(2): %s; /dev/userfaultfd: %s", strerror(sys_errno),
+             strerror(dev_errno));
+    return -1;
+  }
+  uffdio_api api;
+  memset(&api, 0, sizeof api);
+  api.api = UFFD_API;
+  const bool ok = sys_ioctl(fd, UFFDIO_API, &api) == 0;
+  const __u64 need = (__u64{1} << _UFFDIO_REGISTER) | (__u64{1} << _UFFDIO_UNREGISTER);
+  if (!ok || (api.ioctls & need) != need) {
+    snprintf(why, cap, "UFFDIO_API: %s", ok ? "no UFFDIO_REGISTER" : strerror(errno));
+    sys_close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // Real pages for [start, end) of mapping `m`, within the resident limit. A big grant (an aligned
 // 32 MiB block) takes fresh memory until big grants fill 3/4 of the limit, then the pages of the
 // oldest big grant are moved here (mremap moves the page table, a transparent hugepage in one
 // entry; contents go with them, nothing is zeroed). A small grant takes fresh pages; the oldest
-// small grants are dropped (MADV_DONTNEED) to stay within the rest of the limit.
-bool grant(const Map& m, uintptr_t start, uintptr_t end) {
+// small grants are dropped (MADV_DONTNEED) to stay within the rest of the limit. Fresh memory is
+// made accessible (PROT_NONE path) or filled (userfaultfd path, `write`: the faulting access).
+bool grant(const Map& m, uintptr_t start, uintptr_t end, bool write) {
   const int prot = m.prot & (PROT_READ | PROT_WRITE | PROT_EXEC);
   const size_t len = end - start;
   const bool big = start % kBig == 0 && len == kBig;
   const size_t big_limit = g_resident_limit / 4 * 3;
   const size_t small_limit = g_resident_limit - big_limit;
+  auto fresh = [&] {
+    if (!m.uffd) return sys_mprotect(reinterpret_cast<void*>(start), len, prot) == 0;
+    if (!big) return uffd_fill(start, end, write);
+    // A big block leaves the registration instead: the real kernel fills it with transparent
+    // hugepages (16 faults), which later moves take as 16 page-table entries (filled here with
+    // UFFDIO_COPY it would be 8192 small pages, and every move of it 8192 entries).
+    uffdio_range r{start, len};
+    if (sys_ioctl(g_uffd, UFFDIO_UNREGISTER, &r) != 0) return false;
+    raw_madvise(start, len, MADV_HUGEPAGE);
+    return true;
+  };
   if (big) {
     int oldest = -1;
     if (g_res_big + kBig > big_limit)
       for (int i = 0; i < g_ngrants && oldest < 0; ++i)
         if (g_grants[i].big) oldest = i;
     if (oldest < 0) {
-      if (sys_mprotect(reinterpret_cast<void*>(start), len, prot) != 0) return false;
+      if (!fresh()) return false;
       push_grant(start, end, true);
       return true;
     }
-    void* src = reinterpret_cast<void*>(g_grants[oldest].start);
+    const uintptr_t from = g_grants[oldest].start;
+    void* src = reinterpret_cast<void*>(from);
     void* dst = reinterpret_cast<void*>(start);
     if (sys_mremap(src, kBig, kBig, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == MAP_FAILED) return false;
-    // The source is a hole now: fill it back as untouched reserved space (a fresh VMA that
-    // merges with its PROT_NONE neighbours, so the number of real VMAs stays bounded).
-    sys_mmap(src, kBig, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-    raw_madvise(reinterpret_cast<uintptr_t>(src), kBig, MADV_HUGEPAGE);
+    // The source is a hole now: fill it back as untouched space (a fresh VMA that merges with
+    // its neighbours, so the number of real VMAs stays bounded): PROT_NONE, or registered.
+    const Map* owner = find_map(from);
+    if (owner && owner->uffd) {
+      sys_mmap(src, kBig, owner->prot & (PROT_READ | PROT_WRITE | PROT_EXEC),
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+      raw_madvise(from, kBig, MADV_NOHUGEPAGE);  // as its registered neighbours (see trap)
+      uffd_register(from, kBig);
+    } else {
+      sys_mmap(src, kBig, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+               0);
+      raw_madvise(from, kBig, MADV_HUGEPAGE);
+    }
     if (prot != (PROT_READ | PROT_WRITE)) sys_mprotect(dst, kBig, prot);
     g_moved.fetch_add(1, std::memory_order_relaxed);
     erase_grant(oldest);
@@ -451,19 +593,24 @@ bool grant(const Map& m, uintptr_t start, uintptr_t end) {
     if (oldest < 0) break;
     const Grant g = g_grants[oldest];
     raw_madvise(g.start, g.end - g.start, MADV_DONTNEED);
-    sys_mprotect(reinterpret_cast<void*>(g.start), g.end - g.start, PROT_NONE);
+    const Map* owner = find_map(g.start);
+    if (owner && owner->uffd)
+      uffd_register(g.start, g.end - g.start);  // missing again (a moved block's rest: re-register)
+    else
+      sys_mprotect(reinterpret_cast<void*>(g.start), g.end - g.start, PROT_NONE);
     erase_grant(oldest);
   }
-  if (sys_mprotect(reinterpret_cast<void*>(start), len, prot) != 0) return false;
+  if (!fresh()) return false;
   push_grant(start, end, false);
   return true;
 }
 
-// A SIGSEGV at `addr` inside simulated mapping `m` (g_map_mu held): ask the Kernel, grant.
+// A fault at `addr` inside simulated mapping `m` (g_map_mu held; a SIGSEGV on the PROT_NONE
+// path, a missing page on the userfaultfd path; `write`: the access): ask the Kernel, grant.
 // Sequential faults grant runs that double up to an aligned 32 MiB block (other grants: at most
-// 2 MiB). Returns 0, or the
-// signal the Kernel answered with.
-int handle_fault(const umbp_sim_kernel* k, Map& m, uintptr_t addr) {
+// 2 MiB). Returns 0 with the run granted in *granted_end, or the signal the Kernel answered with.
+int handle_fault(const umbp_sim_kernel* k, Map& m, uintptr_t addr, bool write,
+                 uintptr_t* granted_end) {
   const uintptr_t p = align_down(addr, g_page);
   m.run = (m.next_seq == p && m.run) ? std::min(m.run * 2, kBig) : g_page;
   uintptr_t end = std::min<uintptr_t>(align_down(p, m.run) + m.run, m.end);
@@ -474,8 +621,9 @@ int handle_fault(const umbp_sim_kernel* k, Map& m, uintptr_t addr) {
   umbp_sim_result r = k->ops->touch(k->self, reinterpret_cast<void*>(p), end - p, g_page);
   if (r.signal) return r.signal;
   if (r.error) return SIGSEGV;
-  if (!grant(m, p, end)) return SIGSEGV;
+  if (!grant(m, p, end, write)) return SIGSEGV;
   m.next_seq = end;
+  *granted_end = end;
   g_faults.fetch_add(1, std::memory_order_relaxed);
   return 0;
 }
@@ -500,9 +648,28 @@ void on_segv(int sig, siginfo_t* si, void* uc) {
   const auto addr = reinterpret_cast<uintptr_t>(si->si_addr);
   if (k && g_simulated && si->si_code == SEGV_ACCERR) {
     int dead = -1;
+    if (g_death_page.load(std::memory_order_acquire) == align_down(addr, g_page)) {
+      // The resolver thread's verdict on this thread's touch (userfaultfd path).
+      dead = g_death_sig.load(std::memory_order_acquire);
+      if (dead > 0) die_of(k, dead, "page touch");
+      errno = saved;
+      chain_segv(sig, si, uc);
+      return;
+    }
     {
       std::lock_guard<std::mutex> l(g_map_mu);
-      if (Map* m = find_map(addr)) dead = handle_fault(k, *m, addr);
+      if (Map* m = find_map(addr)) {
+        uintptr_t end = 0;
+        if (!m->uffd) {
+          dead = handle_fault(k, *m, addr, true, &end);
+        } else {
+          // A registered mapping traps only what its real protection refuses (a write to a
+          // read-only mapping): the Kernel's answer to that touch, or SIGSEGV as in the field.
+          const auto p = reinterpret_cast<void*>(align_down(addr, g_page));
+          umbp_sim_result r = k->ops->touch(k->self, p, g_page, g_page);
+          dead = r.signal ? r.signal : SIGSEGV;
+        }
+      }
     }
     if (dead == 0) {
       errno = saved;
@@ -524,6 +691,106 @@ void install_handler() {
   if (sigaction(SIGSEGV, &sa, &g_old_segv) == 0) g_handler_installed = true;
 }
 
+// The resolver thread: one missing-page fault of a registered mapping (userfaultfd path).
+void resolve(const umbp_sim_kernel* k, uintptr_t addr, bool write) {
+  const uintptr_t p = align_down(addr, g_page);
+  int dead = -1;
+  uintptr_t end = 0;
+  {
+    std::lock_guard<std::mutex> l(g_map_mu);
+    Map* m = find_map(addr);
+    if (k && m && m->uffd) dead = handle_fault(k, *m, addr, write, &end);
+  }
+  if (dead == 0) {
+    uffd_wake(p, end - p);
+    return;
+  }
+  // Dead (or not a simulated mapping any more): the faulting thread itself must die, in its
+  // SIGSEGV handler (die_of: the report, then the signal; or the handler before ours). Its
+  // retried access finds the page PROT_NONE.
+  g_death_sig.store(dead > 0 ? dead : 0, std::memory_order_release);
+  g_death_page.store(p, std::memory_order_release);
+  sys_mprotect(reinterpret_cast<void*>(p), g_page, PROT_NONE);
+  uffd_wake(p, g_page);
+}
+
+void* resolver_main(void*) {
+  pollfd fds[2] = {{g_uffd, POLLIN, 0}, {g_stop_fd, POLLIN, 0}};
+  uffd_msg msgs[16];
+  for (;;) {
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[1].revents) break;
+    const ssize_t n = ::read(g_uffd, msgs, sizeof msgs);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      break;
+    }
+    const umbp_sim_kernel* k = g_kernel.load(std::memory_order_acquire);
+    for (size_t i = 0; i < static_cast<size_t>(n) / sizeof(uffd_msg); ++i) {
+      if (msgs[i].event != UFFD_EVENT_PAGEFAULT) continue;
+      const auto& pf = msgs[i].arg.pagefault;
+      resolve(k, static_cast<uintptr_t>(pf.address), (pf.flags & UFFD_PAGEFAULT_FLAG_WRITE) != 0);
+    }
+  }
+  return nullptr;
+}
+
+// The userfaultfd path set up (fd, zero source, resolver thread), or false with why.
+bool start_uffd(char* why, size_t cap) {
+  g_uffd = open_uffd(why, cap);
+  if (g_uffd < 0) return false;
+  g_zero_src = sys_mmap(nullptr, kCopyChunk, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  g_stop_fd = static_cast<int>(raw(SYS_eventfd2, 0, EFD_CLOEXEC));
+  int err = (g_zero_src == MAP_FAILED || g_stop_fd < 0) ? errno : 0;
+  if (!err) {
+    // The resolver takes no signals: they go to the threads that run Python and the allocator.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    err = pthread_create(&g_resolver, nullptr, resolver_main, nullptr);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+  if (err) {
+    snprintf(why, cap, "resolver thread: %s", strerror(err));
+    if (g_zero_src != MAP_FAILED) raw(SYS_munmap, L(g_zero_src), static_cast<long>(kCopyChunk));
+    if (g_stop_fd >= 0) sys_close(g_stop_fd);
+    sys_close(g_uffd);
+    g_zero_src = nullptr;
+    g_uffd = g_stop_fd = -1;
+    return false;
+  }
+  g_resolver_running = true;
+  return true;
+}
+
+void stop_uffd() {
+  if (g_resolver_running) {
+    const uint64_t one = 1;
+    if (::write(g_stop_fd, &one, sizeof one) == sizeof one) pthread_join(g_resolver, nullptr);
+    g_resolver_running = false;
+  }
+  if (g_zero_src) raw(SYS_munmap, L(g_zero_src), static_cast<long>(kCopyChunk));
+  if (g_stop_fd >= 0) sys_close(g_stop_fd);
+  if (g_uffd >= 0) sys_close(g_uffd);  // registrations end with it
+  g_zero_src = nullptr;
+  g_uffd = g_stop_fd = -1;
+}
+
+// Trap touches of [start, end), a new simulated mapping with protection `prot`: register it
+// (userfaultfd path, at its real protection) or make it PROT_NONE. Returns whether registered.
+bool trap(uintptr_t start, uintptr_t end, int prot) {
+  if (g_path.load(std::memory_order_relaxed) == UMBP_SIM_FAULT_PATH_UFFD) {
+    sys_mprotect(reinterpret_cast<void*>(start), end - start,
+                 prot & (PROT_READ | PROT_WRITE | PROT_EXEC));
+    if (uffd_register(start, end - start)) return true;
+  }
+  sys_mprotect(reinterpret_cast<void*>(start), end - start, PROT_NONE);
+  return false;
+}
+
 // ---- the routed calls --------------------------------------------------------------------
 
 void* do_mmap(const umbp_sim_kernel* k, void* addr, size_t len, int prot, int flags, int fd,
@@ -540,10 +807,13 @@ void* do_mmap(const umbp_sim_kernel* k, void* addr, size_t len, int prot, int fl
     if (end <= start) end = start + align_up(len, g_page);
     std::lock_guard<std::mutex> l(g_map_mu);
     forget_range(start, end);  // MAP_FIXED over an older simulated mapping
-    sys_mprotect(reinterpret_cast<void*>(start), end - start, PROT_NONE);
-    // Big grants (32 MiB blocks) move as transparent hugepages; small mappings get none.
-    if (end - start >= kBig) raw_madvise(start, end - start, MADV_HUGEPAGE);
-    add_map(start, end, prot);
+    const bool registered = trap(start, end, prot);
+    // Big grants (32 MiB blocks) move as transparent hugepages; small mappings get none. A
+    // registered range gets none either: a write fault there would allocate and zero a 2 MiB
+    // page before handing the fault to the resolver (and free it), the uffd path's whole cost.
+    if (end - start >= kBig)
+      raw_madvise(start, end - start, registered ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
+    add_map(start, end, prot, registered);
   }
   return reinterpret_cast<void*>(start);
 }
@@ -576,10 +846,9 @@ int do_munmap(const umbp_sim_kernel* k, void* addr, size_t len) {
   if (!r.signal && r.error && npieces) {
     // Still mapped in the Kernel: trap its pages again (their contents are gone).
     std::lock_guard<std::mutex> l(g_map_mu);
-    for (int i = 0; i < npieces; ++i) {
-      sys_mprotect(reinterpret_cast<void*>(pieces[i].lo), pieces[i].hi - pieces[i].lo, PROT_NONE);
-      add_map(pieces[i].lo, pieces[i].hi, pieces[i].prot);
-    }
+    for (int i = 0; i < npieces; ++i)
+      add_map(pieces[i].lo, pieces[i].hi, pieces[i].prot,
+              trap(pieces[i].lo, pieces[i].hi, pieces[i].prot));
   }
   return r.error || r.signal ? fail(k, r, "munmap") : 0;
 }
@@ -678,13 +947,48 @@ int umbp_sim_interposer_activate(const umbp_sim_kernel* kernel) {
   g_page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   g_simulated = (kernel->ops->flags & UMBP_SIM_KERNEL_SIMULATED) != 0;
   find_forwarders();
-  if (g_simulated) install_handler();
+  g_death_page.store(0);
+  g_death_sig.store(0);
+  if (g_simulated) {
+    int path = UMBP_SIM_FAULT_PATH_SIGSEGV;
+    if (g_want_path != UMBP_SIM_FAULT_PATH_SIGSEGV) {
+      if (start_uffd(g_uffd_why, sizeof g_uffd_why)) {
+        path = UMBP_SIM_FAULT_PATH_UFFD;
+      } else if (g_want_path == UMBP_SIM_FAULT_PATH_UFFD) {
+        kernel->ops->release(kernel->self);
+        return EOPNOTSUPP;
+      }
+    }
+    g_path.store(path);
+    install_handler();  // both paths: a simulated death is reported in the faulting thread
+  }
   g_kernel.store(&g_kernel_copy, std::memory_order_release);
   return 0;
 }
 
+int umbp_sim_interposer_set_fault_path(int path) {
+  if (path < UMBP_SIM_FAULT_PATH_AUTO || path > UMBP_SIM_FAULT_PATH_UFFD) return EINVAL;
+  g_want_path = path;
+  return 0;
+}
+
+int umbp_sim_interposer_fault_path(void) { return g_path.load(); }
+
+size_t umbp_sim_interposer_uffd_unavailable(char* buf, size_t cap) {
+  char why[sizeof g_uffd_why] = "";
+  const int fd = open_uffd(why, sizeof why);
+  if (fd >= 0) {
+    sys_close(fd);
+    why[0] = '\0';
+  }
+  if (cap > 0) snprintf(buf, cap, "%s", why);
+  return strlen(why);
+}
+
 void umbp_sim_interposer_deactivate(void) {
   const umbp_sim_kernel* k = g_kernel.exchange(nullptr);
+  stop_uffd();
+  g_path.store(UMBP_SIM_FAULT_PATH_NONE);
   if (g_handler_installed) {
     sigaction(SIGSEGV, &g_old_segv, nullptr);
     g_handler_installed = false;

@@ -41,3 +41,13 @@ def capi_probe(tmp_path_factory: pytest.TempPathFactory) -> str:
     cmd += [f"-I{include_dirs()[0]}", str(HERE / "capi_probe.c"), "-o", str(out)]
     subprocess.run(cmd, check=True, env=compiler_env())
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def no_userfaultfd(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A library to preload after the interposer: a host where userfaultfd does not work."""
+    out = tmp_path_factory.mktemp("nouffd") / "no_userfaultfd.so"
+    cmd = ["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]
+    cmd += [str(HERE / "no_userfaultfd.c"), "-o", str(out), "-ldl"]
+    subprocess.run(cmd, check=True, env=compiler_env())
+    return str(out)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from umbp_sim.allocator_spec import parse_allocator_spec
+from umbp_sim.external.interposer import FAULT_PATH_ENV
 from umbp_sim.external.matrix import machine
 from umbp_sim.external.outcome import AllocCall, Run
 from umbp_sim.external.runner import CouldNotRun, ExternalRunner, open_allocator
@@ -16,11 +17,20 @@ from umbp_sim.faults import FaultPlan
 MiB = 1 << 20
 
 
-@pytest.fixture(scope="module", params=["preload", "wrap"])
+@pytest.fixture(
+    scope="module",
+    params=[("preload", "uffd"), ("preload", "sigsegv"), ("wrap", "uffd"), ("wrap", "sigsegv")],
+    ids=lambda p: "-".join(p),
+)
 def tiny(request: pytest.FixtureRequest, tiny_builds: dict[str, str]) -> Iterator[ExternalRunner]:
-    runner = open_allocator(parse_allocator_spec(tiny_builds[request.param]))
+    mode, fault_path = request.param
+    env = {FAULT_PATH_ENV: fault_path}
+    runner = open_allocator(parse_allocator_spec(tiny_builds[mode]), env=env)
     assert isinstance(runner, ExternalRunner)
-    assert runner.mode == request.param
+    assert runner.mode == mode
+    # The runs' page touches take the fault path asked for.
+    reply = runner.exchange(Run(machine("pool-on-node0"), AllocCall(4096, "Anonymous")))
+    assert reply["result"]["fault_path"] == fault_path
     assert runner.objects and runner.objects[-1].endswith(".so")
     yield runner
     runner.close()

@@ -1,7 +1,8 @@
 """The interposer routes only the allocator's calls, and its page traps stay bounded.
 
 Each test runs a small Python program with the interposer preloaded (LD_PRELOAD), as
-``umbp_sim.external.child`` does, and checks what it printed and how it ended.
+``umbp_sim.external.child`` does, and checks what it printed and how it ended. Tests about
+touching pages run under both fault paths (userfaultfd and PROT_NONE + SIGSEGV).
 """
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from umbp_sim.capi import interposer_path
+from umbp_sim.external.interposer import FAULT_PATH_ENV
+
+FAULT_PATHS = pytest.mark.parametrize("fault_path", ["uffd", "sigsegv"])
 
 PRELUDE = """
 import ctypes, importlib.machinery, importlib.util, json, os, sys
@@ -32,17 +38,26 @@ ip = Interposer()
 """
 
 
-def _run(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _run(
+    code: str,
+    *args: str,
+    fault_path: str = "auto",
+    timeout: float = 120,
+    preload_after: str = "",
+    preload: bool = True,
+) -> subprocess.CompletedProcess[str]:
     # After what is preloaded already (the asan configuration preloads its runtime first).
-    preload = (os.environ.get("LD_PRELOAD", "") + " " + interposer_path()).strip()
-    env = dict(os.environ, LD_PRELOAD=preload)
+    ours = interposer_path() if preload else ""
+    libs = " ".join([os.environ.get("LD_PRELOAD", ""), ours, preload_after])
+    env = dict(os.environ, LD_PRELOAD=libs.strip(), **{FAULT_PATH_ENV: fault_path})
     return subprocess.run(
         [sys.executable, "-c", PRELUDE + textwrap.dedent(code), *args],
         env=env, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
 
 
-def test_pythons_own_calls_are_never_intercepted() -> None:
+@FAULT_PATHS
+def test_pythons_own_calls_are_never_intercepted(fault_path: str) -> None:
     p = _run(
         """
         import mmap
@@ -60,12 +75,14 @@ def test_pythons_own_calls_are_never_intercepted() -> None:
             os.close(fd)
         print(json.dumps({"ok": ok, "page": page, "calls": len(stack.tracing.records()),
                           "routed": ip.stats().routed, "meminfo_real": "MemTotal" in real,
-                          "fd_real": fd < 1000000}))
-        """
+                          "fd_real": fd < 1000000, "path": ip.fault_path()}))
+        """,
+        fault_path=fault_path,
     )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout) == {
         "ok": True, "page": 4096, "calls": 0, "routed": 0, "meminfo_real": True, "fd_real": True,
+        "path": fault_path,
     }  # fmt: skip
 
 
@@ -111,7 +128,10 @@ def test_a_simulated_fd_never_reaches_the_real_kernel(tiny_builds: dict[str, str
     assert json.loads(p.stdout) == [[1000000], [], 0]
 
 
-def test_simulated_sigbus_is_a_real_sigbus_after_the_trace(tiny_builds: dict[str, str]) -> None:
+@FAULT_PATHS
+def test_simulated_sigbus_is_a_real_sigbus_after_the_trace(
+    tiny_builds: dict[str, str], fault_path: str
+) -> None:
     p = _run(
         """
         import faulthandler
@@ -125,38 +145,48 @@ def test_simulated_sigbus_is_a_real_sigbus_after_the_trace(tiny_builds: dict[str
         with ip.scope():
             h = a.alloc(4 << 20, mod.UMBPHostBufferBacking.AnonymousHugetlb, numa_node=1,
                         prefault=False)
-        print("allocated", flush=True)
+        print("allocated", ip.fault_path(), flush=True)
         ctypes.memset(h.ptr, 1, 1)
         print("not reached", flush=True)
         """,
         tiny_builds["preload"],
+        fault_path=fault_path,
     )
     assert p.returncode == -signal.SIGBUS
-    assert p.stdout == "allocated\n"
+    assert p.stdout == f"allocated {fault_path}\n"
     err = p.stderr
     assert err.index(
         "umbp-sim: simulated SIGBUS (page touch): SIGBUS in prefault touch (node 1)"
     ) < (err.index("umbp-sim: syscall trace:"))
     assert "touch(" in err and "+++ killed by SIGBUS +++" in err
+    # The Kernel's reasons (JSON lines) come first, as the replay reads them.
+    reasons = err[err.index("umbp-sim: reasons:\n") : err.index("umbp-sim: end of reasons")]
+    assert "SIGBUS" in [json.loads(x)["signal"] for x in reasons.splitlines()[1:]]
+    assert err.index("umbp-sim: end of trace") < err.index("Fatal Python error: Bus error")
     # Python's faulthandler (the handler before ours) printed the Python stack, as in the field.
     assert "Fatal Python error: Bus error" in err
 
 
-def test_a_real_segfault_is_chained_to_the_previous_handler() -> None:
+@FAULT_PATHS
+def test_a_real_segfault_is_chained_to_the_previous_handler(fault_path: str) -> None:
     p = _run(
         """
         import faulthandler
         faulthandler.enable()
         ip.activate(build_kernel(Machine.x86_64()))
         ctypes.string_at(16)
-        """
+        """,
+        fault_path=fault_path,
     )
     assert p.returncode == -signal.SIGSEGV
     assert "Fatal Python error: Segmentation fault" in p.stderr
     assert "umbp-sim: simulated" not in p.stderr
 
 
-def test_a_huge_page_by_page_touch_stays_bounded(tiny_builds: dict[str, str]) -> None:
+@FAULT_PATHS
+def test_a_huge_page_by_page_touch_stays_bounded(
+    tiny_builds: dict[str, str], fault_path: str
+) -> None:
     # 64 GiB of 4 KiB pages touched one by one on kernel 5.10 (no MADV_POPULATE_WRITE); the
     # 1.5 TiB figure is measured by bench/bench_interposer.py.
     p = _run(
@@ -173,13 +203,17 @@ def test_a_huge_page_by_page_touch_stays_bounded(tiny_builds: dict[str, str]) ->
         vmas = sum(1 for _ in open("/proc/self/maps"))
         print(json.dumps({"valid": bool(h), "faulted": kernel.mappings()[0]["faulted_pages"],
                           "rss_growth": rss() - before, "vmas": vmas,
-                          "resident": ip.stats().resident}))
+                          "resident": ip.stats().resident, "path": ip.fault_path(),
+                          "traps": ip.stats().faults}))
         """,
         tiny_builds["preload"],
+        fault_path=fault_path,
     )
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
+    assert r["path"] == fault_path
     assert r["valid"] and r["faulted"] == (64 << 30) // 4096
+    assert r["traps"] < 2100  # 32 MiB blocks: 2048 of them, and the runs growing to the first
     assert r["rss_growth"] < 64 << 20
     assert r["resident"] <= 48 << 20  # the default resident limit
     assert r["vmas"] < 1000
@@ -199,3 +233,116 @@ def test_an_abi_mismatch_is_refused() -> None:
     )
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "22"  # EINVAL
+
+
+@FAULT_PATHS
+def test_touched_pages_read_zero_and_keep_what_is_written(
+    tiny_builds: dict[str, str], fault_path: str
+) -> None:
+    # A read first (the zero page on the userfaultfd path), then writes, on three pages.
+    p = _run(
+        """
+        mod = load(sys.argv[1], "tiny_umbp")
+        ip.add_caller_object(sys.argv[1])
+        kernel = build_kernel(Machine.x86_64())
+        ip.activate(kernel)
+        a = mod.UMBPHostMemAllocator()
+        with ip.scope():
+            h = a.alloc(1 << 20, mod.UMBPHostBufferBacking.Anonymous, prefault=False)
+        seen = []
+        for off in (0, 8192, 1 << 19):
+            seen.append(ctypes.string_at(h.ptr + off, 1)[0])
+            ctypes.memset(h.ptr + off, 7, 4096)
+            seen.append(ctypes.string_at(h.ptr + off + 4095, 1)[0])
+        print(json.dumps([seen, kernel.mappings()[0]["faulted_pages"] > 0, ip.fault_path()]))
+        """,
+        tiny_builds["preload"],
+        fault_path=fault_path,
+    )
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == [[0, 7, 0, 7, 0, 7], True, fault_path]
+
+
+ACTIVATE = """
+from umbp_sim.external.interposer import FaultPathError
+print(repr(ip.uffd_unavailable()))
+try:
+    ip.activate(build_kernel(Machine.x86_64()))
+    print(ip.fault_path())
+except FaultPathError as e:
+    print(e)
+"""
+
+
+def test_userfaultfd_works_here_as_ci_runs() -> None:
+    # CI runs as root on a kernel with userfaultfd: the default is the userfaultfd path.
+    p = _run(ACTIVATE)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["''", "uffd"]
+
+
+def test_without_userfaultfd_auto_is_sigsegv_and_uffd_is_one_error(no_userfaultfd: str) -> None:
+    auto = _run(ACTIVATE, preload_after=no_userfaultfd)
+    assert auto.returncode == 0, auto.stderr
+    why = "userfaultfd(2): Function not implemented; /dev/userfaultfd: No such file or directory"
+    assert auto.stdout.splitlines() == [repr(why), "sigsegv"]
+    forced = _run(ACTIVATE, fault_path="uffd", preload_after=no_userfaultfd)
+    assert forced.returncode == 0, forced.stderr
+    assert forced.stdout.splitlines()[1:] == [
+        f"UMBP_SIM_FAULT_PATH=uffd: userfaultfd does not work here ({why})"
+    ]
+    bad = _run(ACTIVATE, fault_path="mprotect")
+    assert bad.stdout.splitlines()[1:] == [
+        "UMBP_SIM_FAULT_PATH=mprotect: expected uffd, sigsegv or auto"
+    ]
+
+
+def test_an_allocator_server_without_userfaultfd_could_not_run(
+    tiny_builds: dict[str, str], no_userfaultfd: str
+) -> None:
+    from umbp_sim.allocator_spec import parse_allocator_spec
+    from umbp_sim.external.runner import CouldNotRun, open_allocator
+
+    preload = " ".join([os.environ.get("LD_PRELOAD", ""), interposer_path(), no_userfaultfd])
+    env = {FAULT_PATH_ENV: "uffd", "LD_PRELOAD": preload.strip()}
+    with pytest.raises(CouldNotRun) as e:
+        open_allocator(parse_allocator_spec(tiny_builds["preload"]), env=env)
+    assert str(e.value).endswith(
+        ": UMBP_SIM_FAULT_PATH=uffd: userfaultfd does not work here (userfaultfd(2): Function not"
+        " implemented; /dev/userfaultfd: No such file or directory)"
+    )
+
+
+@pytest.mark.threads
+def test_the_resolver_thread_serves_a_wrapped_build(tiny_builds: dict[str, str]) -> None:
+    # The userfaultfd path's resolver thread, with the interposer linked into the allocator
+    # (--wrap) rather than preloaded: `tox -e tsan` runs this one (a TSan-built interposer cannot
+    # be preloaded into Python), faults from the allocator's prefault and from Python's writes.
+    p = _run(
+        """
+        mod = load(sys.argv[1], "tiny_wrapped")
+        kernel = build_kernel(Machine.x86_64(mem_per_node="64GiB", kernel_version="5.10.0"))
+        ip.activate(kernel)
+        a = mod.UMBPHostMemAllocator()
+        with ip.scope():
+            big = a.alloc(8 << 30, mod.UMBPHostBufferBacking.Anonymous)
+            small = a.alloc(1 << 20, mod.UMBPHostBufferBacking.Anonymous, prefault=False)
+        seen = []
+        for off in (0, 8192, 1 << 19):
+            seen.append(ctypes.string_at(small.ptr + off, 1)[0])
+            ctypes.memset(small.ptr + off, 7, 4096)
+            seen.append(ctypes.string_at(small.ptr + off + 4095, 1)[0])
+        faulted = sorted(m["faulted_pages"] for m in kernel.mappings())
+        with ip.scope():
+            a.free(small)
+            a.free(big)
+        stats = ip.stats()
+        print(json.dumps([ip.fault_path(), seen, faulted, stats.moved > 0, stats.mappings]))
+        ip.deactivate()
+        """,
+        tiny_builds["wrap"],
+        fault_path="uffd",
+        preload=False,
+    )
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == ["uffd", [0, 7, 0, 7, 0, 7], [3, (8 << 30) // 4096], True, 0]

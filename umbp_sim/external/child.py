@@ -112,6 +112,7 @@ def run_one(module: Any, ip: Any, run: Any, report: Any) -> dict[str, Any]:
     backing = getattr(module.UMBPHostBufferBacking, run.call.backing)
     ip.activate(stack.kernel)
     out: dict[str, Any] = {"handle": None, "error": None, "free_ok": None}
+    out["fault_path"] = ip.fault_path()
     c = run.call
     report("alloc")
     try:
@@ -172,6 +173,10 @@ def serve(spec: dict[str, str]) -> int:
         argv = [sys.executable, "-m", "umbp_sim.external.child", *sys.argv[1:]]
         os.execve(sys.executable, argv, env)
     ip = Interposer(interposer)
+    problem = ip.fault_path_problem()
+    if problem:
+        send(out, {"error": problem})
+        return 2
     # What every run needs, imported once here: a forked child would import it each time.
     import umbp_sim.sim
     import umbp_sim.trace  # noqa: F401

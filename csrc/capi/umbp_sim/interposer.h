@@ -14,14 +14,20 @@
  * Everything else goes to the real kernel untouched. A fd the Kernel created (memfd_create) is
  * only ever passed to the Kernel, whoever calls, so a simulated fd never reaches a real syscall.
  *
- * On a simulated kernel (UMBP_SIM_KERNEL_SIMULATED) the real pages of every simulated mapping
- * are PROT_NONE; a touch faults (SIGSEGV), the handler asks the Kernel (touch) and makes the
- * range accessible, or, when the Kernel answers with a signal, prints the crash and the syscall
- * trace to stderr and ends the process with that real signal. Other SIGSEGVs go to the handler
- * that was installed before (Python's faulthandler). Sequential touches are granted in growing
- * runs (up to 32 MiB, reported to the Kernel as touched when granted); real memory behind
- * simulated mappings is bounded by the resident limit: past it, the pages of the oldest runs are
- * moved (mremap) to the new one, so their old contents are not kept.
+ * On a simulated kernel (UMBP_SIM_KERNEL_SIMULATED) a touch of a simulated mapping faults into
+ * the Kernel, by one of two fault paths (umbp_sim_interposer_set_fault_path):
+ *   - userfaultfd (the default where the host allows it): the mappings are registered for
+ *     missing-page faults; a resolver thread asks the Kernel (touch) and fills the run
+ *     (UFFDIO_COPY of zeroed pages for a write, UFFDIO_ZEROPAGE for a read);
+ *   - PROT_NONE: the real pages are PROT_NONE; the SIGSEGV handler asks the Kernel and makes the
+ *     run accessible.
+ * When the Kernel answers with a signal, the faulting thread (in the SIGSEGV handler, on both
+ * paths) prints the crash, the Kernel's reasons and the syscall trace to stderr and ends the
+ * process with that real signal. Other SIGSEGVs go to the handler that was installed before
+ * (Python's faulthandler). Sequential touches are granted in growing runs (up to 32 MiB,
+ * reported to the Kernel as touched when granted); real memory behind simulated mappings is
+ * bounded by the resident limit: past it, the pages of the oldest runs are moved (mremap) to the
+ * new one or dropped (MADV_DONTNEED), so their old contents are not kept.
  */
 #ifndef UMBP_SIM_INTERPOSER_H
 #define UMBP_SIM_INTERPOSER_H
@@ -61,6 +67,19 @@ UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_leave(void);
  * is always allowed). */
 UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_set_resident_limit(size_t bytes);
 UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_get_stats(umbp_sim_interposer_stats* out);
+
+/* Fault paths. */
+#define UMBP_SIM_FAULT_PATH_NONE 0 /* (fault_path) not active, or not a simulated kernel */
+#define UMBP_SIM_FAULT_PATH_AUTO 0 /* (set_fault_path) userfaultfd if it works, else SIGSEGV */
+#define UMBP_SIM_FAULT_PATH_SIGSEGV 1
+#define UMBP_SIM_FAULT_PATH_UFFD 2
+/* The fault path the next activate() uses. 0, or EINVAL. With UMBP_SIM_FAULT_PATH_UFFD,
+ * activate() fails with EOPNOTSUPP when userfaultfd does not work here. */
+UMBP_SIM_INTERPOSER_API int umbp_sim_interposer_set_fault_path(int path);
+/* The active fault path (UMBP_SIM_FAULT_PATH_*). */
+UMBP_SIM_INTERPOSER_API int umbp_sim_interposer_fault_path(void);
+/* Probes userfaultfd: 0 if it works here, else the length of why not, written to buf. */
+UMBP_SIM_INTERPOSER_API size_t umbp_sim_interposer_uffd_unavailable(char* buf, size_t cap);
 
 #ifdef __cplusplus
 }
