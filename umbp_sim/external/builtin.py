@@ -7,6 +7,7 @@ from typing import Any
 
 from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
 from umbp_sim.errors import SimulatedCrash
+from umbp_sim.external.binding import binding, pools_free
 from umbp_sim.external.outcome import Outcome, Run
 from umbp_sim.log_capture import LogCapture
 from umbp_sim.sim import build_kernel
@@ -33,7 +34,9 @@ def _fields(h: Any) -> dict[str, Any]:
 
 def run_builtin(run: Run, profile: str = "umbp-sim") -> Outcome:
     """One run of the built-in allocator on a fresh simulated host."""
-    stack = instrument(build_kernel(run.machine), run.plan)
+    kernel = build_kernel(run.machine)
+    stack = instrument(kernel, run.plan)
+    before = pools_free(kernel, run.machine)
     collect = LogCapture()
     loggers = [logging.getLogger(n) for n in _LOGGERS]
     for log in loggers:
@@ -62,6 +65,8 @@ def run_builtin(run: Run, profile: str = "umbp-sim") -> Outcome:
                 r = stack.kernel.touch(int(h.ptr), 1, 1)
                 if r.signal:
                     raise SimulatedCrash(_sig(r.signal), "user write")
+            if h:
+                out.binding = binding(kernel, run.machine, int(h.ptr), before)
             if run.free:
                 stage = "free"
                 allocator.free(h)

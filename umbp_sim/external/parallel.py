@@ -1,0 +1,169 @@
+"""``compare --jobs N``: the runs spread over N worker processes, the outcomes in run order.
+
+Each worker is a forked process with its own pair of allocator runners (so an external build
+gets one server process per worker, and the built-in allocator one interpreter per worker). The
+parent hands out small chunks of run indices as workers become idle and yields each run's two
+outcomes in the order of ``runs``, so the comparison built from them (its JSON and its report)
+is the serial one, byte for byte. ``on_done`` is called once per finished run, whichever worker
+finished it (the progress bar).
+
+A worker that cannot run an allocator reports why (``CouldNotRun``, compare's exit 2); a worker
+that dies, or leaving the iteration early (Ctrl-C, an error), ends every worker: each closes its
+allocator servers (their stdin closes, they exit), and the parent waits for all of them, so no
+process is left behind.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from umbp_sim.allocator_spec import AllocatorSpec
+from umbp_sim.external.outcome import Outcome, Run
+from umbp_sim.external.runner import CouldNotRun, open_allocator
+
+CHUNK = 4  # runs handed to a worker at a time (small: the last runs spread over the workers)
+_GRACE = 15.0  # seconds a worker gets to close its allocator servers once told to stop
+
+
+def _terminate(_sig: int, _frame: Any) -> None:
+    raise SystemExit(0)  # unwinds through the finally that closes the allocator servers
+
+
+def _worker(
+    conn: multiprocessing.connection.Connection,
+    specs: tuple[AllocatorSpec, AllocatorSpec],
+    env: dict[str, str],
+    runs: Sequence[Run],
+) -> None:
+    """In a worker: open both runners, then run each chunk of indices the parent sends."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it ends us on Ctrl-C
+    signal.signal(signal.SIGTERM, _terminate)
+    opened: list[Any] = []
+    try:
+        for spec in specs:
+            opened.append(open_allocator(spec, env))
+        a, b = opened
+        conn.send(("idle",))
+        while (chunk := conn.recv()) is not None:
+            for i in chunk:
+                conn.send(("done", i, a.run(runs[i]), b.run(runs[i])))
+            conn.send(("idle",))
+    except CouldNotRun as e:
+        conn.send(("error", str(e)))
+    except (EOFError, BrokenPipeError):
+        pass  # the parent is gone: nothing to tell
+    except Exception as e:  # noqa: BLE001 - told to the parent as one line, not a traceback
+        conn.send(("error", f"a worker failed: {type(e).__name__}: {e}"))
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # closing is not interrupted again
+        for r in opened:
+            r.close()
+        conn.close()
+
+
+class WorkerDied(CouldNotRun):
+    """A worker process ended without saying why (killed)."""
+
+
+def parallel_outcomes(
+    spec_a: AllocatorSpec,
+    spec_b: AllocatorSpec,
+    runs: Sequence[Run],
+    jobs: int,
+    env: dict[str, str] | None = None,
+    on_done: Callable[[], None] | None = None,
+) -> Iterator[tuple[Run, Outcome, Outcome]]:
+    """``(run, outcome on A, outcome on B)`` for each of ``runs``, in order, from ``jobs``
+    worker processes. Raises ``CouldNotRun`` when an allocator cannot run or a worker dies."""
+    ctx = multiprocessing.get_context("fork")  # the runs (and loaded modules) are inherited
+    jobs = max(1, min(jobs, len(runs)))
+    workers: list[tuple[Any, multiprocessing.connection.Connection]] = []
+    finished = False
+    try:
+        for _ in range(jobs):
+            parent_end, child_end = ctx.Pipe()
+            proc = ctx.Process(
+                target=_worker, args=(child_end, (spec_a, spec_b), dict(env or {}), runs),
+                daemon=True,
+            )  # fmt: skip
+            proc.start()
+            child_end.close()  # here, before the next fork: a worker's death is EOF on its pipe
+            workers.append((proc, parent_end))
+        yield from _collect(workers, runs, on_done)
+        finished = True
+    finally:
+        _stop(workers, force=not finished)
+
+
+def _collect(
+    workers: list[tuple[Any, multiprocessing.connection.Connection]],
+    runs: Sequence[Run],
+    on_done: Callable[[], None] | None,
+) -> Iterator[tuple[Run, Outcome, Outcome]]:
+    todo = iter(range(0, len(runs), CHUNK))
+    ready: dict[int, tuple[Outcome, Outcome]] = {}
+    following = 0  # the next run to yield
+    busy = {conn: proc for proc, conn in workers}
+    while following < len(runs):
+        for conn in multiprocessing.connection.wait(list(busy)):
+            assert isinstance(conn, multiprocessing.connection.Connection)
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                proc = busy[conn]
+                proc.join(1.0)
+                how = _exit_text(proc.exitcode)
+                raise WorkerDied(f"a worker process died ({how})") from None
+            if msg[0] == "error":
+                raise CouldNotRun(msg[1])
+            if msg[0] == "done":
+                ready[msg[1]] = (msg[2], msg[3])
+                if on_done:
+                    on_done()
+            else:  # idle: the next chunk, or nothing left for it
+                start = next(todo, None)
+                chunk = None if start is None else list(range(start, min(start + CHUNK, len(runs))))
+                conn.send(chunk)
+                if chunk is None:
+                    conn.close()
+                    del busy[conn]
+        while following in ready:
+            oa, ob = ready.pop(following)
+            yield runs[following], oa, ob
+            following += 1
+    for conn in busy:  # every run is done: the workers still waiting for work stop
+        conn.send(None)
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _stop(workers: list[tuple[Any, multiprocessing.connection.Connection]], force: bool) -> None:
+    """Wait for every worker; with ``force`` (an early end) SIGTERM them first (each closes its
+    servers). SIGKILL for one still alive past the grace period."""
+    for proc, _conn in workers:
+        if force and proc.is_alive():
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    for proc, conn in workers:
+        proc.join(_GRACE)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        if not conn.closed:
+            conn.close()
