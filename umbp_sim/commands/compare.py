@@ -29,6 +29,12 @@ EX_USAGE = 64
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = (
+        "Classes of difference: outcome, backing, mapped_size, alignment, numa binding (the "
+        "policy on the buffer's VMA and the nodes its hugepages came from), crash, leak, warning "
+        "count, warning text. Exit status: 0 no difference, 1 differences, 2 could not run (an "
+        "allocator failed to load, a worker died, Ctrl-C), 64 bad usage or nothing to compare."
+    )
     p.add_argument("spec_a", metavar="SPEC_A", help="umbp-sim | mori | MODULE | PATH.so")
     p.add_argument("spec_b", metavar="SPEC_B", help="umbp-sim | mori | MODULE | PATH.so")
     p.add_argument(

@@ -137,7 +137,10 @@ def _collect(
             yield runs[following], oa, ob
             following += 1
     for conn in busy:  # every run is done: the workers still waiting for work stop
-        conn.send(None)
+        try:
+            conn.send(None)
+        except OSError:
+            pass  # it died since: nothing is missing (_stop waits for it)
 
 
 def _exit_text(code: int | None) -> str:
