@@ -37,7 +37,8 @@ def tiny_builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def tiny_planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Planted variants of the test allocator (link-time builds): {"wrong_node": binds to the
-    other node of a pair, "env_probe": warns MORI_UMBP_LOG_LEVEL as getenv saw it at alloc}."""
+    other node of a pair, "env_probe": warns MORI_UMBP_LOG_LEVEL as getenv saw it at alloc
+    (when set)}."""
     d = tmp_path_factory.mktemp("tiny_planted")
     builds = {"wrong_node": "TINY_WRONG_NODE", "env_probe": "TINY_ENV_PROBE"}
     procs = []

@@ -9,7 +9,8 @@
 // Planted variants (compiled with -D, tests/external/conftest.py tiny_planted):
 //   - TINY_WRONG_NODE: binds to the other node of a pair (numa_node ^ 1), the bug of an
 //     allocator change that compare reports in its "numa binding" class;
-//   - TINY_ENV_PROBE: reads MORI_UMBP_LOG_LEVEL at alloc time (getenv) and warns what it saw.
+//   - TINY_ENV_PROBE: reads MORI_UMBP_LOG_LEVEL at alloc time (getenv) and, when set, warns
+//     what it saw.
 #include <fcntl.h>
 #include <linux/mempolicy.h>
 #include <pybind11/pybind11.h>
@@ -108,8 +109,8 @@ class Allocator {
     }
     if (p == MAP_FAILED) return h;
 #ifdef TINY_ENV_PROBE
-    const char* level = std::getenv("MORI_UMBP_LOG_LEVEL");
-    warn(std::string("MORI_UMBP_LOG_LEVEL=") + (level ? level : "(unset)") + " at alloc");
+    if (const char* level = std::getenv("MORI_UMBP_LOG_LEVEL"))
+      warn(std::string("MORI_UMBP_LOG_LEVEL=") + level + " at alloc");
 #endif
 #ifdef TINY_WRONG_NODE
     if (numa_node >= 0) numa_node ^= 1;

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-    from umbp_sim.external.outcome import Outcome, Run
+    from umbp_sim.external.compare import Compared
 
 EX_DIFFERENT = 1
 EX_COULD_NOT_RUN = 2
@@ -80,23 +80,19 @@ def _env(pairs: list[str]) -> dict[str, str]:
 
 
 def _recorded(
-    outcomes: Iterable[tuple[Run, Outcome, Outcome]],
-    lines_a: dict[str, str],
-    lines_b: dict[str, str],
-) -> Iterator[tuple[Run, Outcome, Outcome]]:
-    """``outcomes``, keeping each run's outcome in one line per allocator (for --html)."""
-    from umbp_sim.external.compare_html import outcome_line
-
-    for run, oa, ob in outcomes:
-        lines_a[run.label], lines_b[run.label] = outcome_line(oa), outcome_line(ob)
-        yield run, oa, ob
+    items: Iterable[Compared], lines_a: dict[str, str], lines_b: dict[str, str]
+) -> Iterator[Compared]:
+    """``items``, keeping each run's outcome in one line per allocator (for --html)."""
+    for run, diff, line_a, line_b in items:
+        lines_a[run.label], lines_b[run.label] = line_a, line_b
+        yield run, diff, line_a, line_b
 
 
 def run(args: argparse.Namespace) -> int:
     from umbp_sim.allocator_spec import parse_allocator_spec
     from umbp_sim.external import matrix
-    from umbp_sim.external.compare import compare_outcomes, serial_outcomes
-    from umbp_sim.external.parallel import parallel_outcomes
+    from umbp_sim.external.compare import compare_differences, serial_differences
+    from umbp_sim.external.parallel import parallel_differences
     from umbp_sim.external.runner import CouldNotRun, open_allocator
     from umbp_sim.progress import Progress
 
@@ -138,14 +134,14 @@ def run(args: argparse.Namespace) -> int:
             if jobs == 1:
                 for spec in (spec_a, spec_b):
                     opened.append(open_allocator(spec, env))
-                outcomes = serial_outcomes(opened[0], opened[1], runs)
+                outcomes = serial_differences(opened[0], opened[1], runs)
                 count: Any = lambda _i: progress.advance()  # noqa: E731
             else:
-                outcomes = parallel_outcomes(spec_a, spec_b, runs, jobs, env, progress.advance)
+                outcomes = parallel_differences(spec_a, spec_b, runs, jobs, env, progress.advance)
                 count = None
             if page is not None:
                 outcomes = _recorded(outcomes, lines_a, lines_b)
-            result = compare_outcomes(str(spec_a), str(spec_b), outcomes, count)
+            result = compare_differences(str(spec_a), str(spec_b), outcomes, count)
         if page is not None:
             from umbp_sim.external.compare_html import render_compare_html
 

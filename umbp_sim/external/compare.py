@@ -112,25 +112,32 @@ class Comparison:
         return "\n".join(lines) + "\n"
 
 
-def serial_outcomes(
+Compared = tuple[Run, dict[str, tuple[Any, Any]], str, str]  # run, differences, outcome lines
+
+
+def serial_differences(
     a: AllocatorRunner, b: AllocatorRunner, runs: Iterable[Run]
-) -> Iterator[tuple[Run, Outcome, Outcome]]:
+) -> Iterator[Compared]:
     """Each run on ``a`` then on ``b``, in this process (``compare --jobs 1``)."""
     for run in runs:
-        yield run, a.run(run), b.run(run)
+        yield compared(run, a.run(run), b.run(run))
 
 
-def compare_outcomes(
+def compared(run: Run, oa: Outcome, ob: Outcome) -> Compared:
+    """What the comparison keeps of one run: its differences and each outcome in one line."""
+    return run, differences(oa, ob), _summary(oa), _summary(ob)
+
+
+def compare_differences(
     a: str,
     b: str,
-    outcomes: Iterable[tuple[Run, Outcome, Outcome]],
+    items: Iterable[Compared],
     progress: Callable[[int], None] | None = None,
 ) -> Comparison:
-    """The comparison of ``a`` and ``b`` over ``outcomes`` (in run order)."""
+    """The comparison of ``a`` and ``b`` over ``items`` (in run order)."""
     result = Comparison(a, b)
-    for i, (run, oa, ob) in enumerate(outcomes, 1):
+    for i, (run, diff, _la, _lb) in enumerate(items, 1):
         result.runs += 1
-        diff = differences(oa, ob)
         if diff:
             result.differing_runs += 1
             for cls, (va, vb) in diff.items():
@@ -146,4 +153,4 @@ def compare(
     runs: Iterable[Run],
     progress: Callable[[int], None] | None = None,
 ) -> Comparison:
-    return compare_outcomes(str(a.spec), str(b.spec), serial_outcomes(a, b, runs), progress)
+    return compare_differences(str(a.spec), str(b.spec), serial_differences(a, b, runs), progress)

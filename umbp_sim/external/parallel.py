@@ -1,11 +1,12 @@
-"""``compare --jobs N``: the runs spread over N worker processes, the outcomes in run order.
+"""``compare --jobs N``: the runs spread over N worker processes, compared in run order.
 
 Each worker is a forked process with its own pair of allocator runners (so an external build
 gets one server process per worker, and the built-in allocator one interpreter per worker). The
-parent hands out small chunks of run indices as workers become idle and yields each run's two
-outcomes in the order of ``runs``, so the comparison built from them (its JSON and its report)
-is the serial one, byte for byte. ``on_done`` is called once per finished run, whichever worker
-finished it (the progress bar).
+parent hands out small chunks of run indices as workers become idle; a worker compares each run's
+two outcomes and sends back the differences (and each outcome in one line, for --html); the
+parent yields them in the order of ``runs``, so the comparison built from them (its JSON and
+its report) is the serial one, byte for byte. ``on_done`` is called once per finished run,
+whichever worker finished it (the progress bar).
 
 A worker that cannot run an allocator reports why (``CouldNotRun``, compare's exit 2); a worker
 that dies, or leaving the iteration early (Ctrl-C, an error), ends every worker: each closes its
@@ -23,7 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from umbp_sim.allocator_spec import AllocatorSpec
-from umbp_sim.external.outcome import Outcome, Run
+from umbp_sim.external.compare import Compared, compared
+from umbp_sim.external.outcome import Run
 from umbp_sim.external.runner import CouldNotRun, open_allocator
 
 CHUNK = 4  # runs handed to a worker at a time (small: the last runs spread over the workers)
@@ -51,7 +53,8 @@ def _worker(
         conn.send(("idle",))
         while (chunk := conn.recv()) is not None:
             for i in chunk:
-                conn.send(("done", i, a.run(runs[i]), b.run(runs[i])))
+                # The differences, not the outcomes: far less to pickle than two traces.
+                conn.send(("done", i, *compared(runs[i], a.run(runs[i]), b.run(runs[i]))[1:]))
             conn.send(("idle",))
     except CouldNotRun as e:
         conn.send(("error", str(e)))
@@ -70,16 +73,17 @@ class WorkerDied(CouldNotRun):
     """A worker process ended without saying why (killed)."""
 
 
-def parallel_outcomes(
+def parallel_differences(
     spec_a: AllocatorSpec,
     spec_b: AllocatorSpec,
     runs: Sequence[Run],
     jobs: int,
     env: dict[str, str] | None = None,
     on_done: Callable[[], None] | None = None,
-) -> Iterator[tuple[Run, Outcome, Outcome]]:
-    """``(run, outcome on A, outcome on B)`` for each of ``runs``, in order, from ``jobs``
-    worker processes. Raises ``CouldNotRun`` when an allocator cannot run or a worker dies."""
+) -> Iterator[Compared]:
+    """``compare.compared(run, outcome on A, outcome on B)`` for each of ``runs``, in order,
+    from ``jobs`` worker processes (each compares its runs). Raises ``CouldNotRun`` when an
+    allocator cannot run or a worker dies."""
     ctx = multiprocessing.get_context("fork")  # the runs (and loaded modules) are inherited
     jobs = max(1, min(jobs, len(runs)))
     workers: list[tuple[Any, multiprocessing.connection.Connection]] = []
@@ -104,9 +108,9 @@ def _collect(
     workers: list[tuple[Any, multiprocessing.connection.Connection]],
     runs: Sequence[Run],
     on_done: Callable[[], None] | None,
-) -> Iterator[tuple[Run, Outcome, Outcome]]:
+) -> Iterator[Compared]:
     todo = iter(range(0, len(runs), CHUNK))
-    ready: dict[int, tuple[Outcome, Outcome]] = {}
+    ready: dict[int, tuple[Any, ...]] = {}
     following = 0  # the next run to yield
     busy = {conn: proc for proc, conn in workers}
     while following < len(runs):
@@ -122,7 +126,7 @@ def _collect(
             if msg[0] == "error":
                 raise CouldNotRun(msg[1])
             if msg[0] == "done":
-                ready[msg[1]] = (msg[2], msg[3])
+                ready[msg[1]] = msg[2:]
                 if on_done:
                     on_done()
             else:  # idle: the next chunk, or nothing left for it
@@ -133,8 +137,8 @@ def _collect(
                     conn.close()
                     del busy[conn]
         while following in ready:
-            oa, ob = ready.pop(following)
-            yield runs[following], oa, ob
+            diff, line_a, line_b = ready.pop(following)
+            yield runs[following], diff, line_a, line_b
             following += 1
     for conn in busy:  # every run is done: the workers still waiting for work stop
         try:
