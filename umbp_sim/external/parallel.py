@@ -28,7 +28,7 @@ from umbp_sim.external.compare import Compared, compared
 from umbp_sim.external.outcome import Run
 from umbp_sim.external.runner import CouldNotRun, open_allocator
 
-CHUNK = 4  # runs handed to a worker at a time (small: the last runs spread over the workers)
+MAX_CHUNK = 64  # runs handed to a worker at a time: about 1/20 of its share, 1..64
 _GRACE = 15.0  # seconds a worker gets to close its allocator servers once told to stop
 
 
@@ -52,10 +52,9 @@ def _worker(
         a, b = opened
         conn.send(("idle",))
         while (chunk := conn.recv()) is not None:
-            for i in chunk:
-                # The differences, not the outcomes: far less to pickle than two traces.
-                conn.send(("done", i, *compared(runs[i], a.run(runs[i]), b.run(runs[i]))[1:]))
-            conn.send(("idle",))
+            # The differences, not the outcomes: far less to pickle than two traces.
+            done = [(i, *compared(runs[i], a.run(runs[i]), b.run(runs[i]))[1:]) for i in chunk]
+            conn.send(("done", done))
     except CouldNotRun as e:
         conn.send(("error", str(e)))
     except (EOFError, BrokenPipeError):
@@ -109,7 +108,8 @@ def _collect(
     runs: Sequence[Run],
     on_done: Callable[[], None] | None,
 ) -> Iterator[Compared]:
-    todo = iter(range(0, len(runs), CHUNK))
+    chunk_size = max(1, min(MAX_CHUNK, len(runs) // (len(workers) * 20)))
+    todo = iter(range(0, len(runs), chunk_size))
     ready: dict[int, tuple[Any, ...]] = {}
     following = 0  # the next run to yield
     busy = {conn: proc for proc, conn in workers}
@@ -125,13 +125,16 @@ def _collect(
                 raise WorkerDied(f"a worker process died ({how})") from None
             if msg[0] == "error":
                 raise CouldNotRun(msg[1])
-            if msg[0] == "done":
-                ready[msg[1]] = msg[2:]
-                if on_done:
-                    on_done()
-            else:  # idle: the next chunk, or nothing left for it
+            if msg[0] == "done":  # a chunk's runs; the worker is idle again
+                for i, *compared_run in msg[1]:
+                    ready[i] = compared_run
+                    if on_done:
+                        on_done()
+            if msg[0] in ("done", "idle"):  # the next chunk, or nothing left for it
                 start = next(todo, None)
-                chunk = None if start is None else list(range(start, min(start + CHUNK, len(runs))))
+                chunk = None
+                if start is not None:
+                    chunk = list(range(start, min(start + chunk_size, len(runs))))
                 conn.send(chunk)
                 if chunk is None:
                     conn.close()
