@@ -35,6 +35,26 @@ def tiny_builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
+def tiny_planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Planted variants of the test allocator (link-time builds): {"wrong_node": binds to the
+    other node of a pair, "env_probe": warns MORI_UMBP_LOG_LEVEL as getenv saw it at alloc
+    (when set)}."""
+    d = tmp_path_factory.mktemp("tiny_planted")
+    builds = {"wrong_node": "TINY_WRONG_NODE", "env_probe": "TINY_ENV_PROBE"}
+    procs = []
+    for name, define in builds.items():
+        cmd = compile_command(
+            [str(TINY_SOURCE)], str(d / f"tiny_{name}.so"),
+            defines=[f"TINY_MODULE_NAME=tiny_{name}", define],
+        )  # fmt: skip
+        procs.append(subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=compiler_env()))
+    for p in procs:
+        _, err = p.communicate()
+        assert p.returncode == 0, err
+    return {name: str(d / f"tiny_{name}.so") for name in builds}
+
+
+@pytest.fixture(scope="session")
 def capi_probe(tmp_path_factory: pytest.TempPathFactory) -> str:
     out = tmp_path_factory.mktemp("capi") / "capi_probe.so"
     cmd = ["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]

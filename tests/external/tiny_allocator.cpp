@@ -6,6 +6,11 @@
 //     hugetlb pool is empty), never demotes after mapping;
 //   - the NUMA mask has node/64+1 words and maxnode = 64 * words (node 63 is never bound);
 //   - every hugetlb fallback warns, with the default pool's counters from /proc/meminfo.
+// Planted variants (compiled with -D, tests/external/conftest.py tiny_planted):
+//   - TINY_WRONG_NODE: binds to the other node of a pair (numa_node ^ 1), the bug of an
+//     allocator change that compare reports in its "numa binding" class;
+//   - TINY_ENV_PROBE: reads MORI_UMBP_LOG_LEVEL at alloc time (getenv) and, when set, warns
+//     what it saw.
 #include <fcntl.h>
 #include <linux/mempolicy.h>
 #include <pybind11/pybind11.h>
@@ -16,6 +21,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -102,6 +108,13 @@ class Allocator {
                    numa_node, prefault);
     }
     if (p == MAP_FAILED) return h;
+#ifdef TINY_ENV_PROBE
+    if (const char* level = std::getenv("MORI_UMBP_LOG_LEVEL"))
+      warn(std::string("MORI_UMBP_LOG_LEVEL=") + level + " at alloc");
+#endif
+#ifdef TINY_WRONG_NODE
+    if (numa_node >= 0) numa_node ^= 1;
+#endif
     if (numa_node >= 0) {
       std::vector<unsigned long> mask(static_cast<size_t>(numa_node) / 64 + 1, 0UL);
       mask[static_cast<size_t>(numa_node) / 64] |= 1UL << (numa_node % 64);

@@ -2,8 +2,10 @@
 
 Both allocators run the bundled scenarios (one-alloc requests) and a request matrix, each run on
 a fresh simulated host (an external build in a fresh process); the differences are grouped by
-class. Exit 0: no difference, 1: differences, 2: an allocator could not run. ``--html FILE``
-also writes the differences as a page (umbp_sim/external/compare_html.py).
+class. ``--jobs N`` spreads the runs over N worker processes (umbp_sim/external/parallel.py; the
+result is the serial one, byte for byte). Exit 0: no difference, 1: differences, 2: an
+allocator could not run (or a worker died, or Ctrl-C). ``--html FILE`` also writes the
+differences as a page (umbp_sim/external/compare_html.py).
 """
 
 from __future__ import annotations
@@ -11,11 +13,15 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import os
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from umbp_sim.external.outcome import Outcome, Run
+    from collections.abc import Iterable, Iterator
+
+    from umbp_sim.external.compare import Compared
 
 EX_DIFFERENT = 1
 EX_COULD_NOT_RUN = 2
@@ -23,6 +29,12 @@ EX_USAGE = 64
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = (
+        "Classes of difference: outcome, backing, mapped_size, alignment, numa binding (the "
+        "policy on the buffer's VMA and the nodes its hugepages came from), crash, leak, warning "
+        "count, warning text. Exit status: 0 no difference, 1 differences, 2 could not run (an "
+        "allocator failed to load, a worker died, Ctrl-C), 64 bad usage or nothing to compare."
+    )
     p.add_argument("spec_a", metavar="SPEC_A", help="umbp-sim | mori | MODULE | PATH.so")
     p.add_argument("spec_b", metavar="SPEC_B", help="umbp-sim | mori | MODULE | PATH.so")
     p.add_argument(
@@ -37,34 +49,63 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--html", metavar="FILE",
         help="also write the differences as an HTML page (every differing run, by class)",
     )  # fmt: skip
+    p.add_argument(
+        "--jobs", "-j", type=int, default=None, metavar="N",
+        help="worker processes (default: the number of CPUs; 1: every run in this process, "
+        "one after the other); the result is the same for any N",
+    )  # fmt: skip
+    p.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE",
+        help="set in an external allocator's process for every run (e.g. "
+        "MORI_UMBP_LOG_LEVEL=warn); repeatable. The built-in allocator's warnings are always "
+        "collected",
+    )  # fmt: skip
 
 
-class _Recording:
-    """An allocator runner that also keeps each run's outcome in one line (for --html)."""
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-    def __init__(self, runner: Any) -> None:
-        self.runner = runner
-        self.spec = runner.spec
-        self.outcomes: dict[str, str] = {}
-        from umbp_sim.external.compare_html import outcome_line
 
-        self._line = outcome_line
+class _UsageError(Exception):
+    pass
 
-    def run(self, run: Run) -> Outcome:
-        outcome = self.runner.run(run)
-        self.outcomes[run.label] = self._line(outcome)
-        return outcome
+
+def _env(pairs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not _ENV_NAME.fullmatch(name):
+            raise _UsageError(f"--env {pair!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def _recorded(
+    items: Iterable[Compared], lines_a: dict[str, str], lines_b: dict[str, str]
+) -> Iterator[Compared]:
+    """``items``, keeping each run's outcome in one line per allocator (for --html)."""
+    for run, diff, line_a, line_b in items:
+        lines_a[run.label], lines_b[run.label] = line_a, line_b
+        yield run, diff, line_a, line_b
 
 
 def run(args: argparse.Namespace) -> int:
     from umbp_sim.allocator_spec import parse_allocator_spec
     from umbp_sim.external import matrix
-    from umbp_sim.external.compare import compare
+    from umbp_sim.external.compare import compare_differences, serial_differences
+    from umbp_sim.external.parallel import parallel_differences
     from umbp_sim.external.runner import CouldNotRun, open_allocator
     from umbp_sim.progress import Progress
 
     spec_a = parse_allocator_spec(args.spec_a, "SPEC_A")
     spec_b = parse_allocator_spec(args.spec_b, "SPEC_B")
+    try:
+        env = _env(args.env)
+        jobs = (os.cpu_count() or 1) if args.jobs is None else args.jobs
+        if jobs < 1:
+            raise _UsageError(f"--jobs {args.jobs}: must be at least 1")
+    except _UsageError as e:
+        print(f"umbp-sim compare: {e}", file=sys.stderr)
+        return EX_USAGE
     runs = [] if args.no_scenarios else list(matrix.scenario_runs())
     if args.matrix == "quick":
         runs += list(matrix.quick())
@@ -84,21 +125,40 @@ def run(args: argparse.Namespace) -> int:
 
         page = PageFile(args.html)  # before the runs: an unwritable FILE fails at once
     opened: list[Any] = []
+    lines_a: dict[str, str] = {}
+    lines_b: dict[str, str] = {}
+    progress = Progress("compare: runs", total=len(runs))
+    outcomes: Any = None
     try:
-        for spec in (spec_a, spec_b):
-            opened.append(open_allocator(spec))
-        runners: list[Any] = opened if page is None else [_Recording(r) for r in opened]
-        a, b = runners
-        with Progress("compare: runs", total=len(runs)) as progress:
-            result = compare(a, b, runs, lambda _i: progress.advance())
+        with progress:
+            if jobs == 1:
+                for spec in (spec_a, spec_b):
+                    opened.append(open_allocator(spec, env))
+                outcomes = serial_differences(opened[0], opened[1], runs)
+                count: Any = lambda _i: progress.advance()  # noqa: E731
+            else:
+                outcomes = parallel_differences(spec_a, spec_b, runs, jobs, env, progress.advance)
+                count = None
+            if page is not None:
+                outcomes = _recorded(outcomes, lines_a, lines_b)
+            result = compare_differences(str(spec_a), str(spec_b), outcomes, count)
         if page is not None:
             from umbp_sim.external.compare_html import render_compare_html
 
-            page.write(render_compare_html(result, a.outcomes, b.outcomes))
+            page.write(render_compare_html(result, lines_a, lines_b))
     except CouldNotRun as e:
         print(f"umbp-sim compare: {e}", file=sys.stderr)
         return EX_COULD_NOT_RUN
+    except KeyboardInterrupt:
+        print(
+            f"umbp-sim compare: interrupted after {progress.done} of {len(runs)} runs "
+            "(nothing compared)",
+            file=sys.stderr,
+        )
+        return EX_COULD_NOT_RUN
     finally:
+        if outcomes is not None:
+            outcomes.close()  # the workers end here, even when the comparison stopped early
         for r in opened:
             r.close()
         if page is not None and not page.written:

@@ -199,7 +199,7 @@ class Request:
             source="",
             machine={},
             faults=[],
-            env=dict(self.env) if kind == "sglang" else {},
+            env=dict(self.env),  # a raw request's: MORI_* only (its allocator process reads them)
             request_kind=kind,
             request=table,
             expect={"outcome": "ok"},

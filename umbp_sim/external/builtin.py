@@ -5,14 +5,31 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from umbp_sim import _native
 from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
 from umbp_sim.errors import SimulatedCrash
+from umbp_sim.external.binding import binding, pools_free
 from umbp_sim.external.outcome import Outcome, Run
 from umbp_sim.log_capture import LogCapture
-from umbp_sim.sim import build_kernel
+from umbp_sim.machine import Machine
+from umbp_sim.sim import to_sim_config
 from umbp_sim.trace import instrument
 
 _LOGGERS = ("umbp_sim.allocator",)
+
+# SimConfig by Machine object: building it is most of a built-in run's cost, and compare's runs
+# share a few machines (the matrix's are cached, never changed). SimKernel copies the config.
+_CONFIGS: dict[int, tuple[Machine, Any]] = {}
+
+
+def _kernel(machine: Machine) -> Any:
+    """A fresh SimKernel in ``machine``'s state."""
+    hit = _CONFIGS.get(id(machine))
+    if hit is None or hit[0] is not machine:
+        if len(_CONFIGS) >= 256:
+            _CONFIGS.clear()
+        hit = _CONFIGS[id(machine)] = (machine, to_sim_config(machine))
+    return _native.SimKernel(hit[1])
 
 
 def make_allocator(kernel: Any, profile: str) -> UMBPHostMemAllocator:
@@ -33,7 +50,9 @@ def _fields(h: Any) -> dict[str, Any]:
 
 def run_builtin(run: Run, profile: str = "umbp-sim") -> Outcome:
     """One run of the built-in allocator on a fresh simulated host."""
-    stack = instrument(build_kernel(run.machine), run.plan)
+    kernel = _kernel(run.machine)
+    stack = instrument(kernel, run.plan)
+    before = pools_free(kernel, run.machine)
     collect = LogCapture()
     loggers = [logging.getLogger(n) for n in _LOGGERS]
     for log in loggers:
@@ -62,6 +81,8 @@ def run_builtin(run: Run, profile: str = "umbp-sim") -> Outcome:
                 r = stack.kernel.touch(int(h.ptr), 1, 1)
                 if r.signal:
                     raise SimulatedCrash(_sig(r.signal), "user write")
+            if h:
+                out.binding = binding(kernel, run.machine, int(h.ptr), before)
             if run.free:
                 stage = "free"
                 allocator.free(h)

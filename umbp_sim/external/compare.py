@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,7 @@ CLASSES = (
     "backing",
     "mapped_size",
     "alignment",
+    "numa binding",
     "crash",
     "leak",
     "warning count",
@@ -53,6 +54,8 @@ def differences(a: Outcome, b: Outcome) -> dict[str, tuple[Any, Any]]:
                 out[cls] = (ha[key], hb[key])
         if ha["alignment"] != hb["alignment"]:
             out["alignment"] = (ha["alignment"], hb["alignment"])
+        if a.binding != b.binding:  # the VMA's policy, the nodes its hugepages came from
+            out["numa binding"] = (a.binding, b.binding)
     if a.result == b.result == "crash" and a.crash and b.crash:
         ca = (a.crash["signal"], a.crash["stage"])
         cb = (b.crash["signal"], b.crash["stage"])
@@ -62,8 +65,8 @@ def differences(a: Outcome, b: Outcome) -> dict[str, tuple[Any, Any]]:
         out["leak"] = (dict(a.leaks), dict(b.leaks))
     if len(a.warnings) != len(b.warnings):
         out["warning count"] = (len(a.warnings), len(b.warnings))
-    elif _normalized(a.warnings) != _normalized(b.warnings):
-        out["warning text"] = (a.warnings, b.warnings)
+    elif (wa := _normalized(a.warnings)) != (wb := _normalized(b.warnings)):
+        out["warning text"] = (wa, wb)  # addresses as 0x...: the same report from any process
     return out
 
 
@@ -109,17 +112,32 @@ class Comparison:
         return "\n".join(lines) + "\n"
 
 
-def compare(
-    a: AllocatorRunner,
-    b: AllocatorRunner,
-    runs: Iterable[Run],
+Compared = tuple[Run, dict[str, tuple[Any, Any]], str, str]  # run, differences, outcome lines
+
+
+def serial_differences(
+    a: AllocatorRunner, b: AllocatorRunner, runs: Iterable[Run]
+) -> Iterator[Compared]:
+    """Each run on ``a`` then on ``b``, in this process (``compare --jobs 1``)."""
+    for run in runs:
+        yield compared(run, a.run(run), b.run(run))
+
+
+def compared(run: Run, oa: Outcome, ob: Outcome) -> Compared:
+    """What the comparison keeps of one run: its differences and each outcome in one line."""
+    return run, differences(oa, ob), _summary(oa), _summary(ob)
+
+
+def compare_differences(
+    a: str,
+    b: str,
+    items: Iterable[Compared],
     progress: Callable[[int], None] | None = None,
 ) -> Comparison:
-    result = Comparison(str(a.spec), str(b.spec))
-    for i, run in enumerate(runs, 1):
-        oa, ob = a.run(run), b.run(run)
+    """The comparison of ``a`` and ``b`` over ``items`` (in run order)."""
+    result = Comparison(a, b)
+    for i, (run, diff, _la, _lb) in enumerate(items, 1):
         result.runs += 1
-        diff = differences(oa, ob)
         if diff:
             result.differing_runs += 1
             for cls, (va, vb) in diff.items():
@@ -127,3 +145,12 @@ def compare(
         if progress:
             progress(i)
     return result
+
+
+def compare(
+    a: AllocatorRunner,
+    b: AllocatorRunner,
+    runs: Iterable[Run],
+    progress: Callable[[int], None] | None = None,
+) -> Comparison:
+    return compare_differences(str(a.spec), str(b.spec), serial_differences(a, b, runs), progress)

@@ -29,6 +29,7 @@ from typing import Any
 
 from umbp_sim.allocator_spec import AllocatorSpec, AllocatorSpecError, parse_allocator_spec
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.external import run_job  # the server imports it here, before it forks
 from umbp_sim.external.outcome import crash_report, trace_from_report, warning_lines
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
@@ -91,6 +92,7 @@ class ObserveJob:
     sglang_release: str | None = None
     host_calls: tuple[HostCall, ...] = ()
     plan: FaultPlan | None = None
+    run: Any = None  # a compare ``Run`` (kind "run"): ``run_job.run_in_child`` answers it
 
 
 _RUNNERS: dict[str, Any] = {}
@@ -228,8 +230,11 @@ def _backing_name(handle: Any) -> str:
     return str(getattr(handle.actual_backing, "name", handle.actual_backing)).rsplit(".", 1)[-1]
 
 
-def observe_one(module: Any, ip: Any, job: ObserveJob, report: Callable[..., None]) -> Observed:
-    """In the forked child: ``job``'s request on a fresh simulated host, under the interposer."""
+def observe_one(module: Any, ip: Any, job: ObserveJob, report: Callable[..., None]) -> Any:
+    """In the forked child: ``job``'s request on a fresh simulated host, under the interposer
+    (``Observed``; for a compare run, ``run_job.run_in_child``'s result dict)."""
+    if job.run is not None:
+        return run_job.run_in_child(module, ip, job.run, report)
     from umbp_sim.backing import HUGETLB_BACKINGS
     from umbp_sim.leaks import collect_leaks
     from umbp_sim.log_capture import capture_logs

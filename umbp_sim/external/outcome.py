@@ -30,6 +30,7 @@ class Run:
     write: bool = True  # write the buffer's first byte after alloc (the user's first touch)
     free: bool = True
     label: str = ""
+    env: tuple[tuple[str, str], ...] = ()  # set in the external allocator's process for the run
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Outcome:
     trace: list[str] = field(default_factory=list)
     leaks: dict[str, int] = field(default_factory=lambda: {"mappings": 0, "fds": 0})
     free_ok: bool | None = None
+    binding: str | None = None  # NUMA policy and pages per node of a valid handle's mapping
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

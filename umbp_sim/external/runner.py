@@ -92,7 +92,12 @@ class ExternalRunner:
         self.objects: list[str] = hello["objects"]
 
     def run(self, run: Run) -> Outcome:
-        return outcome_from_reply(self.exchange(run))
+        from umbp_sim.external.observe import ObserveJob
+
+        # As a job of kind "run": its forked child runs ``run_job.run_in_child`` (the run's
+        # environment, the buffer's NUMA binding).
+        job = ObserveJob(machine=run.machine, kind="run", request={}, plan=run.plan, run=run)
+        return outcome_from_reply(self.exchange(job))
 
     def observe(self, job: Any) -> dict[str, Any]:
         """A replay's ``ObserveJob`` in a forked child: the server's raw reply
@@ -153,6 +158,7 @@ def outcome_from_reply(reply: dict[str, Any]) -> Outcome:
     if res is None:
         tail = log.strip().splitlines()[-1] if log.strip() else f"exit code {reply['code']}"
         return Outcome(result="could-not-run", error=tail, warnings=warnings)
+    res = res.get("observed", res)  # a job's result comes wrapped
     handle = res["handle"]
     if res["error"] and handle is None:
         result = "error"
@@ -168,6 +174,7 @@ def outcome_from_reply(reply: dict[str, Any]) -> Outcome:
         trace=res["trace"],
         leaks=res["leaks"],
         free_ok=res["free_ok"],
+        binding=res.get("binding"),
     )
 
 

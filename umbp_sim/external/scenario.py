@@ -1,7 +1,8 @@
 """A scenario file on an external allocator: what ``run --allocator PATH`` needs.
 
-Only one-alloc scenarios without environment settings can run on an external build (steps use
-umbp-sim's registry API, sglang requests its Python layer). Counters live in the child's
+Only one-alloc scenarios can run on an external build (steps use umbp-sim's registry API, sglang
+requests its Python layer); their ``[env]`` may set mori's log level (``MORI_*``), which the
+allocator's process gets. Counters live in the child's
 simulated host and are not reported: a scenario that expects counters says so in its result.
 """
 
@@ -18,16 +19,21 @@ from umbp_sim.scenario.runner import (
 )
 from umbp_sim.scenario.schema import Scenario
 
+MORI_ENV = ("MORI_UMBP_LOG_LEVEL", "MORI_GLOBAL_LOG_LEVEL")
+
 
 def runnable(scn: Scenario) -> bool:
-    return scn.request_kind == "alloc" and not scn.env
+    return scn.request_kind == "alloc" and all(k in MORI_ENV for k in scn.env)
 
 
 def to_run(scn: Scenario) -> Run:
     plan = FaultPlan.from_dict({"faults": scn.faults, "fault_seed": scn.fault_seed})
     call = AllocCall.from_table(scn.request)
     # A scenario observes the allocation; the user's first write is not part of it.
-    return Run(build_machine(scn), call, plan=plan if scn.faults else None, write=False)
+    return Run(
+        build_machine(scn), call, plan=plan if scn.faults else None, write=False,
+        env=tuple(sorted(scn.env.items())),
+    )  # fmt: skip
 
 
 def to_observed(run: Run, o: Outcome) -> Observed:
@@ -51,7 +57,8 @@ def run_scenario_external(scn: Scenario, runner: AllocatorRunner) -> ScenarioRes
     """Run ``scn`` on ``runner``'s allocator and compare with what the file expects."""
     if not runnable(scn):
         why = "sglang request" if scn.request_kind == "sglang" else (
-            "steps use umbp-sim's registry API" if scn.request_kind == "steps" else "[env] set"
+            "steps use umbp-sim's registry API" if scn.request_kind == "steps"
+            else "[env] sets more than MORI_*"
         )  # fmt: skip
         return ScenarioResult(
             scn, Observed(outcome="not run"), [f"not run on {runner.spec}: {why}"]

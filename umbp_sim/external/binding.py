@@ -1,0 +1,55 @@
+"""Where a buffer's memory is bound and where its hugepages landed: compare's "numa binding".
+
+Read from SimKernel's state after the allocation and the user's first write, before the free:
+the NUMA policy recorded on the VMA that holds the handle's address (what ``mbind`` left), and
+the hugepages each node's pools gave up since the allocation started. The same function serves
+the built-in allocator (in process) and an external build (in its forked child), so a build that
+binds to another node, or whose pages end up on another node, differs in this class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from umbp_sim.machine import Machine
+from umbp_sim.units import format_size
+
+# include/uapi/linux/mempolicy.h
+POLICY_MODES = {
+    0: "default",
+    1: "preferred",
+    2: "bind",
+    3: "interleave",
+    4: "local",
+    5: "preferred-many",
+    6: "weighted-interleave",
+}
+
+
+def pools_free(kernel: Any, machine: Machine) -> dict[tuple[int, int], int]:
+    """{(hugepage size, node): free pages} of every pool of ``machine`` on ``kernel``."""
+    out: dict[tuple[int, int], int] = {}
+    for node in range(len(machine.nodes)):
+        for size in machine.hugepage_sizes:
+            counters = kernel.hugepage_counters(size, node)
+            if counters:
+                out[(size, node)] = int(counters[1])
+    return out
+
+
+def binding(kernel: Any, machine: Machine, ptr: int, before: dict[tuple[int, int], int]) -> str:
+    """``"bind 1; hugepages 2 x 2MiB on node 1"``: the policy of the VMA at ``ptr`` and the
+    hugepages taken from each node's pools since ``before`` (``pools_free`` then)."""
+    policy = "no mapping"
+    for m in kernel.mappings():
+        if m["start"] <= ptr < m["start"] + m["length"]:
+            mode = POLICY_MODES.get(int(m["policy_mode"]), f"mode {m['policy_mode']}")
+            nodes = ",".join(str(n) for n in m["policy_nodes"])
+            policy = f"{mode} {nodes}" if nodes else mode
+            break
+    taken = [
+        f"{before[key] - free} x {format_size(key[0])} on node {key[1]}"
+        for key, free in sorted(pools_free(kernel, machine).items(), key=lambda kv: kv[0][::-1])
+        if key in before and before[key] > free
+    ]
+    return policy + (f"; hugepages {', '.join(taken)}" if taken else "")

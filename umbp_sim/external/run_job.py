@@ -1,0 +1,81 @@
+"""One compare ``Run`` of an external allocator, in the forked child of its server.
+
+The server (``umbp_sim.external.child``) forks once per job; a compare run travels as an
+``ObserveJob`` that carries the ``Run`` (``observe.observe_one`` hands it here). The child sets
+the run's environment, builds the simulated host, calls the allocator under the interposer,
+writes the first byte as a user would, reads where the buffer is bound
+(``umbp_sim.external.binding``) and frees it. A real signal ends the child; the server reports it.
+
+Everything a run needs is imported when this module is (in the server, before it forks): an
+import in the forked child would be paid again by every run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+from typing import Any
+
+import umbp_sim.dump  # noqa: F401 - Machine's checks import it lazily: once here, not per fork
+from umbp_sim.external.binding import binding, pools_free
+from umbp_sim.external.outcome import Run
+from umbp_sim.sim import build_kernel
+from umbp_sim.trace import instrument
+
+
+def handle_fields(h: Any) -> dict[str, Any]:
+    backing = getattr(h.actual_backing, "name", str(h.actual_backing).split(".")[-1])
+    return {
+        "valid": bool(h),
+        "ptr": int(h.ptr),
+        "requested_size": int(h.requested_size),
+        "mapped_size": int(h.mapped_size),
+        "backing": backing,
+        "alignment": int(h.actual_alignment),
+    }
+
+
+def run_in_child(module: Any, ip: Any, run: Run, report: Any) -> dict[str, Any]:
+    """``run`` on a fresh simulated host (in the forked child). Returns the result dict."""
+    gc.disable()  # a short-lived fork: a collection would write to (copy) the server's heap
+    os.environ.update(dict(run.env))  # the allocator reads it as in the field (getenv)
+    kernel = build_kernel(run.machine)
+    stack = instrument(kernel, run.plan)
+    allocator = module.UMBPHostMemAllocator()
+    backing = getattr(module.UMBPHostBufferBacking, run.call.backing)
+    before = pools_free(kernel, run.machine)
+    ip.activate(stack.kernel)
+    out: dict[str, Any] = {"handle": None, "error": None, "free_ok": None, "binding": None}
+    c = run.call
+    report("alloc")
+    try:
+        with ip.scope():
+            h = allocator.alloc(c.size, backing, c.hugepage_size, c.numa_node, c.prefault)
+    except BaseException as e:  # noqa: BLE001 - the allocator's exception is the outcome
+        out["error"] = f"{type(e).__name__}: {e}"
+        h = None
+    if h is not None:
+        out["handle"] = handle_fields(h)
+        if run.write and h:
+            report("write")
+            ctypes.memset(int(h.ptr), 1, 1)  # the user's first write (outside the scope)
+        if h:
+            out["binding"] = binding(kernel, run.machine, int(h.ptr), before)
+        if run.free:
+            report("free")
+            try:
+                with ip.scope():
+                    allocator.free(h)
+                out["free_ok"] = True
+            except BaseException as e:  # noqa: BLE001
+                out["free_ok"] = False
+                out["error"] = f"free: {type(e).__name__}: {e}"
+    report("exit")
+    out["trace"] = [r.text() for r in stack.tracing.records()]
+    out["leaks"] = {
+        "mappings": len(stack.tracing.live_mappings()),
+        "fds": len(stack.tracing.open_fds()),
+    }
+    ip.deactivate()
+    return out
