@@ -337,8 +337,17 @@ const char* sig_name(int sig) {
   }
 }
 
-// The Kernel says the process is dead: print what happened and the trace, then die of it.
-[[noreturn]] void die_of(const umbp_sim_kernel* k, int sig, const char* stage) {
+struct DeathReport {
+  const umbp_sim_kernel* k;
+  int sig;
+  const char* stage;
+};
+
+// What happened, the reasons and the trace, on stderr.
+void report_death(const DeathReport& d) {
+  const umbp_sim_kernel* k = d.k;
+  const int sig = d.sig;
+  const char* stage = d.stage;
   put("umbp-sim: simulated ");
   put(sig_name(sig));
   put(" (");
@@ -359,6 +368,37 @@ const char* sig_name(int sig) {
   put("umbp-sim: syscall trace:\n");
   print_describe(k, 1);
   put("umbp-sim: end of trace\n");
+}
+
+void* report_death_thread(void* arg) {
+  report_death(*static_cast<const DeathReport*>(arg));
+  return nullptr;
+}
+
+// The Kernel says the process is dead: print what happened and the trace, then die of it.
+[[noreturn]] void die_of(const umbp_sim_kernel* k, int sig, const char* stage) {
+  DeathReport d{k, sig, stage};
+  // From a fault the SIGSEGV handler runs on the thread's alternate signal stack (Python's
+  // faulthandler gives it about 8 KiB): too small for the Kernel's formatting, more so under
+  // ASan. The report is then written by a thread with a stack of its own; the faulting thread
+  // waits for it and dies.
+  stack_t cur;
+  bool written = false;
+  if (sigaltstack(nullptr, &cur) == 0 && (cur.ss_flags & SS_ONSTACK)) {
+    pthread_attr_t attr;
+    pthread_t t;
+    if (pthread_attr_init(&attr) == 0) {
+      pthread_attr_setstacksize(&attr, size_t{1} << 20);
+      sigset_t all, old;
+      sigfillset(&all);
+      pthread_sigmask(SIG_SETMASK, &all, &old);
+      written = pthread_create(&t, &attr, report_death_thread, &d) == 0;
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+      if (written) pthread_join(t, nullptr);
+      pthread_attr_destroy(&attr);
+    }
+  }
+  if (!written) report_death(d);
   if (sig == SIGSEGV) {
     // A real SIGSEGV goes to whoever handled SIGSEGV before us.
     sigaction(SIGSEGV, &g_old_segv, nullptr);
