@@ -10,6 +10,7 @@ import pytest
 from umbp_sim.allocator_spec import parse_allocator_spec
 from umbp_sim.external.interposer import FAULT_PATH_ENV
 from umbp_sim.external.matrix import machine
+from umbp_sim.external.observe import ObserveJob
 from umbp_sim.external.outcome import AllocCall, Run
 from umbp_sim.external.runner import CouldNotRun, ExternalRunner, open_allocator
 from umbp_sim.faults import FaultPlan
@@ -29,8 +30,9 @@ def tiny(request: pytest.FixtureRequest, tiny_builds: dict[str, str]) -> Iterato
     assert isinstance(runner, ExternalRunner)
     assert runner.mode == mode
     # The runs' page touches take the fault path asked for.
-    reply = runner.exchange(Run(machine("pool-on-node0"), AllocCall(4096, "Anonymous")))
-    assert reply["result"]["fault_path"] == fault_path
+    run = Run(machine("pool-on-node0"), AllocCall(4096, "Anonymous"))
+    reply = runner.exchange(ObserveJob(run.machine, kind="run", request={}, run=run))
+    assert reply["result"]["observed"]["fault_path"] == fault_path
     assert runner.objects and runner.objects[-1].endswith(".so")
     yield runner
     runner.close()

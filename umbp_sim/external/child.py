@@ -13,7 +13,6 @@ the server is ``{"ready": True, "mode": ..., "objects": [...]}`` or ``{"error": 
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import importlib.machinery
 import importlib.util
@@ -89,62 +88,6 @@ def allocator_objects(before: list[str], after: list[str], interposer: str) -> l
     ]
 
 
-def _handle_fields(module: Any, h: Any) -> dict[str, Any]:
-    backing = getattr(h.actual_backing, "name", str(h.actual_backing).split(".")[-1])
-    return {
-        "valid": bool(h),
-        "ptr": int(h.ptr),
-        "requested_size": int(h.requested_size),
-        "mapped_size": int(h.mapped_size),
-        "backing": backing,
-        "alignment": int(h.actual_alignment),
-    }
-
-
-def run_one(module: Any, ip: Any, run: Any, report: Any) -> dict[str, Any]:
-    """In the forked child: one Run on a fresh simulated host. Returns the result dict."""
-    from umbp_sim.sim import build_kernel
-    from umbp_sim.trace import instrument
-
-    kernel = build_kernel(run.machine)
-    stack = instrument(kernel, run.plan)
-    allocator = module.UMBPHostMemAllocator()
-    backing = getattr(module.UMBPHostBufferBacking, run.call.backing)
-    ip.activate(stack.kernel)
-    out: dict[str, Any] = {"handle": None, "error": None, "free_ok": None}
-    out["fault_path"] = ip.fault_path()
-    c = run.call
-    report("alloc")
-    try:
-        with ip.scope():
-            h = allocator.alloc(c.size, backing, c.hugepage_size, c.numa_node, c.prefault)
-    except BaseException as e:  # noqa: BLE001 - the allocator's exception is the outcome
-        out["error"] = f"{type(e).__name__}: {e}"
-        h = None
-    if h is not None:
-        out["handle"] = _handle_fields(module, h)
-        if run.write and h:
-            report("write")
-            ctypes.memset(int(h.ptr), 1, 1)  # the user's first write (outside the scope)
-        if run.free:
-            report("free")
-            try:
-                with ip.scope():
-                    allocator.free(h)
-                out["free_ok"] = True
-            except BaseException as e:  # noqa: BLE001
-                out["free_ok"] = False
-                out["error"] = f"free: {type(e).__name__}: {e}"
-    report("exit")
-    out["trace"] = [r.text() for r in stack.tracing.records()]
-    out["leaks"] = {
-        "mappings": len(stack.tracing.live_mappings()),
-        "fds": len(stack.tracing.open_fds()),
-    }
-    ip.deactivate()
-    return out
-
-
 def serve(spec: dict[str, str]) -> int:
     from umbp_sim.capi import interposer_path
     from umbp_sim.external.interposer import Interposer
@@ -198,20 +141,18 @@ def serve(spec: dict[str, str]) -> int:
 def fork_run(module: Any, ip: Any, run: Any) -> dict[str, Any]:
     """Run in a forked child; collect its result, log, stages and exit status.
 
-    ``run`` is a ``Run`` (``run_one``: compare's alloc, write, free) or an ``ObserveJob``
-    (``observe_one``: a replay's request, answered as the scenario runner's ``Observed``).
+    ``run`` is an ``ObserveJob``: compare's alloc, write, free (kind "run", answered by
+    ``run_job.run_in_child``) or a replay's request (answered as the scenario runner's
+    ``Observed``).
     """
-    from umbp_sim.external.observe import ObserveJob, load_torch, observe_one
+    from umbp_sim.external.observe import load_torch, observe_one
 
-    if isinstance(run, ObserveJob):
-        if run.kind == "sglang":
-            load_torch()  # once, in the server: not in every forked child
+    if run.kind == "sglang":
+        load_torch()  # once, in the server: not in every forked child
 
-        def job(module: Any, ip: Any, run: Any, report: Any) -> dict[str, Any]:
-            return {"observed": observe_one(module, ip, run, report)}
+    def job(module: Any, ip: Any, run: Any, report: Any) -> dict[str, Any]:
+        return {"observed": observe_one(module, ip, run, report)}
 
-    else:
-        job = run_one
     log = tempfile.TemporaryFile()
     rfd, wfd = os.pipe()
     pid = os.fork()

@@ -20,20 +20,9 @@ from typing import Any
 import umbp_sim.dump  # noqa: F401 - Machine's checks import it lazily: once here, not per fork
 from umbp_sim.external.binding import binding, pools_free
 from umbp_sim.external.outcome import Run
+from umbp_sim.outcome import handle_fields
 from umbp_sim.sim import build_kernel
 from umbp_sim.trace import instrument
-
-
-def handle_fields(h: Any) -> dict[str, Any]:
-    backing = getattr(h.actual_backing, "name", str(h.actual_backing).split(".")[-1])
-    return {
-        "valid": bool(h),
-        "ptr": int(h.ptr),
-        "requested_size": int(h.requested_size),
-        "mapped_size": int(h.mapped_size),
-        "backing": backing,
-        "alignment": int(h.actual_alignment),
-    }
 
 
 def run_in_child(module: Any, ip: Any, run: Run, report: Any) -> dict[str, Any]:
@@ -47,6 +36,7 @@ def run_in_child(module: Any, ip: Any, run: Run, report: Any) -> dict[str, Any]:
     before = pools_free(kernel, run.machine)
     ip.activate(stack.kernel)
     out: dict[str, Any] = {"handle": None, "error": None, "free_ok": None, "binding": None}
+    out["fault_path"] = ip.fault_path()  # how its page touches reach the Kernel
     c = run.call
     report("alloc")
     try:

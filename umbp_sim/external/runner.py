@@ -158,7 +158,7 @@ def outcome_from_reply(reply: dict[str, Any]) -> Outcome:
     if res is None:
         tail = log.strip().splitlines()[-1] if log.strip() else f"exit code {reply['code']}"
         return Outcome(result="could-not-run", error=tail, warnings=warnings)
-    res = res.get("observed", res)  # a job's result comes wrapped
+    res = res["observed"]  # every job's result comes wrapped
     handle = res["handle"]
     if res["error"] and handle is None:
         result = "error"
