@@ -12,6 +12,7 @@ from umbp_sim.external.binding import binding, pools_free
 from umbp_sim.external.outcome import Outcome, Run
 from umbp_sim.log_capture import LogCapture
 from umbp_sim.machine import Machine
+from umbp_sim.outcome import handle_fields
 from umbp_sim.sim import to_sim_config
 from umbp_sim.trace import instrument
 
@@ -35,17 +36,6 @@ def _kernel(machine: Machine) -> Any:
 def make_allocator(kernel: Any, profile: str) -> UMBPHostMemAllocator:
     """The built-in allocator with a policy profile (``umbp_sim.profiles``)."""
     return UMBPHostMemAllocator(kernel=kernel, profile=profile)
-
-
-def _fields(h: Any) -> dict[str, Any]:
-    return {
-        "valid": bool(h),
-        "ptr": int(h.ptr),
-        "requested_size": int(h.requested_size),
-        "mapped_size": int(h.mapped_size),
-        "backing": h.actual_backing.name,
-        "alignment": int(h.actual_alignment),
-    }
 
 
 def run_builtin(run: Run, profile: str = "umbp-sim") -> Outcome:
@@ -74,7 +64,7 @@ def run_builtin(run: Run, profile: str = "umbp-sim") -> Outcome:
             out.error = f"{type(e).__name__}: {e}"
             h = None
         if h is not None:
-            out.handle = _fields(h)
+            out.handle = handle_fields(h)
             out.result = "ok" if h else "invalid"
             if run.write and h:
                 stage = "write"

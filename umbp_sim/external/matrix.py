@@ -106,14 +106,14 @@ def full() -> Iterator[Run]:
 def scenario_runs() -> Iterator[Run]:
     """The bundled scenarios whose request is one alloc, as runs."""
     from umbp_sim.scenario.bundled import bundled_scenarios_dir
-    from umbp_sim.scenario.runner import _alloc_args, build_machine
+    from umbp_sim.scenario.runner import build_machine
     from umbp_sim.scenario.schema import find_scenarios, load_scenario
 
     for path in find_scenarios([str(bundled_scenarios_dir())]):
         scn = load_scenario(path)
         if scn.request_kind != "alloc" or scn.env:
             continue
-        call = AllocCall(*_alloc_args(scn.request))
+        call = AllocCall.from_table(scn.request)
         plan = FaultPlan.from_dict({"faults": scn.faults, "fault_seed": scn.fault_seed})
         label = f"scenario {scn.label}"
         yield Run(build_machine(scn), call, plan=plan if scn.faults else None, label=label)

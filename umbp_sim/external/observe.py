@@ -235,10 +235,11 @@ def observe_one(module: Any, ip: Any, job: ObserveJob, report: Callable[..., Non
     (``Observed``; for a compare run, ``run_job.run_in_child``'s result dict)."""
     if job.run is not None:
         return run_job.run_in_child(module, ip, job.run, report)
-    from umbp_sim.backing import HUGETLB_BACKINGS
+    from umbp_sim.backing import alloc_outcome
     from umbp_sim.leaks import collect_leaks
     from umbp_sim.log_capture import capture_logs
-    from umbp_sim.scenario.runner import WARNING_LOGGERS, _alloc_args, _null_handle_error
+    from umbp_sim.request import AllocRequest
+    from umbp_sim.scenario.runner import WARNING_LOGGERS, _null_handle_error
     from umbp_sim.sim import simulate
     from umbp_sim.trace import instrument, trace_text
 
@@ -258,7 +259,7 @@ def observe_one(module: Any, ip: Any, job: ObserveJob, report: Callable[..., Non
         allocator = None
         report("alloc")
         if job.kind == "alloc":
-            size, backing, hp, node, prefault = _alloc_args(job.request)
+            size, backing, hp, node, prefault = AllocRequest.from_table(job.request).fields()
             allocator = module.UMBPHostMemAllocator()
             try:
                 with ip.scope():
@@ -274,8 +275,7 @@ def observe_one(module: Any, ip: Any, job: ObserveJob, report: Callable[..., Non
             else:
                 handles.append(h)
                 obs.actual_backing = _backing_name(h)
-                demoted = backing in HUGETLB_BACKINGS and obs.actual_backing not in HUGETLB_BACKINGS
-                obs.outcome = "demoted" if demoted else "ok"
+                obs.outcome = alloc_outcome(backing, obs.actual_backing)
         else:
             startup = _start_sglang(module, ip, job, host, obs, report)
             handles = list(startup.handles) if startup is not None else []

@@ -2,22 +2,24 @@
 
 The same ``Run`` goes to the built-in allocator (in process) and to an external build (in a
 forked child under the interposer); both answer with an ``Outcome``, so ``compare`` can put them
-side by side field by field.
+side by side field by field. ``Outcome`` is ``umbp_sim.outcome.Outcome``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
+from umbp_sim.outcome import Outcome
 from umbp_sim.request import AllocRequest
 
 # ``alloc(size, backing, hugepage_size, numa_node, prefault)`` with mori's defaults: the one
 # request type (umbp_sim/request.py), under the name the external runs have used.
 AllocCall = AllocRequest
+
+__all__ = ["AllocCall", "Outcome", "Run", "crash_report", "trace_from_report", "warning_lines"]
 
 
 @dataclass(frozen=True)
@@ -31,29 +33,6 @@ class Run:
     free: bool = True
     label: str = ""
     env: tuple[tuple[str, str], ...] = ()  # set in the external allocator's process for the run
-
-
-@dataclass
-class Outcome:
-    """What an allocator did in one run, as data.
-
-    ``result`` is "ok" (a valid handle), "invalid" (a falsy handle), "error" (alloc raised:
-    ``error`` holds the exception), "crash" (the process died: ``crash`` holds signal and stage)
-    or "could-not-run" (the harness failed: ``error`` says why).
-    """
-
-    result: str
-    handle: dict[str, Any] | None = None  # valid, requested_size, mapped_size, backing, alignment
-    crash: dict[str, Any] | None = None  # signal, stage, detail
-    error: str | None = None
-    warnings: list[str] = field(default_factory=list)
-    trace: list[str] = field(default_factory=list)
-    leaks: dict[str, int] = field(default_factory=lambda: {"mappings": 0, "fds": 0})
-    free_ok: bool | None = None
-    binding: str | None = None  # NUMA policy and pages per node of a valid handle's mapping
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 _LOG_PREFIX = re.compile(r"^(\[[^\]]*\]\s*)+")

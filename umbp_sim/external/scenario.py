@@ -8,7 +8,7 @@ simulated host and are not reported: a scenario that expects counters says so in
 
 from __future__ import annotations
 
-from umbp_sim.external.outcome import AllocCall, Outcome, Run
+from umbp_sim.external.outcome import AllocCall, Run
 from umbp_sim.external.runner import AllocatorRunner
 from umbp_sim.faults import FaultPlan
 from umbp_sim.scenario.runner import (
@@ -36,23 +36,6 @@ def to_run(scn: Scenario) -> Run:
     )  # fmt: skip
 
 
-def to_observed(run: Run, o: Outcome) -> Observed:
-    """The scenario runner's view of an external run."""
-    obs = Observed(outcome="failed", warnings=list(o.warnings), trace="\n".join(o.trace[-40:]))
-    if o.result == "crash" and o.crash:
-        obs.outcome, obs.signal = "crashed", o.crash["signal"]
-        obs.error = f"killed by {o.crash['signal']} during {o.crash['stage']}: {o.crash['detail']}"
-        return obs
-    if o.result == "ok" and o.handle:
-        backing = o.handle["backing"]
-        obs.outcome = "ok" if backing == run.call.backing else "demoted"
-        obs.actual_backing, obs.mapped_size = backing, o.handle["mapped_size"]
-    elif o.result in ("error", "could-not-run"):
-        obs.error = o.error
-    obs.leaks = [f"{n} {what}" for what, n in o.leaks.items() if n]
-    return obs
-
-
 def run_scenario_external(scn: Scenario, runner: AllocatorRunner) -> ScenarioResult:
     """Run ``scn`` on ``runner``'s allocator and compare with what the file expects."""
     if not runnable(scn):
@@ -64,7 +47,7 @@ def run_scenario_external(scn: Scenario, runner: AllocatorRunner) -> ScenarioRes
             scn, Observed(outcome="not run"), [f"not run on {runner.spec}: {why}"]
         )
     run = to_run(scn)
-    obs = to_observed(run, runner.run(run))
+    obs = Observed.from_outcome(run.call.backing, runner.run(run))
     mismatches = compare({k: v for k, v in scn.expect.items() if k != "counters"}, obs)
     if scn.expect.get("counters"):
         mismatches.append(f"counters: not available from {runner.spec} (its host is in the child)")

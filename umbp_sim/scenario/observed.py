@@ -1,4 +1,5 @@
-"""What one scenario run observed (``Observed``), the result (``ScenarioResult``), the host
+"""What one scenario run observed (``Observed``; ``Observed.from_outcome`` reads an allocator run's
+``umbp_sim.outcome.Outcome``), the result (``ScenarioResult``), the host
 counters ``[expect].counters`` names, and how an observation is compared with ``[expect]``.
 ``umbp_sim.scenario.runner`` re-exports them."""
 
@@ -8,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from umbp_sim.outcome import Outcome
 from umbp_sim.scenario.schema import Scenario
 from umbp_sim.sim import SimHost
 from umbp_sim.units import parse_size
@@ -38,6 +40,22 @@ class Observed:
     # SimKernel's recorded reasons (umbp_sim.sim.Reason), and what sglang's host check read.
     reasons: list[Any] = field(default_factory=list)
     budget: dict[str, int] | None = None
+
+    @classmethod
+    def from_outcome(cls, requested_backing: str, o: Outcome) -> Observed:
+        """What a scenario sees of one allocator run (an external build's, in its child)."""
+        obs = cls(outcome=o.scenario_outcome(requested_backing), warnings=list(o.warnings))
+        obs.trace = "\n".join(o.trace[-40:])
+        if o.result == "crash" and o.crash:
+            obs.signal = o.crash["signal"]
+            obs.error = f"killed by {obs.signal} during {o.crash['stage']}: {o.crash['detail']}"
+            return obs
+        if o.result == "ok" and o.handle:
+            obs.actual_backing, obs.mapped_size = o.handle["backing"], o.handle["mapped_size"]
+        elif o.result in ("error", "could-not-run"):
+            obs.error = o.error
+        obs.leaks = [f"{n} {what}" for what, n in o.leaks.items() if n]
+        return obs
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -24,11 +24,6 @@ def _null_handle_error(size: int, backing: str, node: int) -> str:
     )
 
 
-def _alloc_args(table: dict[str, Any]) -> tuple[int, str, int, int, bool]:
-    # (external/matrix.py and external/observe.py read a table through this)
-    return AllocRequest.from_table(table).fields()
-
-
 def _backing_name(handle: Any) -> str:
     return str(handle.actual_backing).rsplit(".", 1)[-1]
 
@@ -105,29 +100,12 @@ def _run_steps(
 
 
 def sglang_request_of(r: dict[str, Any]) -> Any:
-    """The HiCache host-pool request of an ``[request]`` table with ``kind = "sglang"`` (the
-    model: MLA when ``kv_lora_rank`` is given, else MHA with ``kv_heads`` split by ``tp_size``).
-    Raises KeyError, ValueError or TypeError on a bad table."""
-    from umbp_sim.sglang import MHAModel, MLAModel, hicache_request
-    from umbp_sim.sglang.kv_model import kv_heads_per_rank
+    """The HiCache host-pool request of an ``[request]`` table with ``kind = "sglang"``
+    (``umbp_sim.sglang.sizing.hicache_request_of_table``). Raises KeyError, ValueError or
+    TypeError on a bad table."""
+    from umbp_sim.sglang.sizing import hicache_request_of_table
 
-    dtype = r.get("dtype", "bfloat16")
-    if "kv_lora_rank" in r:
-        model: Any = MLAModel(r["layers"], r["kv_lora_rank"], r.get("qk_rope_head_dim", 64),
-                              dtype, r.get("index_head_dim"))  # fmt: skip
-    else:
-        kv_heads = r["kv_heads"]
-        if "tp_size" in r:
-            kv_heads = kv_heads_per_rank(kv_heads, r["tp_size"])
-        model = MHAModel(r["layers"], kv_heads, r["head_dim"], dtype)
-    return hicache_request(
-        model,
-        layout=r.get("layout", "layer_first"),
-        page_size=r.get("page_size", 1),
-        hicache_size=r.get("hicache_size", 0),
-        hicache_ratio=r.get("hicache_ratio", 2.0),
-        device_pool_tokens=r.get("device_pool_tokens"),
-    )
+    return hicache_request_of_table(r)
 
 
 def _run_sglang(scn: Scenario, host: SimHost, obs: Observed, profile: str) -> Any:

@@ -25,7 +25,6 @@ from umbp_sim.profiles import FIELD_PROFILE, canonical_profile
 from umbp_sim.scenario.build_host import build_machine
 from umbp_sim.scenario.observed import Observed, ScenarioResult, _counter, compare
 from umbp_sim.scenario.run_request import (
-    _alloc_args,
     _null_handle_error,
     _run_alloc,
     _run_sglang,
@@ -47,7 +46,6 @@ __all__ = [
     "Observed",
     "ScenarioError",
     "ScenarioResult",
-    "_alloc_args",
     "_null_handle_error",
     "build_machine",
     "compare",
