@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from umbp_sim.diagnose.fleet import expand_dumps, replay_fleet
     from umbp_sim.diagnose.request import Request
+    from umbp_sim.request import AllocRequest
 
     argv = list(sys.argv[1:] if argv is None else argv)
     quick = "--quick" in argv
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             t, out = _cli(Path(tmp))
             cli.append(t)
             summary = json.loads(out)["summary"]
-        request = Request(kind="raw", size=8 << 30, numa_node=0)
+        request = Request(AllocRequest(8 << 30, "AnonymousHugetlb", numa_node=0))
         paths = expand_dumps([tmp])[: max(20, n // 10)]
         t = time.perf_counter()
         replay_fleet(paths, request, jobs=1)

@@ -11,6 +11,7 @@ from umbp_sim.diagnose import diagnose
 from umbp_sim.diagnose.report import render_text
 from umbp_sim.diagnose.request import Request
 from umbp_sim.dump import load_dump
+from umbp_sim.request import AllocRequest
 from umbp_sim.scenario.runner import build_machine
 from umbp_sim.scenario.schema import load_scenario
 
@@ -32,7 +33,7 @@ def commands(d) -> list[tuple[list[str], str]]:  # type: ignore[no-untyped-def]
 
 def test_case1_overcommit_surplus_is_the_why_not_enomem() -> None:
     m = machine_of("pool-100-overcommit-1000-request-512")
-    d = diagnose(m, None, Request("raw", size=1 << 30))
+    d = diagnose(m, None, Request(AllocRequest(1 << 30, "AnonymousHugetlb")))
     assert (d.run.outcome, d.run.observed.actual_backing) == ("ok", "AnonymousHugetlb")
     assert d.causes == [
         "mmap(MAP_HUGETLB) reserves 512 2048 kB pages: 100 available in the pool, and the 412 "
@@ -44,7 +45,7 @@ def test_case1_overcommit_surplus_is_the_why_not_enomem() -> None:
 
 def test_case2_bound_node_oom_is_explained_with_the_node_numbers() -> None:
     m = machine_of("node0-pool-8g-anonymous-12g-bound-oom")
-    d = diagnose(m, None, Request("raw", size=12 << 30, backing="Anonymous", numa_node=0))
+    d = diagnose(m, None, Request(AllocRequest(12 << 30, "Anonymous", numa_node=0)))
     assert (d.run.outcome, d.run.observed.signal) == ("crashed", "SIGKILL")
     assert d.causes == [
         "out of memory: madvise(MADV_POPULATE_WRITE) needs 12 GiB on node 0, which had 8 GiB "
@@ -65,12 +66,12 @@ def test_case2_bound_node_oom_is_explained_with_the_node_numbers() -> None:
 
 def test_case3_page_cache_is_reclaimed_before_the_oom_killer() -> None:
     m = machine_of("page-cache-reclaimed-before-oom")
-    d = diagnose(m, None, Request("raw", size=9 << 30, backing="Anonymous"))
+    d = diagnose(m, None, Request(AllocRequest(9 << 30, "Anonymous")))
     assert (d.run.outcome, d.exit_code) == ("ok", 0)
     assert d.causes == [] and d.fixes == []
     # Without the page cache the same host kills the process, and the why says why.
     bare = m.copy().apply(page_cache=0, mem_available="6GiB")
-    d = diagnose(bare, None, Request("raw", size=9 << 30, backing="Anonymous"))
+    d = diagnose(bare, None, Request(AllocRequest(9 << 30, "Anonymous")))
     assert (d.run.outcome, d.exit_code) == ("crashed", 2)
     assert d.causes[0] == (
         "out of memory: madvise(MADV_POPULATE_WRITE) needs 9 GiB on node 0, which had 6 GiB "
@@ -83,7 +84,7 @@ def test_case3_page_cache_is_reclaimed_before_the_oom_killer() -> None:
 @pytest.mark.torch  # start_host_pool makes torch tensors
 def test_case4_el7_budget_is_memavailable_from_the_dump() -> None:
     machine, facts = load_dump(MACHINES / "32intel64-2p8co2t+8ve.tar.bz2")
-    d = diagnose(machine, facts, Request("sglang", sglang=dict(LLAMA_100), env=dict(NODE3)))
+    d = diagnose(machine, facts, Request(sglang=dict(LLAMA_100), env=dict(NODE3)))
     assert d.run.observed.error == (
         "ValueError: Not enough host memory available. Requesting 100.00 GB but only have "
         "74.60 GB free. Please reduce the size of the hierarchical cache."
@@ -103,7 +104,7 @@ def test_case4_el7_budget_is_memavailable_from_the_dump() -> None:
 @pytest.mark.torch  # start_host_pool makes torch tensors
 def test_case5_16amd64_needs_a_combination() -> None:
     machine, facts = load_dump(MACHINES / "16amd64-4n4c-cgroup-distance-merge.tar.bz2")
-    d = diagnose(machine, facts, Request("sglang", sglang=dict(LLAMA_100), env=dict(NODE3)))
+    d = diagnose(machine, facts, Request(sglang=dict(LLAMA_100), env=dict(NODE3)))
     assert d.run.outcome == "failed"
     assert d.causes[0].startswith(
         "sglang's host check fails: it needs the 100000595968 bytes (100.00 GB) to be at most "
@@ -129,7 +130,7 @@ def test_on_call_recipe_on_every_fixture(dump: str) -> None:
     """The README recipe: a fix, or the limit that stands in the way; never a made-up
     MemAvailable (a negative or zero one that the dump does not contain)."""
     machine, facts = load_dump(MACHINES / dump)
-    d = diagnose(machine, facts, Request("sglang", sglang=dict(LLAMA_100), env=dict(NODE3)))
+    d = diagnose(machine, facts, Request(sglang=dict(LLAMA_100), env=dict(NODE3)))
     text = render_text(d)
     assert d.fixes or (d.limit and f"the limit in the way: {d.limit}" in text)
     for line in text.splitlines():
@@ -178,7 +179,7 @@ def test_limit_fixes_are_searched_and_verified(
     from umbp_sim.machine import Machine
 
     m = Machine.x86_64(mem_per_node="16GiB").apply(**fields)
-    d = diagnose(m, None, Request("raw", size=size, backing="Anonymous"))
+    d = diagnose(m, None, Request(AllocRequest(size, "Anonymous")))
     assert any(r.rule == rule for r in d.run.observed.reasons)
     assert d.evidence and d.evidence[0].rules == (rule,)
     assert commands(d) == want
@@ -194,7 +195,7 @@ def test_a_later_step_is_sized_on_what_the_earlier_steps_left() -> None:
     d = diagnose(
         machine,
         facts,
-        Request("sglang", sglang=llama_20, env={"SGLANG_HICACHE_HOST_NUMA_NODE": "1"}),
+        Request(sglang=llama_20, env={"SGLANG_HICACHE_HOST_NUMA_NODE": "1"}),
     )
     node1 = "/sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages"
     (fix,) = [f for f in d.fixes if any(node1 in c for c in f.commands)]

@@ -12,6 +12,7 @@ from umbp_sim.diagnose.fixes import run_fix
 from umbp_sim.diagnose.request import Request
 from umbp_sim.explore import profiles
 from umbp_sim.machine import GiB, Machine, MiB
+from umbp_sim.request import AllocRequest
 from umbp_sim.strategies import BACKINGS, machines
 
 SIZES = st.sampled_from([1, 4096, 2 * MiB + 1, 64 * MiB, GiB, 3 * GiB, 12 * GiB, 40 * GiB])
@@ -25,12 +26,13 @@ def cases(draw: st.DrawFn) -> tuple[Machine, Request]:
         m.apply(page_cache=cache)
     nodes = len(m.nodes)
     req = Request(
-        "raw",
-        size=draw(SIZES),
-        backing=draw(st.sampled_from(BACKINGS)),
-        hugepage_size=draw(st.sampled_from(sorted(m.hugepage_sizes) or [2 * MiB])),
-        numa_node=draw(st.sampled_from([-1, 0, nodes - 1, nodes, 1023])),
-        prefault=draw(st.booleans()),
+        AllocRequest(
+            size=draw(SIZES),
+            backing=draw(st.sampled_from(BACKINGS)),
+            hugepage_size=draw(st.sampled_from(sorted(m.hugepage_sizes) or [2 * MiB])),
+            numa_node=draw(st.sampled_from([-1, 0, nodes - 1, nodes, 1023])),
+            prefault=draw(st.booleans()),
+        )
     )
     return m, req
 

@@ -24,6 +24,7 @@ from umbp_sim.diagnose.fleet import (
 from umbp_sim.diagnose.request import Request
 from umbp_sim.dump import load_dump
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.request import AllocRequest
 
 DATA = Path(__file__).parent / "data"
 REPLAY = DATA / "replay"
@@ -59,7 +60,7 @@ def fleet(tmp_path: Path) -> Path:
 
 def single(path: Path) -> dict:
     m, f = load_dump(path)
-    return diagnose(m, f, Request(kind="raw", size=8 << 30, numa_node=0)).to_json()
+    return diagnose(m, f, Request(AllocRequest(8 << 30, "AnonymousHugetlb", numa_node=0))).to_json()
 
 
 def test_directory_of_dumps_a_row_per_host_in_order(
@@ -148,7 +149,7 @@ def test_single_dump_keeps_the_single_report(capsys: pytest.CaptureFixture[str])
 def test_parallel_equals_serial_and_progress(fleet: Path) -> None:
     paths = expand_dumps([str(fleet), str(REPLAY)])
     assert len(paths) == 5 + len([p for p in REPLAY.iterdir() if p.is_dir()])
-    request = Request(kind="raw", size=8 << 30, numa_node=0)
+    request = Request(AllocRequest(8 << 30, "AnonymousHugetlb", numa_node=0))
     seen: list[tuple[int, int]] = []
     par = replay_fleet(paths, request, jobs=2, progress=lambda d, t: seen.append((d, t)))
     ser = replay_fleet(paths, request, jobs=1)

@@ -22,6 +22,7 @@ from umbp_sim.dump import load_dump
 from umbp_sim.external.compare import Comparison
 from umbp_sim.external.compare_html import render_compare_html
 from umbp_sim.machine import Machine
+from umbp_sim.request import AllocRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLAY = ROOT / "tests" / "data" / "replay"
@@ -111,7 +112,7 @@ def test_compare_page_a_group_per_class_of_difference(
 def test_hostile_texts_stay_text_and_nothing_is_fetched(tmp_path: Path) -> None:
     m = Machine.x86_64(nodes=2, mem_per_node="8GiB", hugepages={"2MiB": 16})
     pic = picture(m, [1 << 30], "AnonymousHugetlb", 2 << 20, 0, "demoted")
-    request = Request(kind="raw", size=1 << 30, numa_node=0)
+    request = Request(AllocRequest(1 << 30, "AnonymousHugetlb", numa_node=0))
     row = HostRow(f"/d/{HOSTILE}", HOSTILE, "demoted", "Anonymous", HOSTILE, HOSTILE, 1,
                   picture=pic)  # fmt: skip
     report = FleetReport(request, [row])

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from umbp_sim.diagnose.fixes import Fix
     from umbp_sim.diagnose.request import Request, RequestError
     from umbp_sim.diagnose.request_flags import add_request_arguments
-    from umbp_sim.diagnose.run import Run
+    from umbp_sim.diagnose.run import Run, simulate_request
     from umbp_sim.dump import DumpFacts
     from umbp_sim.machine import Machine
 

@@ -22,7 +22,6 @@ names the rule that stands in the way.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from collections.abc import Callable
@@ -199,7 +198,7 @@ def _set_hp(size: int) -> RequestChange:
 
 
 def _set_size(size: int) -> RequestChange:
-    return lambda r: dataclasses.replace(r, size=size) if r.kind == "raw" else r
+    return lambda r: r.with_alloc(size=size)
 
 
 def _set_hicache(gb: int) -> RequestChange:
@@ -269,7 +268,7 @@ def candidates(
                 "use a private anonymous buffer (no memfd)",
                 ["--backing anonymous"],
                 "backing",
-                request_change=lambda r: dataclasses.replace(r, backing="Anonymous"),
+                request_change=lambda r: r.with_alloc(backing="Anonymous"),
             )
         )
     return _unique(out)
@@ -514,7 +513,7 @@ def _smaller(
     page = unit or machine.page_size
     if request.kind == "raw":
         size = fits // page * page
-        if 0 < size < request.size:
+        if 0 < size < request.raw.size:
             return [
                 Fix(
                     f"ask for a buffer that fits: {why} = {size} bytes ({gib(size)})",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from umbp_sim.backing import HUGETLB_BACKINGS
+from umbp_sim.backing import DEMOTED_TO, HUGETLB_BACKINGS
 from umbp_sim.diagnose.error_line import ErrorLine, ErrorLineError, parse_error_line
 from umbp_sim.diagnose.request_flags import _FLAG_OF, _flag
 from umbp_sim.diagnose.request_flags import BACKINGS as BACKINGS  # re-exported
@@ -28,14 +28,7 @@ from umbp_sim.request import AllocRequest
 from umbp_sim.scenario.schema import Scenario
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.release import default_sglang_release
-from umbp_sim.sglang.sizing import (
-    HicacheRequest,
-    MHAModel,
-    MLAModel,
-    SizingError,
-    hicache_request,
-    kv_heads_per_rank,
-)
+from umbp_sim.sglang.sizing import HicacheRequest, SizingError, hicache_request_of_table
 from umbp_sim.units import format_size, unit_bytes
 
 EX_USAGE = 64
@@ -61,45 +54,39 @@ class RequestError(UmbpSimError):
 
 @dataclass(frozen=True)
 class Request:
-    """One request. ``kind`` is "raw" or "sglang"; ``sglang`` holds the scenario-style table."""
+    """One request to replay: a raw allocator call (``alloc``, the ``AllocRequest`` of
+    umbp_sim/request.py) or sglang's HiCache host pool (``sglang``, the scenario-style table whose
+    allocator settings come from ``env``)."""
 
-    kind: str
-    size: int = 0
-    backing: str = "AnonymousHugetlb"
-    hugepage_size: int = 2 * MiB
-    numa_node: int = -1
-    prefault: bool = True
+    alloc: AllocRequest | None = None  # a raw request's call; None: an sglang request
     sglang: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     allocator: str = FIELD_PROFILE  # the allocator profile the server runs
     sglang_release: str = "0.5.23"  # whose UMBPHostTensorAllocator: a release, or "installed"
     error_line: ErrorLine | None = None  # the RuntimeError line the replay was asked about
 
+    @property
+    def kind(self) -> str:
+        """ "raw" or "sglang"."""
+        return "sglang" if self.alloc is None else "raw"
+
+    @property
+    def raw(self) -> AllocRequest:
+        """A raw request's allocator call (an sglang request has none: AssertionError)."""
+        assert self.alloc is not None, "an sglang request has no single allocator call"
+        return self.alloc
+
     # ---- what the allocator is asked -----------------------------------------------------
     def hicache(self) -> HicacheRequest:
-        r = self.sglang
-        if "kv_lora_rank" in r:
-            model: Any = MLAModel(r["layers"], r["kv_lora_rank"], r.get("qk_rope_head_dim", 64),
-                                  r.get("dtype", "bfloat16"), r.get("index_head_dim"))  # fmt: skip
-        else:
-            heads = kv_heads_per_rank(r["kv_heads"], r.get("tp_size", 1))
-            model = MHAModel(r["layers"], heads, r["head_dim"], r.get("dtype", "bfloat16"))
-        return hicache_request(
-            model,
-            layout=r.get("layout", "layer_first"),
-            page_size=r.get("page_size", 1),
-            hicache_size=r.get("hicache_size", 0),
-            hicache_ratio=r.get("hicache_ratio", 2.0),
-            device_pool_tokens=r.get("device_pool_tokens"),
-        )
+        return hicache_request_of_table(self.sglang)
 
     def settings(self) -> tuple[str, int, int, bool]:
         """(backing, hugepage_size, numa_node, prefault) the allocator is called with.
 
         For sglang: its parse of the env; a malformed integer leaves that setting's default.
         """
-        if self.kind == "raw":
-            return self.backing, self.hugepage_size, self.numa_node, self.prefault
+        if self.alloc is not None:
+            return self.alloc.fields()[1:]
         env = dict(self.env)
         for name in (sgenv.HUGEPAGE_SIZE, sgenv.NUMA_NODE):
             try:
@@ -115,32 +102,40 @@ class Request:
 
     def alloc_request(self, size: int | None = None) -> AllocRequest:
         """The allocator call for one buffer (``size``; a raw request's own size by default)."""
-        return AllocRequest(self.size if size is None else size, *self.settings())
+        if self.alloc is not None:
+            return self.alloc if size is None else dataclasses.replace(self.alloc, size=size)
+        assert size is not None, "an sglang request's buffers each have their own size"
+        return AllocRequest(size, *self.settings())
 
     def buffer_sizes(self) -> list[int]:
         """Bytes of each ``alloc`` the request makes (three for MLA kv_split with an indexer)."""
-        if self.kind == "raw":
-            return [self.size]
+        if self.alloc is not None:
+            return [self.alloc.size]
         return [b.nbytes for b in self.hicache().buffers]
 
     def wants_hugepages(self) -> bool:
         return self.settings()[0] in HUGETLB_BACKINGS
 
     # ---- variants, for the fixes ---------------------------------------------------------
+    def with_alloc(self, **changes: Any) -> Request:
+        """A raw request with its allocator call changed (an sglang request as it is)."""
+        if self.alloc is None:
+            return self
+        return dataclasses.replace(self, alloc=dataclasses.replace(self.alloc, **changes))
+
     def with_node(self, node: int) -> Request:
-        if self.kind == "raw":
-            return dataclasses.replace(self, numa_node=node)
+        if self.alloc is not None:
+            return self.with_alloc(numa_node=node)
         return self.with_env(**{sgenv.NUMA_NODE: str(node)})
 
     def with_hugepage_size(self, size: int) -> Request:
-        if self.kind == "raw":
-            return dataclasses.replace(self, hugepage_size=size)
+        if self.alloc is not None:
+            return self.with_alloc(hugepage_size=size)
         return self.with_env(**{sgenv.HUGEPAGE_SIZE: str(size)})
 
     def without_hugepages(self) -> Request:
-        if self.kind == "raw":
-            plain = "AnonymousShm" if self.backing == "AnonymousShmHugetlb" else "Anonymous"
-            return dataclasses.replace(self, backing=plain)
+        if self.alloc is not None:
+            return self.with_alloc(backing=DEMOTED_TO.get(self.alloc.backing, self.alloc.backing))
         return self.with_env(**{sgenv.HUGEPAGE: "0"})
 
     def with_allocator(self, profile: str) -> Request:
@@ -165,7 +160,7 @@ class Request:
 
     def no_hugepages_change(self) -> str:
         if self.kind == "raw":
-            return f"--backing {_FLAG_OF[self.without_hugepages().backing]}"
+            return f"--backing {_FLAG_OF[self.without_hugepages().raw.backing]}"
         return f"{sgenv.HUGEPAGE}=0"
 
     def describe(self) -> str:
@@ -174,10 +169,11 @@ class Request:
             f"backing {backing}, hugepage_size {format_size(hp)}, numa_node {node}, "
             f"prefault {'on' if prefault else 'off'}"
         )
-        if self.kind == "raw":
-            unit = getattr(self.size, "unit", "")
-            spelled = f" = {format_size(self.size)}" if unit and unit != "B" else ""
-            return f"alloc({self.size} bytes{spelled}, {alloc})"
+        if self.alloc is not None:
+            size = self.alloc.size
+            unit = getattr(size, "unit", "")
+            spelled = f" = {format_size(size)}" if unit and unit != "B" else ""
+            return f"alloc({size} bytes{spelled}, {alloc})"
         h = self.hicache()
         sizes = " + ".join(str(b.nbytes) for b in h.buffers)
         return (
@@ -188,8 +184,8 @@ class Request:
     def scenario(self, label: str) -> Scenario:
         """An in-memory scenario the runner executes (its machine comes separately)."""
         table: dict[str, Any]
-        if self.kind == "raw":
-            table, kind = self.alloc_request().table(), "alloc"
+        if self.alloc is not None:
+            table, kind = self.alloc.table(), "alloc"
         else:
             table, kind = dict(self.sglang), "sglang"
         return Scenario(
@@ -266,17 +262,15 @@ def _request_from_flags(args: argparse.Namespace) -> Request:
         _check_hugepage_size(hp)
         if args.numa_node is not None and args.numa_node < -1:
             raise RequestError(f"--numa-node: {args.numa_node} is not a node (or -1)")
-        return Request(
-            kind="raw",
-            size=args.size,
-            backing=args.backing or "AnonymousHugetlb",
-            hugepage_size=hp,
-            numa_node=-1 if args.numa_node is None else args.numa_node,
-            prefault=not args.no_prefault,
-            env=env,
-            error_line=line,
+        alloc = AllocRequest(
+            args.size,
+            args.backing or "AnonymousHugetlb",
+            hp,
+            -1 if args.numa_node is None else args.numa_node,
+            not args.no_prefault,
         )
-    return Request(kind="sglang", sglang=_sglang_table(args), env=_env(args.env))
+        return Request(alloc, env=env, error_line=line)
+    return Request(sglang=_sglang_table(args), env=_env(args.env))
 
 
 def _sglang_table(args: argparse.Namespace) -> dict[str, Any]:
@@ -311,7 +305,7 @@ def _sglang_table(args: argparse.Namespace) -> dict[str, Any]:
     if args.hicache_size is not None:
         hs = args.hicache_size
         table["hicache_size"] = int(hs) if float(hs).is_integer() else hs
-    req = Request(kind="sglang", sglang=table)
+    req = Request(sglang=table)
     try:
         buffers = req.hicache().buffers
     except SizingError as e:

@@ -119,9 +119,9 @@ def check_request(request: Any, max_size: int) -> None:
     """VerifyError for a request --verify will not perform (not raw, above the cap)."""
     if request.kind != "raw":
         raise VerifyError("--verify: performs raw requests only (--size ...), not sglang's pool")
-    if request.size > max_size:
+    if request.raw.size > max_size:
         raise VerifyError(
-            f"--verify: {format_size(request.size)} is above the cap of "
+            f"--verify: {format_size(request.raw.size)} is above the cap of "
             f"{format_size(max_size)} (--verify-max-size to raise it)"
         )
 
@@ -130,7 +130,7 @@ def perform(d: Any, timeout: float = 300.0) -> Side:
     """The real allocation in a child process."""
     backing, hp, node, prefault = d.request.settings()
     spec = {
-        "size": d.request.size,
+        "size": d.request.raw.size,
         "backing": backing,
         "hugepage_size": hp,
         "numa_node": node,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from umbp_sim.sglang.host_memory import (
     HICACHE_HOST_MEMORY_RESERVE_BYTES,
@@ -61,6 +62,7 @@ __all__ = [
     "check_request",
     "dtype_itemsize",
     "hicache_request",
+    "hicache_request_of_table",
     "host_available_bytes",
     "host_memory_budget",
     "host_memory_error",
@@ -237,6 +239,28 @@ def hicache_request(
         hicache_size=hicache_size,
         hicache_ratio=hicache_ratio,
         device_pool_tokens=device_pool_tokens,
+    )
+
+
+def hicache_request_of_table(r: Mapping[str, Any]) -> HicacheRequest:
+    """The host pool of a scenario-style table (a scenario's ``[request]`` with kind "sglang", a
+    replay's sglang flags): MLA when ``kv_lora_rank`` is given, else MHA with ``kv_heads`` split
+    by ``tp_size``. Raises KeyError, ValueError, TypeError or SizingError on a bad table."""
+    dtype = r.get("dtype", "bfloat16")
+    model: Model
+    if "kv_lora_rank" in r:
+        model = MLAModel(r["layers"], r["kv_lora_rank"], r.get("qk_rope_head_dim", 64), dtype,
+                         r.get("index_head_dim"))  # fmt: skip
+    else:
+        heads = kv_heads_per_rank(r["kv_heads"], r["tp_size"]) if "tp_size" in r else r["kv_heads"]
+        model = MHAModel(r["layers"], heads, r["head_dim"], dtype)
+    return hicache_request(
+        model,
+        layout=r.get("layout", "layer_first"),
+        page_size=r.get("page_size", 1),
+        hicache_size=r.get("hicache_size", 0),
+        hicache_ratio=r.get("hicache_ratio", 2.0),
+        device_pool_tokens=r.get("device_pool_tokens"),
     )
 
 
