@@ -119,3 +119,27 @@ def test_a_commands_help_imports_only_its_parser(name: str) -> None:
     assert r["code"] == 0
     assert r["heavy"] == []
     assert len(r["ours"]) <= HELP_BOUND, r["ours"]
+
+
+@pytest.mark.parametrize("package", ["umbp_sim.dump", "umbp_sim.sglang", "umbp_sim.diagnose"])
+def test_lazy_exports_match_what_mypy_is_shown(package: str) -> None:
+    # A lazy package names each export twice: in its table (what __getattr__ imports) and under
+    # `if TYPE_CHECKING:` (what mypy types). The two must agree, name and submodule, and each
+    # name must resolve to the object its submodule holds.
+    import ast
+    import importlib
+
+    pkg = importlib.import_module(package)
+    table = getattr(pkg, "_EXPORTS", None) or pkg._LAZY
+    tree = ast.parse(open(pkg.__file__, encoding="utf-8").read())
+    typed: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            for imp in node.body:
+                if isinstance(imp, ast.ImportFrom) and imp.module.startswith(package + "."):
+                    for alias in imp.names:
+                        typed[alias.asname or alias.name] = imp.module.removeprefix(package + ".")
+    assert typed == dict(table)
+    for name, module in table.items():
+        held = getattr(importlib.import_module(f"{package}.{module}"), name)
+        assert getattr(pkg, name) is held, name
