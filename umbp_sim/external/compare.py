@@ -42,6 +42,17 @@ def _summary(o: Outcome) -> str:
     return o.result
 
 
+def _binding_key(o: Outcome, other: Outcome) -> str | None:
+    """What of ``o``'s binding is compared with ``other``'s: the VMA's policy and the nodes its
+    hugepages came from ("bind 1; hugepages 2 x 2MiB on node 1"); only the policy when the two
+    buffers got different backings (their pages differ for that reason, "backing" says so)."""
+    if o.binding is None or not o.handle or not other.handle:
+        return o.binding
+    if o.handle["backing"] != other.handle["backing"]:
+        return o.binding.split(";", 1)[0]
+    return o.binding
+
+
 def differences(a: Outcome, b: Outcome) -> dict[str, tuple[Any, Any]]:
     """{class: (a's value, b's value)} for every class in which the two outcomes differ."""
     out: dict[str, tuple[Any, Any]] = {}
@@ -54,7 +65,7 @@ def differences(a: Outcome, b: Outcome) -> dict[str, tuple[Any, Any]]:
                 out[cls] = (ha[key], hb[key])
         if ha["alignment"] != hb["alignment"]:
             out["alignment"] = (ha["alignment"], hb["alignment"])
-        if a.binding != b.binding:  # the VMA's policy, the nodes its hugepages came from
+        if _binding_key(a, b) != _binding_key(b, a):
             out["numa binding"] = (a.binding, b.binding)
     if a.result == b.result == "crash" and a.crash and b.crash:
         ca = (a.crash["signal"], a.crash["stage"])

@@ -1,0 +1,34 @@
+"""compare's classes of difference between two outcomes (umbp_sim.external.compare.differences),
+on outcomes built by hand: no allocator runs."""
+
+from __future__ import annotations
+
+from umbp_sim.external.compare import differences
+from umbp_sim.outcome import Outcome
+
+
+def _ok(backing: str, binding: str, mapped: int = 4 << 20) -> Outcome:
+    handle = {"valid": True, "ptr": 0x7F0000000000, "requested_size": 4 << 20,
+              "mapped_size": mapped, "backing": backing, "alignment": 2 << 20}  # fmt: skip
+    return Outcome("ok", handle=handle, binding=binding)
+
+
+def test_same_backing_compares_policy_and_pages() -> None:
+    a = _ok("AnonymousHugetlb", "bind 0; hugepages 2 x 2MiB on node 0")
+    b = _ok("AnonymousHugetlb", "bind 1; hugepages 2 x 2MiB on node 1")
+    assert differences(a, b) == {"numa binding": (a.binding, b.binding)}
+    c = _ok("AnonymousHugetlb", "bind 0; hugepages 1 x 2MiB on node 0, 1 x 2MiB on node 1")
+    assert set(differences(a, c)) == {"numa binding"}
+    assert differences(a, _ok("AnonymousHugetlb", a.binding or "")) == {}
+
+
+def test_other_backing_compares_the_policy_only() -> None:
+    """A demoted buffer has no hugepages: that follows from the backing, which is its own class;
+    its policy is still compared."""
+    hp = _ok("AnonymousHugetlb", "bind 1; hugepages 2 x 2MiB on node 1")
+    small = _ok("Anonymous", "bind 1")
+    assert set(differences(hp, small)) == {"backing"}
+    unbound = _ok("Anonymous", "default")
+    got = differences(hp, unbound)
+    assert set(got) == {"backing", "numa binding"}
+    assert got["numa binding"] == ("bind 1; hugepages 2 x 2MiB on node 1", "default")
