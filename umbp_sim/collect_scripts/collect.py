@@ -14,6 +14,9 @@ numa_maps without file names), not this script's. Never read: environment variab
 (/proc/*/environ) and command lines (/proc/*/cmdline), of any process.
 
 Exit 0 written, 64 bad usage, 73 the output cannot be written. Nothing else is fatal.
+
+umbp_sim/collect.py (``umbp-sim collect``) imports Collector, collect_host, cgroup_limits,
+add_manifest and tar_bytes from this file: one implementation for both collectors.
 """
 
 import io
@@ -27,6 +30,7 @@ import time
 PROG = "collect.py"
 TOOL = "umbp-sim collect.py"
 MANIFEST = "umbp-sim-collect.json"
+# A v1 limit at or above this is "no limit" (PAGE_COUNTER_MAX * PAGE_SIZE is just below 2**63).
 V1_UNLIMITED = 1 << 62
 MAX_READ = 4 << 20
 STATUS_KEYS = ("Mems_allowed", "Mems_allowed_list", "Cpus_allowed", "Cpus_allowed_list")
@@ -56,7 +60,8 @@ class Collector:
     def read(self, path, rel=None):
         """Bytes of host ``path``; None (recorded as missing under ``rel``) when unreadable."""
         try:
-            # Small reads: /proc/sys handlers allocate a buffer of the requested size.
+            # Small reads: /proc/sys handlers allocate a buffer of the requested size, and a
+            # 4 MiB read(2) on them fails with ENOMEM.
             with open(self.host(path), "rb", buffering=0) as f:
                 chunks = []
                 size = 0
@@ -180,11 +185,17 @@ def hugetlb_name(size):
 
 def collect_cgroup(c, proc, sizes):
     raw = c.read(proc + "/cgroup")
-    v2_path, v1_paths = proc_cgroups((raw or b"").decode("utf-8", "replace"))
     mi = c.read(proc + "/mountinfo")
-    v2_mount, v1_mounts = mountinfo_cgroup((mi or b"").decode("utf-8", "replace"))
     c.missing.pop((proc + "/cgroup").lstrip("/"), None)
     c.missing.pop((proc + "/mountinfo").lstrip("/"), None)
+    cgroup_limits(c, raw, mi, sizes)
+
+
+def cgroup_limits(c, cgroup, mountinfo, sizes):
+    """The effective memory and hugetlb limits (under their v2 names) of the cgroup that
+    ``cgroup`` (/proc/PID/cgroup's bytes, or None) names, found through ``mountinfo``."""
+    v2_path, v1_paths = proc_cgroups((cgroup or b"").decode("utf-8", "replace"))
+    v2_mount, v1_mounts = mountinfo_cgroup((mountinfo or b"").decode("utf-8", "replace"))
     wanted = [("memory.max", "memory", "memory.limit_in_bytes")]
     for s in sizes:
         n = hugetlb_name(s)
@@ -238,9 +249,8 @@ def collect_server(c, pid):
         c.add(base + "numa_maps", "".join(line + "\n" for line in out).encode())
 
 
-def collect(out, name, root="/", pid=None):
-    c = Collector(root, name)
-    proc = "/proc/self" if pid is None else "/proc/%d" % pid
+def collect_host(c, proc, pid=None):
+    """Everything but the cgroup limits and the server's own files; the hugepage sizes."""
     c.copy("/proc/meminfo")
     c.copy("/proc/zoneinfo")  # the low watermarks: MemAvailable's estimate on old kernels
     for key in (
@@ -252,7 +262,7 @@ def collect(out, name, root="/", pid=None):
         "overcommit_kbytes",
     ):
         c.copy("/proc/sys/vm/" + key)
-    if c.copy("/proc/sys/kernel/osrelease") is None and root == "/":
+    if c.copy("/proc/sys/kernel/osrelease") is None and c.root == "/":
         c.add("proc/sys/kernel/osrelease", (os.uname().release + "\n").encode())
         c.missing.pop("proc/sys/kernel/osrelease", None)
         c.notes.append("proc/sys/kernel/osrelease: from uname()")
@@ -274,7 +284,13 @@ def collect(out, name, root="/", pid=None):
         m = re.match(r"^hugepages-([0-9]{1,15})kB$", d)
         if m:
             sizes.append(int(m.group(1)) * 1024)
-    collect_cgroup(c, proc, sorted(sizes))
+    return sorted(sizes)
+
+
+def collect(out, name, root="/", pid=None):
+    c = Collector(root, name)
+    proc = "/proc/self" if pid is None else "/proc/%d" % pid
+    collect_cgroup(c, proc, collect_host(c, proc, pid))
     left_out = [
         "environment variables (/proc/*/environ): never read",
         "command lines (/proc/*/cmdline): never read",
@@ -286,23 +302,47 @@ def collect(out, name, root="/", pid=None):
             "proc/%d/status: all but %s" % (pid, ", ".join(STATUS_KEYS)),
             "proc/%d/numa_maps: file names" % pid,
         ]
-    manifest = {
-        "tool": TOOL,
-        "name": name,
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "pid": pid,
-        "collected": sorted(c.collected),
-        "files": {rel: len(c.files[rel]) for rel in sorted(c.files)},  # sizes: see dump/manifest.py
-        "missing": dict(sorted(c.missing.items())),
-        "left_out": left_out,
-        "notes": c.notes,
-    }
-    c.files[MANIFEST] = (json.dumps(manifest, indent=1) + "\n").encode()
+    add_manifest(c, TOOL, [("pid", pid)], left_out)
     write_tar(out, name, c.files)
     return c
 
 
+def add_manifest(c, tool, head=(), left_out=None):
+    """NAME/umbp-sim-collect.json: tool, name, time, ``head`` (key, value) pairs, what was
+    collected (with sizes) and missing, ``left_out`` (when not None) and the notes."""
+    manifest = {
+        "tool": tool,
+        "name": c.name,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    manifest.update(head)
+    manifest["collected"] = sorted(c.collected)
+    manifest["files"] = {rel: len(c.files[rel]) for rel in sorted(c.files)}  # see dump/manifest.py
+    manifest["missing"] = dict(sorted(c.missing.items()))
+    if left_out is not None:
+        manifest["left_out"] = left_out
+    manifest["notes"] = c.notes
+    c.files[MANIFEST] = (json.dumps(manifest, indent=1) + "\n").encode()
+
+
 def write_tar(out, name, files):
+    data = tar_bytes(out, name, files)
+    tmp = "%s.tmp%d" % (out, os.getpid())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.rename(tmp, out)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise OSError("-o %s: cannot write: %s" % (out, e.strerror)) from None
+
+
+def tar_bytes(out, name, files):
+    """The tarball of ``files`` (rel -> bytes) under ``name/``, the manifest first, compressed
+    as ``out``'s suffix says (.gz/.tgz, .bz2/.tbz2, .xz/.txz; else none)."""
     mode = "w"
     if out.endswith((".gz", ".tgz")):
         mode = "w:gz"
@@ -326,17 +366,7 @@ def write_tar(out, name, files):
             info = tarfile.TarInfo(name + "/" + rel)
             info.size, info.mode, info.mtime = len(files[rel]), 0o444, now
             tar.addfile(info, io.BytesIO(files[rel]))
-    tmp = "%s.tmp%d" % (out, os.getpid())
-    try:
-        with open(tmp, "wb") as f:
-            f.write(buf.getvalue())
-        os.rename(tmp, out)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise OSError("-o %s: cannot write: %s" % (out, e.strerror)) from None
+    return buf.getvalue()
 
 
 def parse_args(argv):
