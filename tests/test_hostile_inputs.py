@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -227,3 +228,22 @@ def test_collect_never_writes_through_a_planted_link(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["victim", "host.tar", f"host.tar.tmp{os.getpid()}", "root"]
     )
+
+
+def test_the_standalone_collector_never_writes_through_a_planted_link(tmp_path: Path) -> None:
+    """The stand-alone script (run as root, often into /tmp) writes the same safe way."""
+    from umbp_sim.collect_scripts import collect as standalone
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "host.tar.gz"
+    (tmp_path / f"host.tar.gz.tmp{os.getpid()}").symlink_to(victim)  # its old temporary name
+    out.symlink_to(victim)
+    standalone.write_tar(str(out), "h", {"proc/meminfo": OK_MEMINFO.encode()})
+    assert victim.read_text() == "precious\n"
+    assert out.is_file() and not out.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["victim", "host.tar.gz", f"host.tar.gz.tmp{os.getpid()}"]
+    )
+    with tarfile.open(out) as tar:
+        assert tar.extractfile("h/proc/meminfo").read() == OK_MEMINFO.encode()  # type: ignore[union-attr]

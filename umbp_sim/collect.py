@@ -19,15 +19,14 @@ controllers' ``*.limit_in_bytes`` are read instead and written under the v2 name
 
 One implementation: the reading, the cgroup walk, the manifest and the tarball are the
 stand-alone collector's (``umbp_sim/collect_scripts/collect.py``, stdlib python3 3.6+, which
-cannot import umbp_sim); this module gives them a typed entry point, CollectError and a safe
-write. It differs from ``collect.py`` (without ``--pid``) only in the manifest's ``tool``, no
-``pid`` or ``left_out`` keys, an unreadable ``/proc/self/cgroup`` listed as missing, and the write.
+cannot import umbp_sim); this module gives them a typed entry point and CollectError. It
+differs from ``collect.py`` (without ``--pid``) only in the manifest's ``tool``, no
+``pid`` or ``left_out`` keys and an unreadable ``/proc/self/cgroup`` listed as missing.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 
 from umbp_sim.collect_scripts import collect as standalone
@@ -69,28 +68,8 @@ def collect(out: str, name: str | None = None, root: str = "/") -> CollectResult
 
 
 def _write_new(out: str, data: bytes) -> None:
-    """Write ``out`` through a fresh temporary file beside it, then rename it into place.
-
-    The temporary file is created with O_EXCL (``tempfile.mkstemp``: a random name, 0600), so
-    a file or symbolic link planted under a predictable name is never written through; the
-    rename replaces ``out`` itself, never what a symbolic link there points to. The final mode
-    is 0644 minus the umask, as ``open()`` would have made it.
-    """
-    directory = os.path.dirname(out) or "."
+    """The script's safe write (O_EXCL temporary file, rename), its OSError as CollectError."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", dir=directory)
+        standalone.write_new(out, data)
     except OSError as e:
-        raise CollectError(f"-o {out}: cannot write: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(f.fileno(), 0o644 & ~umask)
-            f.write(data)
-        os.replace(tmp, out)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise CollectError(f"-o {out}: cannot write: {e.strerror}") from None
+        raise CollectError(str(e)) from None

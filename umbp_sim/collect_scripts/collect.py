@@ -25,6 +25,7 @@ import os
 import re
 import sys
 import tarfile
+import tempfile
 import time
 
 PROG = "collect.py"
@@ -326,12 +327,30 @@ def add_manifest(c, tool, head=(), left_out=None):
 
 
 def write_tar(out, name, files):
-    data = tar_bytes(out, name, files)
-    tmp = "%s.tmp%d" % (out, os.getpid())
+    write_new(out, tar_bytes(out, name, files))
+
+
+def write_new(out, data):
+    """Write ``out`` through a fresh temporary file beside it, then rename it into place.
+
+    The temporary file is created with O_EXCL (``tempfile.mkstemp``: a random name, 0600), so
+    a file or symbolic link planted under a predictable name is never written through (this
+    runs as root, often into /tmp); the rename replaces ``out`` itself, never what a symbolic
+    link there points to. The final mode is 0644 minus the umask, as ``open()`` would make it.
+    OSError "-o OUT: cannot write: ..." when it cannot.
+    """
+    directory = os.path.dirname(out) or "."
     try:
-        with open(tmp, "wb") as f:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(out) + ".", dir=directory)
+    except OSError as e:
+        raise OSError("-o %s: cannot write: %s" % (out, e.strerror)) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(f.fileno(), 0o644 & ~umask)
             f.write(data)
-        os.rename(tmp, out)
+        os.replace(tmp, out)
     except OSError as e:
         try:
             os.unlink(tmp)
