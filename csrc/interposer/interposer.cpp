@@ -819,6 +819,47 @@ void stop_uffd() {
   g_uffd = g_stop_fd = -1;
 }
 
+// fork(): a child has no resolver thread, and its copies of registered mappings are not
+// registered (no UFFD_FEATURE_EVENT_FORK): a missing page would be plain zeroed memory, outside
+// the simulation. The child's simulated mappings move to the SIGSEGV path instead (PROT_NONE
+// but the granted runs, whose pages it inherited), and it drops the parent's userfaultfd (its
+// ioctls would act on the parent's address space). The tables are locked across the fork.
+void fork_prepare() {
+  g_fd_mu.lock();
+  g_map_mu.lock();
+}
+void fork_parent() {
+  g_map_mu.unlock();
+  g_fd_mu.unlock();
+}
+void fork_child() {
+  if (g_path.load() == UMBP_SIM_FAULT_PATH_UFFD) {
+    for (int i = 0; i < g_nmaps; ++i) {
+      Map& m = g_maps[i];
+      if (!m.uffd) continue;
+      sys_mprotect(reinterpret_cast<void*>(m.start), m.end - m.start, PROT_NONE);
+      m.uffd = false;
+    }
+    for (int i = 0; i < g_ngrants; ++i) {
+      const Grant& g = g_grants[i];
+      if (const Map* m = find_map(g.start))
+        sys_mprotect(reinterpret_cast<void*>(g.start), g.end - g.start,
+                     m->prot & (PROT_READ | PROT_WRITE | PROT_EXEC));
+    }
+    if (g_uffd >= 0) sys_close(g_uffd);  // our reference only: the parent's stays registered
+    if (g_stop_fd >= 0) sys_close(g_stop_fd);
+    if (g_zero_src) raw(SYS_munmap, L(g_zero_src), static_cast<long>(kCopyChunk));
+    g_uffd = g_stop_fd = -1;
+    g_zero_src = nullptr;
+    g_resolver_running = false;
+    g_death_page.store(0);
+    g_death_sig.store(0);
+    g_path.store(UMBP_SIM_FAULT_PATH_SIGSEGV);
+  }
+  g_map_mu.unlock();
+  g_fd_mu.unlock();
+}
+
 // Trap touches of [start, end), a new simulated mapping with protection `prot`: register it
 // (userfaultfd path, at its real protection) or make it PROT_NONE. Returns whether registered.
 bool trap(uintptr_t start, uintptr_t end, int prot) {
@@ -982,6 +1023,8 @@ int umbp_sim_interposer_activate(const umbp_sim_kernel* kernel) {
   if (!kernel || !kernel->ops || kernel->ops->abi_version != UMBP_SIM_KERNEL_ABI_VERSION)
     return EINVAL;
   umbp_sim_interposer_deactivate();
+  static pthread_once_t fork_handlers = PTHREAD_ONCE_INIT;
+  pthread_once(&fork_handlers, [] { pthread_atfork(fork_prepare, fork_parent, fork_child); });
   kernel->ops->retain(kernel->self);
   g_kernel_copy = *kernel;
   g_page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));

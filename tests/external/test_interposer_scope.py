@@ -263,6 +263,61 @@ def test_touched_pages_read_zero_and_keep_what_is_written(
     assert json.loads(p.stdout) == [[0, 7, 0, 7, 0, 7], True, fault_path]
 
 
+@FAULT_PATHS
+def test_a_forked_child_still_touches_through_the_simulator(
+    tiny_builds: dict[str, str], fault_path: str
+) -> None:
+    """After fork() the child's touches still reach the Kernel (its own copy): pages the parent
+    was granted keep their contents, a new page is counted, and a touch the Kernel answers with
+    SIGBUS kills the child. (A child of the userfaultfd path moves to the PROT_NONE path: its
+    copies of registered mappings are not registered, and nobody would resolve them.)"""
+    p = _run(
+        """
+        mod = load(sys.argv[1], "tiny_umbp")
+        ip.add_caller_object(sys.argv[1])
+        m = Machine.x86_64(nodes=2, hugepages_per_node=[{"2MiB": 8}, {}])
+        kernel = build_kernel(m)
+        ip.activate(kernel)
+        a = mod.UMBPHostMemAllocator()
+        with ip.scope():
+            small = a.alloc(1 << 20, mod.UMBPHostBufferBacking.Anonymous, prefault=False)
+            huge = a.alloc(4 << 20, mod.UMBPHostBufferBacking.AnonymousHugetlb, numa_node=1,
+                           prefault=False)
+        ctypes.memset(small.ptr, 7, 4096)  # granted in the parent before the fork
+        faulted = lambda: next(m["faulted_pages"] for m in kernel.mappings()
+                               if m["start"] == small.ptr)
+        before = faulted()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            kept = ctypes.string_at(small.ptr, 1)[0]
+            ctypes.memset(small.ptr + (1 << 19), 9, 1)  # a page nobody touched yet
+            seen = [kept, ctypes.string_at(small.ptr + (1 << 19), 1)[0], faulted() > before,
+                    ip.fault_path()]
+            os.write(w, json.dumps(seen).encode())
+            os.close(w)
+            ctypes.memset(huge.ptr, 1, 1)  # node 1 has no 2 MiB pages: SIGBUS
+            os._exit(0)
+        os.close(w)
+        seen = json.loads(os.read(r, 4096))
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"child": seen, "child_signal": os.WTERMSIG(status)
+                          if os.WIFSIGNALED(status) else None, "parent_faulted": faulted(),
+                          "before": before, "path": ip.fault_path()}))
+        """,
+        tiny_builds["preload"],
+        fault_path=fault_path,
+    )
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["child"] == [7, 9, True, "sigsegv"]
+    assert r["child_signal"] == signal.SIGBUS
+    assert "umbp-sim: simulated SIGBUS (page touch)" in p.stderr
+    assert r["parent_faulted"] == r["before"]  # the child's touches were its own Kernel's
+    assert r["path"] == fault_path
+
+
 ACTIVATE = """
 from umbp_sim.external.interposer import FaultPathError
 print(repr(ip.uffd_unavailable()))

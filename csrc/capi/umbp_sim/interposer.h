@@ -21,6 +21,8 @@
  *     (UFFDIO_COPY of zeroed pages for a write, UFFDIO_ZEROPAGE for a read);
  *   - PROT_NONE: the real pages are PROT_NONE; the SIGSEGV handler asks the Kernel and makes the
  *     run accessible.
+ * A child of fork() continues on the PROT_NONE path (its copies of registered mappings are not
+ * registered, and the resolver thread is the parent's), with its own copy of the Kernel.
  * When the Kernel answers with a signal, the faulting thread (in the SIGSEGV handler, on both
  * paths) prints the crash, the Kernel's reasons and the syscall trace to stderr and ends the
  * process with that real signal. Other SIGSEGVs go to the handler that was installed before
