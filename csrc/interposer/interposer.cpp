@@ -532,14 +532,15 @@ bool uffd_fill(uintptr_t start, uintptr_t end, bool write) {
   return true;
 }
 
-// A userfaultfd, API handshake done, or -1 and why in `why`. The syscall for user-mode faults
-// (no privilege needed since 5.11), then the plain syscall (root, vm.unprivileged_userfaultfd),
-// then /dev/userfaultfd (6.1, its file mode decides).
+// A userfaultfd, API handshake done, or -1 and why in `why`. First those that also take the
+// faults of the kernel's own accesses (a read() into an untouched simulated page is resolved as
+// in the field, not EFAULT): the plain syscall (root, vm.unprivileged_userfaultfd), then
+// /dev/userfaultfd (6.1, its file mode decides); then the syscall for user-mode faults only
+// (no privilege needed since 5.11).
 int open_uffd(char* why, size_t cap) {
   const long flags = O_CLOEXEC | O_NONBLOCK;
-  int fd = static_cast<int>(raw(SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY));
-  if (fd < 0) fd = static_cast<int>(raw(SYS_userfaultfd, flags));
-  const int sys_errno = errno;
+  int fd = static_cast<int>(raw(SYS_userfaultfd, flags));
+  int sys_errno = errno;
   int dev_errno = 0;
   if (fd < 0) {
     const int dev =
@@ -551,6 +552,10 @@ int open_uffd(char* why, size_t cap) {
     } else {
       dev_errno = errno;
     }
+  }
+  if (fd < 0) {
+    fd = static_cast<int>(raw(SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY));
+    if (fd < 0 && errno != EINVAL) sys_errno = errno;  // EINVAL: a kernel before the flag
   }
   if (fd < 0) {
     snprintf(why, cap, "userfaultfd(2): %s; /dev/userfaultfd: %s", strerror(sys_errno),

@@ -318,6 +318,48 @@ def test_a_forked_child_still_touches_through_the_simulator(
     assert r["path"] == fault_path
 
 
+@FAULT_PATHS
+def test_a_syscall_into_an_untouched_page(tiny_builds: dict[str, str], fault_path: str) -> None:
+    """read() into a simulated page nobody touched yet: the kernel's own access faults. On the
+    userfaultfd path it reaches the Kernel like a user touch (the read succeeds, the page is
+    counted), and a page the Kernel cannot give (no 2 MiB page on node 1) is EFAULT for the
+    syscall, not a signal, as Linux answers a kernel-mode hugetlb fault. On the PROT_NONE path
+    the kernel meets the protection: EFAULT (its known limit, README)."""
+    p = _run(
+        """
+        mod = load(sys.argv[1], "tiny_umbp")
+        ip.add_caller_object(sys.argv[1])
+        kernel = build_kernel(Machine.x86_64(nodes=2, hugepages_per_node=[{"2MiB": 8}, {}]))
+        ip.activate(kernel)
+        a = mod.UMBPHostMemAllocator()
+        with ip.scope():
+            small = a.alloc(1 << 20, mod.UMBPHostBufferBacking.Anonymous, prefault=False)
+            huge = a.alloc(4 << 20, mod.UMBPHostBufferBacking.AnonymousHugetlb, numa_node=1,
+                           prefault=False)
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open("/dev/zero", os.O_RDONLY)
+        out = []
+        for buf in (small.ptr + 8192, huge.ptr):
+            ctypes.set_errno(0)
+            n = libc.read(fd, ctypes.c_void_p(buf), 4096)
+            out.append([n, os.strerror(ctypes.get_errno()) if n < 0 else ""])
+        faulted = next(m["faulted_pages"] for m in kernel.mappings() if m["start"] == small.ptr)
+        print(json.dumps({"reads": out, "faulted": faulted, "path": ip.fault_path()}))
+        """,
+        tiny_builds["preload"],
+        fault_path=fault_path,
+    )
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["path"] == fault_path
+    if fault_path == "uffd":
+        assert r["reads"] == [[4096, ""], [-1, "Bad address"]]
+        assert r["faulted"] >= 1
+    else:
+        assert r["reads"] == [[-1, "Bad address"], [-1, "Bad address"]]
+        assert r["faulted"] == 0
+
+
 ACTIVATE = """
 from umbp_sim.external.interposer import FaultPathError
 print(repr(ip.uffd_unavailable()))
