@@ -119,6 +119,7 @@ def difference_table() -> str:
 # include/mori/utils/mori_log.hpp: logger "umbp" at ERROR unless MORI_UMBP_LOG_LEVEL, else
 # MORI_GLOBAL_LOG_LEVEL, says otherwise; unknown level names read as error; stdout, pattern
 # "[%Y-%m-%d %H:%M:%S.%e] [%P] [%n] [%^%l%$] %v". Every allocator line is a warning.
+MORI_LOG_ENV = ("MORI_UMBP_LOG_LEVEL", "MORI_GLOBAL_LOG_LEVEL")
 _LEVELS = {"trace": 0, "debug": 1, "info": 2, "warn": 3, "error": 4, "critical": 5}
 
 

@@ -91,13 +91,21 @@ def test_env_reaches_the_allocator_at_alloc_time_in_compare(
     tiny_planted: dict[str, str], capsys: pytest.CaptureFixture[str], jobs: str
 ) -> None:
     """compare --env: set in the external allocator's process (the serial path's server, each
-    worker's server); the probe warns only when it sees the variable."""
+    worker's server); the probe warns only when it sees MORI_UMBP_LOG_LEVEL."""
     argv = ["compare", "umbp-sim", tiny_planted["env_probe"], "--no-scenarios", "--json"]
     argv += ["-k", "[[]ample k6.8.0] alloc(size=4096, Anonymous, *", "--jobs", jobs]
     doc = json.loads(_out(capsys, [*argv, "--env", "MORI_UMBP_LOG_LEVEL=debug"], 1))
     assert doc["runs"] == 2 and doc["differing_runs"] == 2
     assert [(d["a"], d["b"]) for d in doc["differences"]["warning count"]] == [(0, 1), (0, 1)]
-    assert json.loads(_out(capsys, argv, 0))["same"]  # without --env: nothing to warn about
+    # No level given: compare runs mori at warn (its warnings printed, as the built-in's are
+    # collected); a mori level set by --env or inherited is left alone.
+    default = json.loads(_out(capsys, argv, 1))["differences"]["warning count"]
+    assert [(d["a"], d["b"]) for d in default] == [(0, 1), (0, 1)]
+    quiet = [*argv, "--env", "MORI_GLOBAL_LOG_LEVEL=error"]
+    assert json.loads(_out(capsys, quiet, 0))["same"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MORI_GLOBAL_LOG_LEVEL", "error")
+        assert json.loads(_out(capsys, argv, 0))["same"]
 
 
 def test_a_run_carries_its_own_env(tiny_planted: dict[str, str]) -> None:

@@ -19,7 +19,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Mapping
 
     from umbp_sim.external.compare import Compared
 
@@ -56,9 +56,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--env", action="append", default=[], metavar="NAME=VALUE",
-        help="set in an external allocator's process for every run (e.g. "
-        "MORI_UMBP_LOG_LEVEL=warn); repeatable. The built-in allocator's warnings are always "
-        "collected",
+        help="set in an external allocator's process for every run; repeatable. External "
+        "allocators run with MORI_UMBP_LOG_LEVEL=warn unless --env or the environment sets "
+        "MORI_UMBP_LOG_LEVEL or MORI_GLOBAL_LOG_LEVEL (at mori's default level, error, its "
+        "warnings are not printed; the built-in allocator's warnings are always collected)",
     )  # fmt: skip
 
 
@@ -77,6 +78,20 @@ def _env(pairs: list[str]) -> dict[str, str]:
             raise _UsageError(f"--env {pair!r}: expected NAME=VALUE")
         out[name] = value
     return out
+
+
+# mori logs its warnings only at level warn or below (default: error); a comparison of warnings
+# needs them printed, as the built-in allocator's are always collected.
+LOG_LEVEL_DEFAULT = {"MORI_UMBP_LOG_LEVEL": "warn"}
+
+
+def with_log_level(env: dict[str, str], inherited: Mapping[str, str]) -> dict[str, str]:
+    """``env`` plus MORI_UMBP_LOG_LEVEL=warn when neither it nor ``inherited`` sets a mori level."""
+    from umbp_sim.profiles import MORI_LOG_ENV
+
+    if any(name in env or name in inherited for name in MORI_LOG_ENV):
+        return env
+    return {**LOG_LEVEL_DEFAULT, **env}
 
 
 def _recorded(
@@ -99,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     spec_a = parse_allocator_spec(args.spec_a, "SPEC_A")
     spec_b = parse_allocator_spec(args.spec_b, "SPEC_B")
     try:
-        env = _env(args.env)
+        env = with_log_level(_env(args.env), os.environ)
         jobs = (os.cpu_count() or 1) if args.jobs is None else args.jobs
         if jobs < 1:
             raise _UsageError(f"--jobs {args.jobs}: must be at least 1")

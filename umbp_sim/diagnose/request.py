@@ -23,7 +23,7 @@ from umbp_sim.diagnose.request_flags import BACKINGS as BACKINGS  # re-exported
 from umbp_sim.diagnose.request_flags import add_request_arguments as add_request_arguments
 from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.profiles import FIELD_PROFILE
+from umbp_sim.profiles import FIELD_PROFILE, MORI_LOG_ENV
 from umbp_sim.request import AllocRequest
 from umbp_sim.scenario.schema import Scenario
 from umbp_sim.sglang import env as sgenv
@@ -42,8 +42,7 @@ SGLANG_FLAGS = (
 )  # fmt: skip
 
 
-MORI_ENV = ("MORI_UMBP_LOG_LEVEL", "MORI_GLOBAL_LOG_LEVEL")
-ENV_VARIABLES = (*sgenv.VARIABLES, sgenv.STANDALONE, *MORI_ENV)
+ENV_VARIABLES = (*sgenv.VARIABLES, sgenv.STANDALONE, *MORI_LOG_ENV)
 
 
 class RequestError(UmbpSimError):
@@ -250,7 +249,7 @@ def _request_from_flags(args: argparse.Namespace) -> Request:
         )
     if raw_given:
         env = _env(args.env)
-        allocator_only = [k for k in env if k not in MORI_ENV]
+        allocator_only = [k for k in env if k not in MORI_LOG_ENV]
         if allocator_only:
             raise RequestError(
                 f"--env {allocator_only[0]}: applies to sglang requests only (raw requests take "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from umbp_sim.external.outcome import AllocCall, Run
 from umbp_sim.external.runner import AllocatorRunner
 from umbp_sim.faults import FaultPlan
+from umbp_sim.profiles import MORI_LOG_ENV
 from umbp_sim.scenario.runner import (
     Observed,
     ScenarioResult,
@@ -19,11 +20,9 @@ from umbp_sim.scenario.runner import (
 )
 from umbp_sim.scenario.schema import Scenario
 
-MORI_ENV = ("MORI_UMBP_LOG_LEVEL", "MORI_GLOBAL_LOG_LEVEL")
-
 
 def runnable(scn: Scenario) -> bool:
-    return scn.request_kind == "alloc" and all(k in MORI_ENV for k in scn.env)
+    return scn.request_kind == "alloc" and all(k in MORI_LOG_ENV for k in scn.env)
 
 
 def to_run(scn: Scenario) -> Run:

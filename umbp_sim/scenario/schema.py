@@ -18,6 +18,7 @@ from typing import Any
 from umbp_sim.backing import BACKINGS, OUTCOMES
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.machine import SCENARIO_MACHINE_KEYS
+from umbp_sim.profiles import MORI_LOG_ENV
 from umbp_sim.units import SizeError, parse_size
 
 if sys.version_info >= (3, 11):
@@ -38,7 +39,7 @@ LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head", "page_
 # Keys a [machine] table may hold besides `dump`: declared once, in umbp_sim/machine.py.
 MACHINE_KEYS = set(SCENARIO_MACHINE_KEYS)
 # Besides SGLANG_HICACHE_HOST_*: sglang's shared-buffer switch and mori's log levels.
-ENV_KEYS = {"UMBP_STANDALONE_ADDRESS", "MORI_UMBP_LOG_LEVEL", "MORI_GLOBAL_LOG_LEVEL"}
+ENV_KEYS = {"UMBP_STANDALONE_ADDRESS", *MORI_LOG_ENV}
 ALLOC_KEYS = {"size", "backing", "hugepage_size", "numa_node", "prefault"}
 SGLANG_KEYS = {
     "layers", "kv_heads", "head_dim", "kv_lora_rank", "qk_rope_head_dim", "dtype",
