@@ -122,3 +122,43 @@ def test_reasons_are_bounded() -> None:
     assert h.reasons() == []
     h.kernel.mmap(0, 0, RW, PRIV, -1, 0)
     assert last(h).rule == "arguments"
+
+
+# A fault in a mapping is explained for the mapping, not for the page that faulted: an
+# allocator that touches page by page (mori's manual prefault, run through the interposer, one
+# fault per page) must get the same numbers as one populate of the whole buffer.
+
+
+def test_a_hugepage_fault_counts_the_mapping_page_by_page() -> None:
+    m = Machine.x86_64(nodes=2, hugepages_per_node=[{"2MiB": 1024}, {}])
+    h = SimHost(m)
+    base = h.kernel.mmap(0, GiB, RW, HUGE, -1, 0).value
+    assert h.kernel.mbind(base, GiB, C["MPOL_BIND"], [1], 64, 0).ok
+    r = h.kernel.touch(base, 2 * MiB, 1)  # the first page, as a fault would
+    assert r.signal == signal.SIGBUS
+    x = last(h)
+    assert x.rule == "hugetlb_fault_no_page"
+    assert (x.numbers["pages_needed"], x.numbers["node_free"], x.numbers["pages_faulted"]) == (
+        512, 0, 0
+    )
+
+
+def test_an_oom_page_by_page_has_the_numbers_of_one_populate() -> None:
+    def numbers(page_by_page: bool) -> dict[str, int]:
+        h = host(mem_per_node="8GiB", mem_free="1GiB", page_cache="3GiB")
+        base = h.kernel.mmap(0, 6 * GiB, RW, PRIV, -1, 0).value
+        if page_by_page:
+            for off in range(0, 6 * GiB, 64 * MiB):
+                r = h.kernel.touch(base + off, 64 * MiB, 1)
+                if r.signal:
+                    break
+        else:
+            r = h.kernel.madvise(base, 6 * GiB, C["MADV_POPULATE_WRITE"])
+        assert r.signal == signal.SIGKILL
+        x = last(h)
+        assert x.rule == "oom"
+        return {k: x.numbers[k] for k in ("bytes_needed", "bytes_faulted", "node_free")}
+
+    assert numbers(page_by_page=True) == numbers(page_by_page=False) == {
+        "bytes_needed": 6 * GiB, "bytes_faulted": 4 * GiB, "node_free": GiB,
+    }  # fmt: skip

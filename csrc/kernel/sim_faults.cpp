@@ -42,17 +42,6 @@ int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason*
   *node = order.empty() ? -1 : order.front();
   *hsize = h ? h->size : 0;
   uint64_t limit = count;
-  // What the allowed nodes hold before this fault: the numbers a failure is explained with.
-  long nodes_free0 = 0;
-  int64_t mem_free0 = 0, reclaim0 = 0;
-  for (int n : order) {
-    if (h) nodes_free0 += h->node[n].free;
-    mem_free0 += node_mem_free(n);
-    auto r = node_reclaim_.find(n);
-    if (r != node_reclaim_.end()) reclaim0 += std::max<int64_t>(r->second, 0);
-  }
-  const long hfree0 = h ? h->free() : 0, hresv0 = h ? h->resv : 0, hsurp0 = h ? h->surp() : 0;
-  const uint64_t done0 = o.pages.count(first, count, PageState::Faulted);
   bool beyond_eof = false;
   if (o.is_file) {
     uint64_t eof = o.i_size / o.page;
@@ -61,6 +50,35 @@ int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason*
       beyond_eof = true;
     }
   }
+  // The mapping's pages (up to the end of a memfd) and, from its first fault on, what the
+  // allowed nodes held then: the numbers a failure is explained with (SimFaultBase).
+  const uint64_t vfirst = v.pgoff;
+  uint64_t vcount = v.len() / o.page;
+  if (o.is_file)
+    vcount = std::min(vcount, o.i_size / o.page > vfirst ? o.i_size / o.page - vfirst : 0);
+  SimFaultBase& base = v.fault_base;
+  if (base.start != v.start || base.end != v.end || base.order != order) {
+    base = SimFaultBase{};
+    base.start = v.start;
+    base.end = v.end;
+    base.order = order;
+    base.faulted = o.pages.count(vfirst, vcount, PageState::Faulted);
+    base.unfaulted = vcount - base.faulted;
+    for (int n : order) {
+      if (h) base.nodes_free += h->node[n].free;
+      base.mem_free += node_mem_free(n);
+      auto r = node_reclaim_.find(n);
+      if (r != node_reclaim_.end()) base.reclaim += std::max<int64_t>(r->second, 0);
+    }
+    base.hfree = h ? h->free() : 0;
+    base.hresv = h ? h->resv : 0;
+    base.hsurp = h ? h->surp() : 0;
+  }
+  // Pages of the mapping faulted since its base, once this fault is done.
+  auto faulted_since_base = [&]() {
+    return static_cast<int64_t>(o.pages.count(vfirst, vcount, PageState::Faulted)) -
+           static_cast<int64_t>(base.faulted);
+  };
   for (const auto& seg : o.pages.segments(first, limit)) {
     if (seg.state == PageState::Faulted) continue;
     long need = static_cast<long>(seg.len);
@@ -147,17 +165,15 @@ int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason*
       h->cg_usage += static_cast<uint64_t>(have) * h->size;
       o.pages.assign(seg.start, static_cast<uint64_t>(have), PageState::Faulted, got);
       if (have < static_cast<long>(seg.len)) {
-        const int64_t faulted =
-            static_cast<int64_t>(o.pages.count(first, count, PageState::Faulted));
         why->signal = SIGBUS;
         why->numbers = {{"hugepage_size", i64(h->size)},
                         {"node", order.empty() ? -1 : order.front()},
-                        {"pages_needed", static_cast<int64_t>(count - done0)},
-                        {"pages_faulted", faulted - static_cast<int64_t>(done0)},
-                        {"node_free", nodes_free0},
-                        {"free", hfree0},
-                        {"reserved", hresv0},
-                        {"surplus", hsurp0},
+                        {"pages_needed", static_cast<int64_t>(base.unfaulted)},
+                        {"pages_faulted", faulted_since_base()},
+                        {"node_free", base.nodes_free},
+                        {"free", base.hfree},
+                        {"reserved", base.hresv},
+                        {"surplus", base.hsurp},
                         {"surplus_allowed", h->overcommit}};
         if (cg_limited && have == need) {
           why->rule = "hugetlb_cgroup_limit";
@@ -202,15 +218,13 @@ int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason*
       memcg_usage_ += static_cast<uint64_t>(have) * pg;
       o.pages.assign(seg.start, static_cast<uint64_t>(have), PageState::Faulted, got);
       if (have < static_cast<long>(seg.len)) {
-        const int64_t faulted =
-            static_cast<int64_t>(o.pages.count(first, count, PageState::Faulted));
         why->signal = SIGKILL;
         why->numbers = {{"node", order.empty() ? -1 : order.front()},
                         {"node_count", static_cast<int64_t>(order.size())},
-                        {"bytes_needed", static_cast<int64_t>((count - done0) * pg)},
-                        {"bytes_faulted", (faulted - static_cast<int64_t>(done0)) * i64(pg)},
-                        {"node_free", mem_free0},
-                        {"reclaimable", reclaim0}};
+                        {"bytes_needed", static_cast<int64_t>(base.unfaulted * pg)},
+                        {"bytes_faulted", faulted_since_base() * i64(pg)},
+                        {"node_free", base.mem_free},
+                        {"reclaimable", base.reclaim}};
         if (memcg_limited) {
           why->rule = "memcg_oom";
           why->numbers.push_back({"limit", i64(cfg_.memcg_max)});

@@ -74,6 +74,20 @@ struct SimObject {
 };
 using SimObjectPtr = std::shared_ptr<SimObject>;
 
+// What the nodes held when a mapping faulted for the first time. A failure later in the mapping
+// is explained with these numbers and the mapping's pages, so an allocator that touches page by
+// page (one fault each, as mori's manual prefault through the interposer) reads as one populate
+// of the whole buffer would, not as "1 page needed, 0 free" after the first pages took the rest.
+struct SimFaultBase {
+  uintptr_t start = 0, end = 0;  // the VMA it was taken for (a split or a new policy retakes it)
+  std::vector<int> order;        // the nodes the faults took pages from, in order
+  uint64_t unfaulted = 0;        // the mapping's pages not yet faulted then
+  uint64_t faulted = 0;          // ... and faulted then
+  long nodes_free = 0;           // free hugepages on `order`
+  int64_t mem_free = 0, reclaim = 0;
+  long hfree = 0, hresv = 0, hsurp = 0;
+};
+
 struct SimVma {
   uintptr_t start = 0;
   uintptr_t end = 0;
@@ -84,6 +98,7 @@ struct SimVma {
   bool noreserve = false;  // VM_NORESERVE (no hugetlb reservation)
   bool accounted = false;  // charged to Committed_AS
   SimPolicy policy;
+  SimFaultBase fault_base;
   bool hugetlb() const { return obj && obj->h; }
   uint64_t len() const { return end - start; }
 };
