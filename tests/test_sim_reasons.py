@@ -139,7 +139,9 @@ def test_a_hugepage_fault_counts_the_mapping_page_by_page() -> None:
     x = last(h)
     assert x.rule == "hugetlb_fault_no_page"
     assert (x.numbers["pages_needed"], x.numbers["node_free"], x.numbers["pages_faulted"]) == (
-        512, 0, 0
+        512,
+        0,
+        0,
     )
 
 
