@@ -2,18 +2,13 @@
 
 Every allocator answers with it: the built-in one in process (``umbp_sim.external.builtin``) and
 an external build in its forked child (``umbp_sim.external.run_job``); ``compare`` puts two side
-by side field by field. A scenario's ``Observed`` (``umbp_sim.scenario.observed``) is the
-scenario runner's richer record; ``Observed.from_outcome`` reads one ``Outcome`` into it and
-``Outcome.scenario_outcome`` is the word a scenario's ``[expect].outcome`` compares
-(``umbp_sim.backing.OUTCOMES``).
+by side field by field. A scenario's richer record is ``umbp_sim.scenario.observed.Observed``.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-from umbp_sim.backing import alloc_outcome
 
 __all__ = ["Outcome", "handle_fields"]
 
@@ -38,9 +33,6 @@ class Outcome:
     ``result`` is "ok" (a valid handle), "invalid" (a falsy handle), "error" (alloc raised:
     ``error`` holds the exception), "crash" (the process died: ``crash`` holds signal and stage)
     or "could-not-run" (the harness failed: ``error`` says why).
-
-    >>> Outcome("ok", handle={"backing": "Anonymous"}).scenario_outcome("AnonymousHugetlb")
-    'demoted'
     """
 
     result: str
@@ -55,11 +47,3 @@ class Outcome:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-    def scenario_outcome(self, requested_backing: str) -> str:
-        """ "crashed", "failed" (no buffer), or "ok"/"demoted" by the backing the buffer got."""
-        if self.result == "crash":
-            return "crashed"
-        if self.result == "ok" and self.handle:
-            return alloc_outcome(requested_backing, self.handle["backing"])
-        return "failed"

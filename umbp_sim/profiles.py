@@ -123,6 +123,16 @@ MORI_LOG_ENV = ("MORI_UMBP_LOG_LEVEL", "MORI_GLOBAL_LOG_LEVEL")
 _LEVELS = {"trace": 0, "debug": 1, "info": 2, "warn": 3, "error": 4, "critical": 5}
 
 
+def with_mori_warnings(env: dict[str, str], inherited: Mapping[str, str]) -> dict[str, str]:
+    """``env`` plus MORI_UMBP_LOG_LEVEL=warn when neither it nor ``inherited`` (the process
+    environment an allocator server starts with) sets a mori level: mori prints its warnings
+    only at warn or below, and ``compare`` and ``run`` check them against the built-in
+    allocators' (always collected)."""
+    if any(name in env or name in inherited for name in MORI_LOG_ENV):
+        return env
+    return {"MORI_UMBP_LOG_LEVEL": "warn", **env}
+
+
 def mori_log_level(env: Mapping[str, str]) -> str:
     """The level mori's ``umbp`` logger runs at under ``env``."""
     raw = env.get("MORI_UMBP_LOG_LEVEL")

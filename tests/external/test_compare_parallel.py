@@ -17,6 +17,7 @@ import pytest
 from umbp_sim.allocator_spec import parse_allocator_spec
 from umbp_sim.cli import main
 from umbp_sim.external import matrix
+from umbp_sim.external.observe import close_runners
 from umbp_sim.external.runner import open_allocator
 from umbp_sim.external.scenario import run_scenario_external
 from umbp_sim.scenario.schema import load_scenario
@@ -141,13 +142,21 @@ def test_a_scenario_env_reaches_the_allocator(tiny_planted: dict[str, str], tmp_
         "[request]\nkind = 'alloc'\nsize = '4MiB'\nbacking = 'Anonymous'\n"
         "[expect]\noutcome = 'ok'\nwarnings = ['MORI_UMBP_LOG_LEVEL=info at alloc']\n"
     )
-    runner = open_allocator(parse_allocator_spec(tiny_planted["env_probe"]))
     try:
-        result = run_scenario_external(load_scenario(scn), runner)
+        result = run_scenario_external(load_scenario(scn), tiny_planted["env_probe"])
+        # Without a level in [env] the run sets warn: mori's warnings are printed and checked.
+        scn.write_text(
+            scn.read_text()
+            .replace("MORI_UMBP_LOG_LEVEL = 'info'", "")
+            .replace("=info at", "=warn at")
+        )
+        default = run_scenario_external(load_scenario(scn), tiny_planted["env_probe"])
     finally:
-        runner.close()
+        close_runners()
     assert result.observed.warnings == ["MORI_UMBP_LOG_LEVEL=info at alloc"]
     assert result.mismatches == []
+    assert default.observed.warnings == ["MORI_UMBP_LOG_LEVEL=warn at alloc"]
+    assert default.mismatches == []
 
 
 # ---- ending early: Ctrl-C, a worker killed ----------------------------------------------------

@@ -31,7 +31,7 @@ def test_replay_crashes_with_the_planted_sigbus_and_fixes_are_rerun_on_the_build
     # node, in its alloc call, with the node SimKernel names.
     assert (doc["outcome"], doc["signal"], doc["crash_node"]) == ("crashed", "SIGBUS", 1)
     assert doc["error"].startswith(
-        "killed by SIGBUS during prefault touch of node 1 (in alloc): no free 2048 kB hugepage"
+        "killed by SIGBUS during prefault touch of node 1: no free 2048 kB hugepage"
     )
     assert doc["warnings"] == [TINY_POPULATE_WARNING] == doc["log"]
     # Explained from SimKernel's reasons, which the interposer printed before the process died.
@@ -90,7 +90,7 @@ def test_replay_text_names_the_allocator_and_one_server_runs_every_simulation(
     assert main(["replay", *PER_NODE, "--allocator", tiny]) == 0
     out = capsys.readouterr().out
     assert f"allocator: {tiny}\n" in out
-    assert "error: killed by SIGBUS during prefault touch of node 1 (in alloc)" in out
+    assert "error: killed by SIGBUS during prefault touch of node 1: no free" in out
     assert "simulated: ok: AnonymousHugetlb on node 1" in out  # a fix, re-run on the build
     assert started == [tiny]  # one allocator process for the replay and every fix
     from umbp_sim.external.observe import _RUNNERS

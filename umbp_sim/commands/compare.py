@@ -19,7 +19,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Iterable, Iterator
 
     from umbp_sim.external.compare import Compared
 
@@ -80,20 +80,6 @@ def _env(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-# mori logs its warnings only at level warn or below (default: error); a comparison of warnings
-# needs them printed, as the built-in allocator's are always collected.
-LOG_LEVEL_DEFAULT = {"MORI_UMBP_LOG_LEVEL": "warn"}
-
-
-def with_log_level(env: dict[str, str], inherited: Mapping[str, str]) -> dict[str, str]:
-    """``env`` plus MORI_UMBP_LOG_LEVEL=warn when neither it nor ``inherited`` sets a mori level."""
-    from umbp_sim.profiles import MORI_LOG_ENV
-
-    if any(name in env or name in inherited for name in MORI_LOG_ENV):
-        return env
-    return {**LOG_LEVEL_DEFAULT, **env}
-
-
 def _recorded(
     items: Iterable[Compared], lines_a: dict[str, str], lines_b: dict[str, str]
 ) -> Iterator[Compared]:
@@ -109,12 +95,13 @@ def run(args: argparse.Namespace) -> int:
     from umbp_sim.external.compare import compare_differences, serial_differences
     from umbp_sim.external.parallel import parallel_differences
     from umbp_sim.external.runner import CouldNotRun, open_allocator
+    from umbp_sim.profiles import with_mori_warnings
     from umbp_sim.progress import Progress
 
     spec_a = parse_allocator_spec(args.spec_a, "SPEC_A")
     spec_b = parse_allocator_spec(args.spec_b, "SPEC_B")
     try:
-        env = with_log_level(_env(args.env), os.environ)
+        env = with_mori_warnings(_env(args.env), os.environ)
         jobs = (os.cpu_count() or 1) if args.jobs is None else args.jobs
         if jobs < 1:
             raise _UsageError(f"--jobs {args.jobs}: must be at least 1")

@@ -6,6 +6,7 @@ import argparse
 import fnmatch
 import json
 import sys
+from collections import Counter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,7 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="allocator for scenarios that name none ([scenario].allocator): a profile, "
         "mori-624002c (default, alias mori: the field's) or umbp-sim; or an external build "
         "(a built .so with mori's Python API, or an importable module such as mori.umbp), "
-        "which runs every one-alloc scenario in its own process (not the sglang and steps ones)",
+        "which runs each scenario in its own process (at MORI_UMBP_LOG_LEVEL=warn unless a "
+        "mori level is set) except steps and those written for umbp-sim: those are listed as "
+        "not run",
     )
 
 
@@ -61,24 +64,27 @@ def run(args: argparse.Namespace) -> int:
     if spec.kind == "builtin":
         results = [run_scenario(s, spec.name) for s in scenarios]
     else:
-        from umbp_sim.external.runner import open_allocator
+        from umbp_sim.external.observe import close_runners
         from umbp_sim.external.scenario import run_scenario_external
 
-        runner = open_allocator(spec)
         try:
-            results = [run_scenario_external(s, runner) for s in scenarios]
+            results = [run_scenario_external(s, str(spec)) for s in scenarios]
         finally:
-            runner.close()
-    failed = [r for r in results if not r.passed]
+            close_runners()
+    not_run = [r for r in results if r.not_run is not None]
+    failed = [r for r in results if not r.passed and r.not_run is None]
+    passed = len(results) - len(failed) - len(not_run)
     if args.json:
         doc = {
-            "passed": len(results) - len(failed),
+            "passed": passed,
             "failed": len(failed),
+            "not_run": len(not_run),
             "scenarios": [
                 {
                     "file": str(r.scenario.path),
                     "name": r.scenario.name,
                     "passed": r.passed,
+                    "not_run": r.not_run,
                     "expected": r.scenario.expect,
                     "observed": r.observed.to_json(),
                     "mismatches": r.mismatches,
@@ -92,15 +98,23 @@ def run(args: argparse.Namespace) -> int:
         width = max([len(r.scenario.name) for r in results] + [8])
         print(f"{'scenario':<{width}}  {'expected':<26} {'got':<26} result")
         for r in results:
-            verdict = "PASS" if r.passed else "FAIL"
+            verdict = "NOT RUN" if r.not_run else "PASS" if r.passed else "FAIL"
             expected = _expected(r.scenario)
             print(f"{r.scenario.name:<{width}}  {expected:<26} {_got(r):<26} {verdict}")
         for r in failed:
             print()
             print(r.report())
+        if not_run:
+            print()
+            for why, count in Counter(r.not_run for r in not_run).items():
+                print(f"not run on {spec}: {count} scenario(s): {why}")
         print()
-        print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+        tail = f", {len(not_run)} not run" if not_run else ""
+        print(f"{passed} passed, {len(failed)} failed{tail}")
     if not results:
         print("umbp-sim run: no scenario matched", file=sys.stderr)
+        return 1
+    if len(not_run) == len(results):  # a check that ran nothing must not pass
+        print(f"umbp-sim run: no matching scenario can run on {spec}", file=sys.stderr)
         return 1
     return 1 if failed else 0

@@ -33,6 +33,7 @@ from umbp_sim.external import run_job  # the server imports it here, before it f
 from umbp_sim.external.outcome import crash_report, trace_from_report, warning_lines
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
+from umbp_sim.scenario.observed import read_counters
 from umbp_sim.scenario.runner import ALLOCATOR_LOGGER, Observed
 from umbp_sim.scenario.schema import Scenario
 from umbp_sim.sim import Reason, SimHost
@@ -93,6 +94,7 @@ class ObserveJob:
     host_calls: tuple[HostCall, ...] = ()
     plan: FaultPlan | None = None
     run: Any = None  # a compare ``Run`` (kind "run"): ``run_job.run_in_child`` answers it
+    scenario: Scenario | None = None  # its [expect].counters are read after the request
 
 
 _RUNNERS: dict[str, Any] = {}
@@ -127,8 +129,15 @@ def observe_external(
     machine: Machine,
     setup: Callable[[Any], Any] | None,
     allocator: str,
+    *,
+    env: dict[str, str] | None = None,
+    counters: bool = False,
 ) -> Observed:
-    """``scn``'s request on the external allocator ``allocator`` (a SPEC), as ``Observed``."""
+    """``scn``'s request on the external allocator ``allocator`` (a SPEC), as ``Observed``.
+
+    ``env``: the allocator process's environment for the run (default: the scenario's
+    ``[env]``); ``counters``: read ``[expect].counters`` after the request, before cleanup.
+    """
     from umbp_sim.scenario.runner import ScenarioError
 
     if scn.request_kind not in ("alloc", "sglang"):
@@ -143,10 +152,11 @@ def observe_external(
         machine=machine,
         kind=scn.request_kind,
         request=dict(scn.request),
-        env=dict(scn.env),
+        env=dict(scn.env) if env is None else env,
         sglang_release=scn.sglang,
         host_calls=calls,
         plan=plan,
+        scenario=scn if counters else None,
     )
     runner = runner_for(parse_allocator_spec(allocator))
     return observed_from_reply(runner.observe(job))
@@ -193,7 +203,11 @@ def observed_from_reply(reply: dict[str, Any]) -> Observed:
         if m:  # SimKernel's account: "SIGBUS in prefault touch (node 1): ..."
             obs.crash_node = int(m["node"]) if m["node"] else None
             where = m["where"] + (f" of node {m['node']}" if m["node"] else "")
-            obs.error = f"killed by {sig} during {where} (in {stage})"
+            # In the request itself (alloc) it reads as a built-in run's; later, the stage says
+            # which part of the process's life died (free, exit).
+            obs.error = f"killed by {sig} during {where}" + (
+                f" (in {stage})" if stage != "alloc" else ""
+            )
             obs.error += f": {m['detail']}" if m["detail"] else ""
         else:  # injected, or a real signal of the allocator's own
             obs.error = f"killed by {sig} during {stage}" + (f": {detail}" if detail else "")
@@ -283,6 +297,8 @@ def observe_one(module: Any, ip: Any, job: ObserveJob, report: Callable[..., Non
             last = handles[-1]
             obs.mapped_size = int(last.mapped_size)
             obs.bound_node = bound_node(host, int(last.ptr))
+        if job.scenario is not None:  # as the scenario runner reads them: before cleanup
+            obs.counters = read_counters(job.scenario, host)
         report("free")
         with ip.scope():
             if startup is not None:

@@ -1,53 +1,56 @@
-"""A scenario file on an external allocator: what ``run --allocator PATH`` needs.
+"""A scenario file on an external allocator: what ``run --allocator SPEC`` runs.
 
-Only one-alloc scenarios can run on an external build (steps use umbp-sim's registry API, sglang
-requests its Python layer); their ``[env]`` may set mori's log level (``MORI_*``), which the
-allocator's process gets. Counters live in the child's
-simulated host and are not reported: a scenario that expects counters says so in its result.
+A scenario runs on an external build as a replay's request does (``observe.observe_external``:
+one forked child of the allocator's server per run, sglang's host pool included), with its
+``[expect].counters`` read in the child before cleanup. Not run, and said so:
+
+- steps (they use umbp-sim's registry API, which a build of mori's surface does not have);
+- scenarios written for another allocator (``[scenario].allocator = "umbp-sim"``): their
+  expected fallbacks and warning texts are that allocator's. Those that name none or the field's
+  allocator (mori-624002c) describe what mori does, and run.
+
+mori prints its warnings only at log level warn, so a run sets ``MORI_UMBP_LOG_LEVEL=warn``
+unless the scenario's ``[env]`` or the environment sets a mori level
+(``profiles.with_mori_warnings``).
 """
 
 from __future__ import annotations
 
-from umbp_sim.external.outcome import AllocCall, Run
-from umbp_sim.external.runner import AllocatorRunner
-from umbp_sim.faults import FaultPlan
-from umbp_sim.profiles import MORI_LOG_ENV
-from umbp_sim.scenario.runner import (
-    Observed,
-    ScenarioResult,
-    build_machine,
-    compare,
-)
+import os
+
+from umbp_sim.external.observe import observe_external
+from umbp_sim.profiles import FIELD_PROFILE, canonical_profile, with_mori_warnings
+from umbp_sim.scenario.observed import Observed, ScenarioResult, compare, read_counters
+from umbp_sim.scenario.runner import build_machine
 from umbp_sim.scenario.schema import Scenario
+from umbp_sim.sim import SimHost
 
 
-def runnable(scn: Scenario) -> bool:
-    return scn.request_kind == "alloc" and all(k in MORI_LOG_ENV for k in scn.env)
+def why_not_run(scn: Scenario) -> str | None:
+    """Why ``scn`` cannot run on an external build, or None."""
+    if scn.request_kind == "steps":
+        return "steps use umbp-sim's registry API"
+    if scn.allocator and canonical_profile(scn.allocator) != FIELD_PROFILE:
+        return f"its expectations are {scn.allocator}'s ([scenario].allocator)"
+    return None
 
 
-def to_run(scn: Scenario) -> Run:
-    plan = FaultPlan.from_dict({"faults": scn.faults, "fault_seed": scn.fault_seed})
-    call = AllocCall.from_table(scn.request)
-    # A scenario observes the allocation; the user's first write is not part of it.
-    return Run(
-        build_machine(scn), call, plan=plan if scn.faults else None, write=False,
-        env=tuple(sorted(scn.env.items())),
-    )  # fmt: skip
-
-
-def run_scenario_external(scn: Scenario, runner: AllocatorRunner) -> ScenarioResult:
-    """Run ``scn`` on ``runner``'s allocator and compare with what the file expects."""
-    if not runnable(scn):
-        why = "sglang request" if scn.request_kind == "sglang" else (
-            "steps use umbp-sim's registry API" if scn.request_kind == "steps"
-            else "[env] sets more than MORI_*"
-        )  # fmt: skip
-        return ScenarioResult(
-            scn, Observed(outcome="not run"), [f"not run on {runner.spec}: {why}"]
-        )
-    run = to_run(scn)
-    obs = Observed.from_outcome(run.call.backing, runner.run(run))
-    mismatches = compare({k: v for k, v in scn.expect.items() if k != "counters"}, obs)
+def run_scenario_external(scn: Scenario, spec: str) -> ScenarioResult:
+    """Run ``scn`` on the external allocator ``spec`` and compare with what the file expects."""
+    why = why_not_run(scn)
+    if why is not None:
+        return ScenarioResult(scn, Observed(outcome="not run"), [], not_run=why)
+    machine = build_machine(scn)
     if scn.expect.get("counters"):
-        mismatches.append(f"counters: not available from {runner.spec} (its host is in the child)")
-    return ScenarioResult(scn, obs, mismatches)
+        read_counters(scn, SimHost(machine))  # a bad key is the file's error, said here
+    env = with_mori_warnings(dict(scn.env), os.environ)
+    obs = observe_external(scn, machine, None, spec, env=env, counters=True)
+    expect = scn.expect
+    mismatches = []
+    if obs.outcome == "crashed" and expect.get("counters"):
+        expect = {k: v for k, v in expect.items() if k != "counters"}
+        mismatches.append(
+            f"counters: not read: the allocator's process was killed by {obs.signal} "
+            "(its simulated host died with it)"
+        )
+    return ScenarioResult(scn, obs, compare(expect, obs) + mismatches)

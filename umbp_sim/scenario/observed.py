@@ -1,5 +1,4 @@
-"""What one scenario run observed (``Observed``; ``Observed.from_outcome`` reads an allocator run's
-``umbp_sim.outcome.Outcome``), the result (``ScenarioResult``), the host
+"""What one scenario run observed (``Observed``), the result (``ScenarioResult``), the host
 counters ``[expect].counters`` names, and how an observation is compared with ``[expect]``.
 ``umbp_sim.scenario.runner`` re-exports them."""
 
@@ -9,8 +8,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from umbp_sim.outcome import Outcome
-from umbp_sim.scenario.schema import Scenario
+from umbp_sim.errors import UmbpSimError
+from umbp_sim.scenario.schema import Scenario, ScenarioError
 from umbp_sim.sim import SimHost
 from umbp_sim.units import parse_size
 
@@ -41,22 +40,6 @@ class Observed:
     reasons: list[Any] = field(default_factory=list)
     budget: dict[str, int] | None = None
 
-    @classmethod
-    def from_outcome(cls, requested_backing: str, o: Outcome) -> Observed:
-        """What a scenario sees of one allocator run (an external build's, in its child)."""
-        obs = cls(outcome=o.scenario_outcome(requested_backing), warnings=list(o.warnings))
-        obs.trace = "\n".join(o.trace[-40:])
-        if o.result == "crash" and o.crash:
-            obs.signal = o.crash["signal"]
-            obs.error = f"killed by {obs.signal} during {o.crash['stage']}: {o.crash['detail']}"
-            return obs
-        if o.result == "ok" and o.handle:
-            obs.actual_backing, obs.mapped_size = o.handle["backing"], o.handle["mapped_size"]
-        elif o.result in ("error", "could-not-run"):
-            obs.error = o.error
-        obs.leaks = [f"{n} {what}" for what, n in o.leaks.items() if n]
-        return obs
-
     def to_json(self) -> dict[str, Any]:
         return {
             "outcome": self.outcome,
@@ -77,10 +60,11 @@ class ScenarioResult:
     scenario: Scenario
     observed: Observed
     mismatches: list[str]
+    not_run: str | None = None  # why the scenario could not run on the allocator asked for
 
     @property
     def passed(self) -> bool:
-        return not self.mismatches
+        return not self.mismatches and self.not_run is None
 
     def report(self) -> str:
         """What differed, then the syscall trace: the failure report of a scenario."""
@@ -93,6 +77,23 @@ class ScenarioResult:
             lines.append("  syscall trace:")
             lines += [f"    {t}" for t in self.observed.trace.splitlines()]
         return "\n".join(lines)
+
+
+def read_counters(scn: Scenario, host: SimHost) -> dict[str, int]:
+    """The counters ``scn``'s ``[expect].counters`` names, read from ``host`` now."""
+    out: dict[str, int] = {}
+    for key in scn.expect.get("counters", {}):
+        try:
+            out[key] = _counter(host, key)
+        except KeyError:
+            raise ScenarioError(
+                f"{scn.path}: [expect].counters.{key}: no such counter (use "
+                "hugepages.<size>.<total|free|reserved|surplus>, "
+                "node<N>.hugepages.<size>.<total|free|surplus> or meminfo.<Field>)"
+            ) from None
+        except (UmbpSimError, ValueError) as e:  # a size or node this host does not have
+            raise ScenarioError(f"{scn.path}: [expect].counters.{key}: {e}") from None
+    return out
 
 
 def _counter(host: SimHost, key: str) -> int:

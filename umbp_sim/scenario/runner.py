@@ -23,7 +23,7 @@ from umbp_sim.log_capture import capture_logs
 from umbp_sim.machine import Machine
 from umbp_sim.profiles import FIELD_PROFILE, canonical_profile
 from umbp_sim.scenario.build_host import build_machine
-from umbp_sim.scenario.observed import Observed, ScenarioResult, _counter, compare
+from umbp_sim.scenario.observed import Observed, ScenarioResult, compare, read_counters
 from umbp_sim.scenario.run_request import (
     _null_handle_error,
     _run_alloc,
@@ -88,7 +88,6 @@ def observe(
     except (UmbpSimError, ValueError) as e:
         raise ScenarioError(f"{scn.path}: {e}") from None
     obs = Observed(outcome="ok")
-    wanted = list(scn.expect.get("counters", {}))
     with simulate(machine) as host, capture_logs(WARNING_LOGGERS) as warnings:
         if setup is not None:
             setup(host)
@@ -111,17 +110,7 @@ def observe(
             obs.error = str(e)
         finally:
             _context.pop_kernel(stack.kernel)
-        for key in wanted:
-            try:
-                obs.counters[key] = _counter(host, key)
-            except KeyError:
-                raise ScenarioError(
-                    f"{scn.path}: [expect].counters.{key}: no such counter (use "
-                    "hugepages.<size>.<total|free|reserved|surplus>, "
-                    "node<N>.hugepages.<size>.<total|free|surplus> or meminfo.<Field>)"
-                ) from None
-            except (UmbpSimError, ValueError) as e:  # a size or node this host does not have
-                raise ScenarioError(f"{scn.path}: [expect].counters.{key}: {e}") from None
+        obs.counters = read_counters(scn, host)
         if obs.outcome != "crashed":
             if handle is not None and allocator is not None:
                 allocator.free(handle)
