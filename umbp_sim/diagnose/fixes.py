@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from umbp_sim.backing import SHM_BACKINGS
 from umbp_sim.diagnose.explain import gib, kb, pages_needed
@@ -60,6 +60,12 @@ class Fix:
     parts: list[Fix] = field(default_factory=list)  # the singles of a combined fix
     run: Run | None = None
     key: str = ""  # identity for de-duplication (the commands, by default)
+    # The action's text on the host the step starts from, where it names that host's numbers
+    # ("N free"): a combination's steps are described on the state the steps before leave.
+    describe: Callable[[SimHost], str] | None = None
+    # The steps whose run this one was read from (its numbers are that host's): with one of
+    # them dropped from a combination, the action is said by its commands alone.
+    sized_after: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         self.key = self.key or " ; ".join(self.commands)
@@ -386,15 +392,7 @@ def _from_reason(machine: Machine, host: SimHost, request: Request, r: Reason) -
         ):
             np_ = host.node_hugepages(node, size)
             count = np_.total + max(short, n["pages_needed"] - np_.free)
-            out.append(
-                Fix(
-                    f"grow node {node}'s {kb(size)} pool to {count} pages ({n['pages_needed']} "
-                    f"needed there, {np_.free} free)",
-                    [_pool_command(machine, size, count, node)],
-                    "pool",
-                    host_changes=[_pool_write(size, count, node)],
-                )
-            )
+            out.append(_grow_node(machine, host, node, size, count, n["pages_needed"]))
         if n["available"] > 0:
             out += _smaller(
                 machine,
@@ -407,17 +405,8 @@ def _from_reason(machine: Machine, host: SimHost, request: Request, r: Reason) -
         size, node = n["hugepage_size"], n["node"]
         short = n["pages_needed"] - n["node_free"]
         if short > 0:
-            np_ = host.node_hugepages(node, size)
-            count = np_.total + short
-            out.append(
-                Fix(
-                    f"grow node {node}'s {kb(size)} pool to {count} pages ({n['pages_needed']} "
-                    f"needed there, {n['node_free']} free)",
-                    [_pool_command(machine, size, count, node)],
-                    "pool",
-                    host_changes=[_pool_write(size, count, node)],
-                )
-            )
+            count = host.node_hugepages(node, size).total + short
+            out.append(_grow_node(machine, host, node, size, count, n["pages_needed"]))
     elif r.rule == "oom":
         fits = (n["node_free"] + n["reclaimable"]) * 9 // 10
         out += _smaller(
@@ -478,6 +467,27 @@ def _from_reason(machine: Machine, host: SimHost, request: Request, r: Reason) -
     elif r.rule == "hugetlb_surplus_no_memory":
         pass  # memory, not the pool, is short: smaller sizes and plain pages are the candidates
     return out
+
+
+def _grow_node(
+    machine: Machine, host: SimHost, node: int, size: int, count: int, needed: int
+) -> Fix:
+    """Set node ``node``'s pool of ``size`` pages to ``count`` (``needed`` of them there)."""
+
+    def describe(h: SimHost) -> str:
+        free = h.node_hugepages(node, size).free
+        return (
+            f"grow node {node}'s {kb(size)} pool to {count} pages ({needed} needed there, "
+            f"{free} free)"
+        )
+
+    return Fix(
+        describe(host),
+        [_pool_command(machine, size, count, node)],
+        "pool",
+        host_changes=[_pool_write(size, count, node)],
+        describe=describe,
+    )
 
 
 def _commit_fixes(machine: Machine, n: dict[str, int]) -> list[Fix]:
@@ -637,7 +647,9 @@ def _next_steps(machine: Machine, request: Request, f: Fix) -> list[Fix]:
     """Candidates after ``f``: from its run's evidence, sized on the host it leaves."""
     assert f.run is not None
     after = f.machine(machine)
-    return candidates(after, f.request(request), f.run, host_after(machine, f))
+    steps = frozenset(s.key for s in f.singles)
+    found = candidates(after, f.request(request), f.run, host_after(machine, f))
+    return [replace(g, sized_after=steps) for g in found]
 
 
 def _value(f: Fix) -> tuple[int, int, int]:
@@ -703,6 +715,11 @@ def propose(
                 if g.key not in {s.key for s in f.singles}:
                     trial(combine([f, g]))
 
+    # A combination that gets everything may carry a step a later one made moot (a pool
+    # released for sglang's check, when a smaller --hicache-size passes it anyway): drop each
+    # step whose removal, re-simulated, does as well.
+    for f in [f for f in tried.values() if f.run and f.run.rank == 3 and len(f.singles) > 1]:
+        _without_moot_steps(f, trial)
     helping = [f for f in tried.values() if f.run and f.run.rank > baseline.rank]
     # Minimal: no proper subset does as well.
     by_key = {frozenset(s.key for s in f.singles): f for f in helping}
@@ -733,7 +750,38 @@ def propose(
     limit = None
     if not minimal:
         limit = _limit(baseline, [f for f in singles if f.run is not None])
-    return Search(minimal, not_helping, limit, runs)
+    return Search([_described(machine, f) for f in minimal], not_helping, limit, runs)
+
+
+def _without_moot_steps(fix: Fix, trial: Callable[[Fix], Fix | None]) -> Fix:
+    """``fix`` less every step it does without: each removal is simulated (``trial``)."""
+    while len(fix.singles) > 1 and fix.run is not None:
+        for i in range(len(fix.singles)):
+            rest = trial(combine(fix.singles[:i] + fix.singles[i + 1 :]))
+            if rest is not None and rest.run is not None and rest.run.rank >= fix.run.rank:
+                fix = rest
+                break
+        else:
+            break
+    return fix
+
+
+def _described(machine: Machine, fix: Fix) -> Fix:
+    """``fix`` with each step described on the host the steps before it leave (a step read
+    from a run of steps no longer before it is said by its commands)."""
+    if not fix.parts:
+        return fix
+    parts: list[Fix] = []
+    for p in fix.parts:
+        if p.describe is not None:
+            before = host_after(machine, combine(parts)) if parts else host_view(machine)
+            p = replace(p, action=p.describe(before))
+        elif not p.sized_after <= {q.key for q in parts}:
+            p = replace(p, action="; ".join(p.commands))
+        parts.append(p)
+    out = combine(parts)
+    out.run = fix.run
+    return out
 
 
 def _changed(run: Run, baseline: Run) -> bool:
