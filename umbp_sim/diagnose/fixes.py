@@ -12,7 +12,10 @@ never from re-deriving the kernel's rules here.
 2. every pair of candidates of different kinds (pool + node, size + node, pool + size, ...);
 3. for the singles that changed the outcome without getting everything, the candidates from
    *their* run's evidence (a smaller hicache lets the allocation run, which then shows the node
-   it does not fit on), paired with them, and one more step from the best such pair.
+   it does not fit on), paired with them, and one more step from the best such pair;
+4. for each set that gets everything, each step removed in turn: a step the rest does without
+   (re-simulated) is dropped, and the steps left are described on the host the steps before
+   them leave.
 
 Each set is simulated. The report shows the smallest sets that get the request everything it
 asks (host-only changes first), then the sets that make it better short of that ("demoted
