@@ -1,6 +1,7 @@
 """Scenario files on an external allocator (`run --allocator PATH`): each runs as a replay's
-request does, in a forked child of the build's server, counters read there; steps and scenarios
-written for umbp-sim are listed as not run, never as failures."""
+request does, in a forked child of the build's server, counters read there; steps with ops that
+mori's Python surface lacks and scenarios written for umbp-sim are listed as not run, never as
+failures."""
 
 from __future__ import annotations
 
@@ -44,8 +45,13 @@ def test_what_runs_and_what_is_not_run(run_on) -> None:  # type: ignore[no-untyp
         [],
         False,
     )
-    steps = next(p for p in SCENARIOS.rglob("*.toml") if load_scenario(p).request_kind == "steps")
-    assert run_on(steps).not_run == "steps use umbp-sim's registry API"
+    # Steps run where mori's Python surface has their ops (alloc, free, set_nr_hugepages).
+    held = run_on(_find("shm-free-deferred-still-held.toml"))
+    assert held.not_run == "steps use umbp-sim's registry API (acquire)"
+    double = run_on(_find("double-free.toml"))
+    assert double.not_run is None and double.passed, double.mismatches
+    assert double.observed.steps == ["alloc ok AnonymousHugetlb 536870912", "freed", "freed"]
+    assert double.observed.counters == {"hugepages.2MiB.free": 1024, "hugepages.2MiB.reserved": 0}
     # sglang's host pool runs on the build (was: not run).
     sglang = run_on(_find("mla-kv-split-three-buffers-no-leak.toml"))
     assert sglang.not_run is None and sglang.observed.outcome == "ok"

@@ -26,8 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "mori-624002c (default, alias mori: the field's) or umbp-sim; or an external build "
         "(a built .so with mori's Python API, or an importable module such as mori.umbp), "
         "which runs each scenario in its own process (at MORI_UMBP_LOG_LEVEL=warn unless a "
-        "mori level is set) except steps and those written for umbp-sim: those are listed as "
-        "not run",
+        "mori level is set) except steps using umbp-sim's registry API and scenarios written "
+        "for umbp-sim: those are listed as not run",
     )
 
 

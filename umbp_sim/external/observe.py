@@ -94,7 +94,8 @@ class ObserveJob:
     host_calls: tuple[HostCall, ...] = ()
     plan: FaultPlan | None = None
     run: Any = None  # a compare ``Run`` (kind "run"): ``run_job.run_in_child`` answers it
-    scenario: Scenario | None = None  # its [expect].counters are read after the request
+    scenario: Scenario | None = None  # the steps of kind "steps", and [expect].counters
+    counters: bool = False  # read the scenario's [expect].counters after the request
 
 
 _RUNNERS: dict[str, Any] = {}
@@ -140,8 +141,9 @@ def observe_external(
     """
     from umbp_sim.scenario.runner import ScenarioError
 
-    if scn.request_kind not in ("alloc", "sglang"):
-        raise ScenarioError(f"{scn.path}: steps cannot run on an external allocator ({allocator})")
+    why = steps_not_runnable(scn)
+    if why is not None:
+        raise ScenarioError(f"{scn.path}: cannot run on an external allocator ({allocator}): {why}")
     calls: tuple[HostCall, ...] = ()
     if setup is not None:
         recording = RecordingHost(SimHost(machine))
@@ -156,10 +158,43 @@ def observe_external(
         sglang_release=scn.sglang,
         host_calls=calls,
         plan=plan,
-        scenario=scn if counters else None,
+        scenario=scn if counters or scn.request_kind == "steps" else None,
+        counters=counters,
     )
     runner = runner_for(parse_allocator_spec(allocator))
     return observed_from_reply(runner.observe(job))
+
+
+# What mori's Python surface has: steps of these ops run on any build with it.
+EXTERNAL_STEP_OPS = ("alloc", "free", "set_nr_hugepages")
+
+
+def steps_not_runnable(scn: Scenario) -> str | None:
+    """Why ``scn``'s steps cannot run on an external build (None: they can, or it has none)."""
+    if scn.request_kind != "steps":
+        return None
+    ops = sorted({s["op"] for s in scn.request["steps"]} - set(EXTERNAL_STEP_OPS))
+    if ops:
+        return f"steps use umbp-sim's registry API ({', '.join(ops)})"
+    return None
+
+
+class ScopedAllocator:
+    """An external build's allocator as the scenario runner's steps call it: the backing by
+    name, each call in the interposer's scope."""
+
+    def __init__(self, module: Any, ip: Any) -> None:
+        self._module, self._ip = module, ip
+        self._allocator = module.UMBPHostMemAllocator()
+
+    def alloc(self, size: int, backing: Any, hugepage_size: int, node: int, prefault: bool) -> Any:
+        enum = getattr(self._module.UMBPHostBufferBacking, getattr(backing, "name", backing))
+        with self._ip.scope():
+            return self._allocator.alloc(size, enum, hugepage_size, node, prefault)
+
+    def free(self, handle: Any) -> None:
+        with self._ip.scope():
+            self._allocator.free(handle)
 
 
 _KERNEL_CRASH = re.compile(
@@ -253,6 +288,7 @@ def observe_one(module: Any, ip: Any, job: ObserveJob, report: Callable[..., Non
     from umbp_sim.leaks import collect_leaks
     from umbp_sim.log_capture import capture_logs
     from umbp_sim.request import AllocRequest
+    from umbp_sim.scenario.run_request import _run_steps
     from umbp_sim.scenario.runner import WARNING_LOGGERS, _null_handle_error
     from umbp_sim.sim import simulate
     from umbp_sim.trace import instrument, trace_text
@@ -290,6 +326,9 @@ def observe_one(module: Any, ip: Any, job: ObserveJob, report: Callable[..., Non
                 handles.append(h)
                 obs.actual_backing = _backing_name(h)
                 obs.outcome = alloc_outcome(backing, obs.actual_backing)
+        elif job.kind == "steps":
+            assert job.scenario is not None
+            _run_steps(job.scenario, ScopedAllocator(module, ip), host, obs)  # type: ignore[arg-type]
         else:
             startup = _start_sglang(module, ip, job, host, obs, report)
             handles = list(startup.handles) if startup is not None else []
@@ -297,7 +336,7 @@ def observe_one(module: Any, ip: Any, job: ObserveJob, report: Callable[..., Non
             last = handles[-1]
             obs.mapped_size = int(last.mapped_size)
             obs.bound_node = bound_node(host, int(last.ptr))
-        if job.scenario is not None:  # as the scenario runner reads them: before cleanup
+        if job.counters and job.scenario is not None:  # as the scenario runner: before cleanup
             obs.counters = read_counters(job.scenario, host)
         report("free")
         with ip.scope():

@@ -4,7 +4,8 @@ A scenario runs on an external build as a replay's request does (``observe.obser
 one forked child of the allocator's server per run, sglang's host pool included), with its
 ``[expect].counters`` read in the child before cleanup. Not run, and said so:
 
-- steps (they use umbp-sim's registry API, which a build of mori's surface does not have);
+- steps that acquire, look up or release (umbp-sim's registry API, which mori's Python surface
+  does not have): alloc, free and set_nr_hugepages steps run;
 - scenarios written for another allocator (``[scenario].allocator = "umbp-sim"``): their
   expected fallbacks and warning texts are that allocator's. Those that name none or the field's
   allocator (mori-624002c) describe what mori does, and run.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from umbp_sim.external.observe import observe_external
+from umbp_sim.external.observe import observe_external, steps_not_runnable
 from umbp_sim.profiles import FIELD_PROFILE, canonical_profile, with_mori_warnings
 from umbp_sim.scenario.observed import Observed, ScenarioResult, compare, read_counters
 from umbp_sim.scenario.runner import build_machine
@@ -28,8 +29,9 @@ from umbp_sim.sim import SimHost
 
 def why_not_run(scn: Scenario) -> str | None:
     """Why ``scn`` cannot run on an external build, or None."""
-    if scn.request_kind == "steps":
-        return "steps use umbp-sim's registry API"
+    why = steps_not_runnable(scn)
+    if why is not None:
+        return why
     if scn.allocator and canonical_profile(scn.allocator) != FIELD_PROFILE:
         return f"its expectations are {scn.allocator}'s ([scenario].allocator)"
     return None

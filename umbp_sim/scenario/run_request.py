@@ -67,7 +67,7 @@ def _run_steps(
             if demoted and obs.outcome == "ok":
                 obs.outcome = "demoted"
             obs.actual_backing, obs.mapped_size = got, h.mapped_size
-            obs.bound_node = h.numa_node
+            obs.bound_node = getattr(h, "numa_node", None)  # mori's handle has none
             obs.steps.append(f"alloc {'demoted' if demoted else 'ok'} {got} {h.mapped_size}")
             continue
         if op == "set_nr_hugepages":
