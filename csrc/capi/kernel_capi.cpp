@@ -104,7 +104,12 @@ std::string crash_text(Kernel* k) {
   SimCrash c = sim->crash();
   if (!c.signal) return "";
   std::string s = std::string(signal_symbol(c.signal)) + " in " + c.where;
-  if (c.node >= 0) s += " (node " + std::to_string(c.node) + ")";
+  // "(node 1, 2048 kB pages)": what the built-in run's SimulatedCrash says of it
+  std::string at;
+  if (c.node >= 0) at = "node " + std::to_string(c.node);
+  if (c.hugepage_size)
+    at += (at.empty() ? "" : ", ") + std::to_string(c.hugepage_size / 1024) + " kB pages";
+  if (!at.empty()) s += " (" + at + ")";
   if (!c.detail.empty()) s += ": " + c.detail;
   return s;
 }

@@ -78,7 +78,7 @@ def test_every_call_from_c_on_simkernel(capi_probe: str) -> None:
     # Bound to node 1, whose pool is empty: populate fails, a touch is a SIGBUS.
     assert r["madvise_populate"] == (-1, errno.EFAULT, 0)
     assert r["touch"][2] == signal.SIGBUS
-    assert r["crash"].startswith("SIGBUS in prefault touch (node 1)")
+    assert r["crash"].startswith("SIGBUS in prefault touch (node 1, 2048 kB pages): no free")
     assert r["crash_text_length"][0] == len(r["crash"])
     # SimKernel's reasons (describe 2: JSON lines), as umbp_sim.sim.Reason holds them.
     reasons = [json.loads(line) for line in str(r["reasons"]).split("\x1f") if line]

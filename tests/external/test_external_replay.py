@@ -31,7 +31,7 @@ def test_replay_crashes_with_the_planted_sigbus_and_fixes_are_rerun_on_the_build
     # node, in its alloc call, with the node SimKernel names.
     assert (doc["outcome"], doc["signal"], doc["crash_node"]) == ("crashed", "SIGBUS", 1)
     assert doc["error"].startswith(
-        "killed by SIGBUS during prefault touch of node 1: no free 2048 kB hugepage"
+        "killed by SIGBUS during prefault touch of node 1 (2048 kB pages): no free 2048 kB hugepage"
     )
     assert doc["warnings"] == [TINY_POPULATE_WARNING] == doc["log"]
     # Explained from SimKernel's reasons, which the interposer printed before the process died.
@@ -45,6 +45,7 @@ def test_replay_crashes_with_the_planted_sigbus_and_fixes_are_rerun_on_the_build
     # buffer's 512 pages (was "0 of the 1 needed", and a fix growing node 1's pool to 1 page).
     mori = _json(capsys, ["replay", *PER_NODE, "--allocator", "mori-624002c", "--json"], 0)
     assert doc["causes"] == mori["causes"]
+    assert doc["error"] == mori["error"]  # the same words for the same death
     assert "it has 0 of the 512 needed" in doc["causes"][0]
     assert [f["action"] for f in doc["fixes"]] == [f["action"] for f in mori["fixes"]]
     assert doc["fixes"][0]["action"] == (
@@ -90,7 +91,7 @@ def test_replay_text_names_the_allocator_and_one_server_runs_every_simulation(
     assert main(["replay", *PER_NODE, "--allocator", tiny]) == 0
     out = capsys.readouterr().out
     assert f"allocator: {tiny}\n" in out
-    assert "error: killed by SIGBUS during prefault touch of node 1: no free" in out
+    assert "error: killed by SIGBUS during prefault touch of node 1 (2048 kB pages): no free" in out
     assert "simulated: ok: AnonymousHugetlb on node 1" in out  # a fix, re-run on the build
     assert started == [tiny]  # one allocator process for the replay and every fix
     from umbp_sim.external.observe import _RUNNERS

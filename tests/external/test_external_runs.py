@@ -61,7 +61,9 @@ def test_simulated_sigbus_kills_the_process_in_alloc(tiny: ExternalRunner) -> No
     assert o.result == "crash"
     assert o.crash is not None
     assert (o.crash["signal"], o.crash["stage"], o.crash["simulated"]) == ("SIGBUS", "alloc", True)
-    assert o.crash["detail"].startswith("SIGBUS in prefault touch (node 1): no free 2048 kB")
+    assert o.crash["detail"].startswith(
+        "SIGBUS in prefault touch (node 1, 2048 kB pages): no free 2048 kB"
+    )
     assert o.warnings == ["populate failed (Bad address); touching pages"]
     assert o.trace[-1].endswith("+++ killed by SIGBUS +++")
     assert "MADV_POPULATE_WRITE) = -1 EFAULT" in o.trace[-2]

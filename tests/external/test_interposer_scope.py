@@ -156,7 +156,7 @@ def test_simulated_sigbus_is_a_real_sigbus_after_the_trace(
     assert p.stdout == f"allocated {fault_path}\n"
     err = p.stderr
     assert err.index(
-        "umbp-sim: simulated SIGBUS (page touch): SIGBUS in prefault touch (node 1)"
+        "umbp-sim: simulated SIGBUS (page touch): SIGBUS in prefault touch (node 1, 2048 kB pages)"
     ) < (err.index("umbp-sim: syscall trace:"))
     assert "touch(" in err and "+++ killed by SIGBUS +++" in err
     # The Kernel's reasons (JSON lines) come first, as the replay reads them.

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.allocator_spec import AllocatorSpec, AllocatorSpecError, parse_allocator_spec
-from umbp_sim.errors import UmbpSimError
+from umbp_sim.errors import SimulatedCrash, UmbpSimError
 from umbp_sim.external import run_job  # the server imports it here, before it forks
 from umbp_sim.external.outcome import crash_report, trace_from_report, warning_lines
 from umbp_sim.faults import FaultPlan
@@ -198,7 +198,8 @@ class ScopedAllocator:
 
 
 _KERNEL_CRASH = re.compile(
-    r"^(?P<sig>SIG\w+) in (?P<where>.*?)(?: \(node (?P<node>\d+)\))?(?:: (?P<detail>.*))?$"
+    r"^(?P<sig>SIG\w+) in (?P<where>.*?)"
+    r"(?: \((?:node (?P<node>\d+))?(?:, )?(?:(?P<kb>\d+) kB pages)?\))?(?:: (?P<detail>.*))?$"
 )
 
 
@@ -235,15 +236,22 @@ def observed_from_reply(reply: dict[str, Any]) -> Observed:
         stage = reply["stages"][-1] if reply["stages"] else "start"
         obs = Observed(outcome="crashed", signal=sig)
         m = _KERNEL_CRASH.match(detail)
-        if m:  # SimKernel's account: "SIGBUS in prefault touch (node 1): ..."
+        if m:  # SimKernel's account: "SIGBUS in prefault touch (node 1, 2048 kB pages): ..."
             obs.crash_node = int(m["node"]) if m["node"] else None
-            where = m["where"] + (f" of node {m['node']}" if m["node"] else "")
-            # In the request itself (alloc) it reads as a built-in run's; later, the stage says
-            # which part of the process's life died (free, exit).
-            obs.error = f"killed by {sig} during {where}" + (
-                f" (in {stage})" if stage != "alloc" else ""
+            # In the request itself (alloc) it reads as a built-in run's (SimulatedCrash);
+            # later, the stage says which part of the process's life died (free, exit).
+            obs.error = str(
+                SimulatedCrash(
+                    sig,
+                    m["where"],
+                    obs.crash_node,
+                    int(m["kb"]) * 1024 if m["kb"] else None,
+                    m["detail"] or "",
+                )
             )
-            obs.error += f": {m['detail']}" if m["detail"] else ""
+            if stage != "alloc":
+                head, sep, rest = obs.error.partition(": ")
+                obs.error = f"{head} (in {stage}){sep}{rest}"
         else:  # injected, or a real signal of the allocator's own
             obs.error = f"killed by {sig} during {stage}" + (f": {detail}" if detail else "")
         obs.reasons = reasons_from_report(log)

@@ -60,7 +60,8 @@ typedef struct umbp_sim_kernel_ops {
   /* End address of the mapping containing addr, 0 if none (or unknown: a real kernel). */
   unsigned long (*mapping_end)(void* self, void* addr);
   /* Text for a post-mortem, written to buf (at most cap-1 bytes, NUL-terminated); returns the
-   * full length. what: 0 = the simulated crash ("SIGBUS in prefault touch: ..."), empty if
+   * full length. what: 0 = the simulated crash ("SIGBUS in prefault touch (node 1, 2048 kB
+   * pages): no free ..."; node and page size when known), empty if
    * none; 1 = the syscall trace of the TracingKernel in the stack, empty if none; 2 = the
    * SimKernel's recorded reasons, one JSON object a line ({"call", "rule", "errno", "signal",
    * "numbers", "text"}), empty if none or not simulated. */
