@@ -130,7 +130,7 @@ def _run_sglang(scn: Scenario, host: SimHost, obs: Observed, profile: str) -> An
     obs.budget = result_budget(meminfo, host)
     obs.outcome = "ok" if result.outcome == "fallback" else result.outcome
     obs.error = result.error
-    obs.signal = result.signal
+    obs.signal, obs.crash_node = result.signal, result.crash_node
     if result.handles:
         last = result.handles[-1]
         obs.actual_backing = _backing_name(last)

@@ -58,6 +58,7 @@ class HostPoolStartup:
     request: HicacheRequest
     error: str | None = None
     signal: str | None = None
+    crash_node: int | None = None  # the node a simulated crash faulted on, when known
     warnings: list[str] = field(default_factory=list)
     handles: list[Any] = field(default_factory=list)
     allocator: UMBPHostTensorAllocator | None = None
@@ -135,6 +136,7 @@ def start_host_pool(
                 result.tensors.append(allocator.allocate(spec.dims, dtype))
             except SimulatedCrash as e:
                 result.outcome, result.signal, result.error = "crashed", e.signal, str(e)
+                result.crash_node = e.node
                 return result
             except RuntimeError as e:
                 result.outcome, result.error = "failed", f"RuntimeError: {e}"
