@@ -113,6 +113,22 @@ def test_replay_sglang_request_on_the_build(
     assert doc["fixes"][0]["outcome"] == "ok"
 
 
+@pytest.mark.torch  # start_host_pool makes torch tensors
+def test_an_sglang_request_killed_on_the_build_keeps_the_host_check(
+    capsys: pytest.CaptureFixture[str], tiny_builds: dict[str, str]
+) -> None:
+    """The server hosting sglang dies (SIGBUS on node 1, its pool empty): what sglang's host
+    check read before comes back with the death (was: lost, so the why had no host-check line)."""
+    llama = ["--model-layers", "32", "--kv-heads", "8", "--head-dim", "128", "--page-size", "64"]
+    argv = ["replay", str(D / "pool-on-node0-6.8.0"), *llama, "--hicache-size", "1", "--env"]
+    argv += ["SGLANG_HICACHE_HOST_NUMA_NODE=1", "--env", "SGLANG_HICACHE_HOST_HUGEPAGE=1", "--json"]
+    doc = _json(capsys, [*argv, "--allocator", tiny_builds["wrap"]], 0)
+    assert (doc["outcome"], doc["signal"], doc["crash_node"]) == ("crashed", "SIGBUS", 1)
+    assert doc["causes"][0].startswith("sglang's host check passes: it needs the 1006632960 bytes")
+    mori = _json(capsys, [*argv, "--allocator", "mori-624002c"], 0)
+    assert doc["causes"] == mori["causes"]
+
+
 def test_preflight_root_exit_code_on_the_build(tiny_builds: dict[str, str]) -> None:
     argv = ["preflight", "--root", *PER_NODE, "--allocator", tiny_builds["wrap"]]
     assert main([*argv, "--json"]) == 2  # crashes

@@ -375,7 +375,7 @@ def _start_sglang(
     meminfo = parse_meminfo(host.read("/proc/meminfo"), "/proc/meminfo")
     obs.budget = result_budget(meminfo, host)
     # What a death leaves the parent: the host check's numbers.
-    report("alloc", partial={"budget": obs.budget})
+    report("alloc", budget=obs.budget)
     with ip.scope():
         result = start_host_pool(
             request,
