@@ -26,6 +26,12 @@ def _find(name: str) -> Path:
     return found[0]
 
 
+def _scenario(path: Path, body: str) -> Path:
+    """A scenario file: the common [scenario] head, then ``body``."""
+    path.write_text(HEAD + body)
+    return path
+
+
 @pytest.fixture
 def run_on(tiny_builds: dict[str, str]):  # type: ignore[no-untyped-def]
     def run(path: Path):  # type: ignore[no-untyped-def]
@@ -68,13 +74,13 @@ def test_counters_are_read_in_the_child_before_cleanup(run_on) -> None:  # type:
 
 
 def test_a_crash_says_the_counters_died_with_it(run_on, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    scn = tmp_path / "crash.toml"
-    scn.write_text(
-        HEAD + "[machine]\nnodes = 2\nmem_per_node = '16GiB'\n"
+    scn = _scenario(
+        tmp_path / "crash.toml",
+        "[machine]\nnodes = 2\nmem_per_node = '16GiB'\n"
         "hugepages_per_node = [{ '2MiB' = 1024 }, { '2MiB' = 0 }]\n"
         "[request]\nsize = '1GiB'\nbacking = 'AnonymousHugetlb'\nnuma_node = 1\n"
         "[expect]\noutcome = 'crashed'\nsignal = 'SIGBUS'\n"
-        "counters = { 'hugepages.2MiB.free' = 1024 }\n"
+        "counters = { 'hugepages.2MiB.free' = 1024 }\n",
     )
     r = run_on(scn)
     assert r.observed.outcome == "crashed"
@@ -85,11 +91,11 @@ def test_a_crash_says_the_counters_died_with_it(run_on, tmp_path: Path) -> None:
 
 
 def test_a_bad_counter_is_the_files_error(run_on, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    scn = tmp_path / "bad.toml"
-    scn.write_text(
-        HEAD + "[machine]\nnodes = 1\nmem_per_node = '16GiB'\n[request]\nsize = '4MiB'\n"
+    scn = _scenario(
+        tmp_path / "bad.toml",
+        "[machine]\nnodes = 1\nmem_per_node = '16GiB'\n[request]\nsize = '4MiB'\n"
         "backing = 'Anonymous'\n[expect]\noutcome = 'ok'\n"
-        "counters = { 'hugepages.2MiB.nope' = 1 }\n"
+        "counters = { 'hugepages.2MiB.nope' = 1 }\n",
     )
     bad = r"bad\.toml: \[expect\]\.counters\.hugepages\.2MiB\.nope: no such counter"
     with pytest.raises(ScenarioError, match=bad):

@@ -38,6 +38,21 @@ ip = Interposer()
 """
 
 
+# The test allocator (argv[1]) on a 2-node Kernel whose 2 MiB pool is on node 0: `small`, 1 MiB
+# anonymous, and `huge`, 4 MiB hugetlb bound to node 1 (no page there), neither touched yet.
+SMALL_AND_HUGE = """
+        mod = load(sys.argv[1], "tiny_umbp")
+        ip.add_caller_object(sys.argv[1])
+        kernel = build_kernel(Machine.x86_64(nodes=2, hugepages_per_node=[{"2MiB": 8}, {}]))
+        ip.activate(kernel)
+        a = mod.UMBPHostMemAllocator()
+        with ip.scope():
+            small = a.alloc(1 << 20, mod.UMBPHostBufferBacking.Anonymous, prefault=False)
+            huge = a.alloc(4 << 20, mod.UMBPHostBufferBacking.AnonymousHugetlb, numa_node=1,
+                           prefault=False)
+"""
+
+
 def _run(
     code: str,
     *args: str,
@@ -272,17 +287,8 @@ def test_a_forked_child_still_touches_through_the_simulator(
     SIGBUS kills the child. (A child of the userfaultfd path moves to the PROT_NONE path: its
     copies of registered mappings are not registered, and nobody would resolve them.)"""
     p = _run(
-        """
-        mod = load(sys.argv[1], "tiny_umbp")
-        ip.add_caller_object(sys.argv[1])
-        m = Machine.x86_64(nodes=2, hugepages_per_node=[{"2MiB": 8}, {}])
-        kernel = build_kernel(m)
-        ip.activate(kernel)
-        a = mod.UMBPHostMemAllocator()
-        with ip.scope():
-            small = a.alloc(1 << 20, mod.UMBPHostBufferBacking.Anonymous, prefault=False)
-            huge = a.alloc(4 << 20, mod.UMBPHostBufferBacking.AnonymousHugetlb, numa_node=1,
-                           prefault=False)
+        SMALL_AND_HUGE
+        + """
         ctypes.memset(small.ptr, 7, 4096)  # granted in the parent before the fork
         faulted = lambda: next(m["faulted_pages"] for m in kernel.mappings()
                                if m["start"] == small.ptr)
@@ -326,16 +332,8 @@ def test_a_syscall_into_an_untouched_page(tiny_builds: dict[str, str], fault_pat
     syscall, not a signal, as Linux answers a kernel-mode hugetlb fault. On the PROT_NONE path
     the kernel meets the protection: EFAULT (its known limit, README)."""
     p = _run(
-        """
-        mod = load(sys.argv[1], "tiny_umbp")
-        ip.add_caller_object(sys.argv[1])
-        kernel = build_kernel(Machine.x86_64(nodes=2, hugepages_per_node=[{"2MiB": 8}, {}]))
-        ip.activate(kernel)
-        a = mod.UMBPHostMemAllocator()
-        with ip.scope():
-            small = a.alloc(1 << 20, mod.UMBPHostBufferBacking.Anonymous, prefault=False)
-            huge = a.alloc(4 << 20, mod.UMBPHostBufferBacking.AnonymousHugetlb, numa_node=1,
-                           prefault=False)
+        SMALL_AND_HUGE
+        + """
         libc = ctypes.CDLL(None, use_errno=True)
         fd = os.open("/dev/zero", os.O_RDONLY)
         out = []
