@@ -157,7 +157,10 @@ def run_step(k: Any, names: dict[str, int], op: list[Any], admin: Callable[..., 
         r = k.mmap(hint_addr, length, prot, flags, names.get(fd, -1) if fd else -1, off)
         if r.ok:
             names[name] = r.value
-            size = H2 if not flags & HUGE_1G & ~HUGE else GiB
+            # The page size the flags ask for (MAP_HUGE_SHIFT field), else the default 2 MiB:
+            # a 2 MiB address is 1 GiB aligned by chance one time in 512.
+            log2 = (flags >> SHIFT) & 0x3F
+            size = 1 << log2 if log2 else H2
             aligned = r.value % (size if flags & C["MAP_HUGETLB"] else 4096) == 0
     elif kind == "munmap":
         r = k.munmap(addr(op[1], op[2]), op[3])
