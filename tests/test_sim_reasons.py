@@ -164,3 +164,28 @@ def test_an_oom_page_by_page_has_the_numbers_of_one_populate() -> None:
     assert numbers(page_by_page=True) == numbers(page_by_page=False) == {
         "bytes_needed": 6 * GiB, "bytes_faulted": 4 * GiB, "node_free": GiB,
     }  # fmt: skip
+
+
+def test_pages_freed_by_dontneed_are_counted_again_from_their_next_fault() -> None:
+    # 6.1: MADV_DONTNEED frees the touched hugepages without restoring their reservation (6.8+
+    # does), so a second mapping can take them before the first faults again. The refault's
+    # numbers are what the nodes hold then, not what they held at the mapping's first fault.
+    h = host(hugepages={"2MiB": 4}, kernel_version="6.1.0")
+    k = h.kernel
+    a = k.mmap(0, 8 * MiB, RW, HUGE, -1, 0).value
+    assert k.touch(a, 8 * MiB, 1).ok
+    assert k.madvise(a, 8 * MiB, C["MADV_DONTNEED"]).ok
+    b = k.mmap(0, 4 * MiB, RW, HUGE | C["MAP_NORESERVE"], -1, 0).value
+    assert k.touch(b, 4 * MiB, 1).ok
+    for off in range(0, 8 * MiB, 2 * MiB):
+        r = k.touch(a + off, 2 * MiB, 1)
+        if r.signal:
+            break
+    assert (r.signal, off) == (signal.SIGBUS, 4 * MiB)
+    x = last(h)
+    assert x.rule == "hugetlb_fault_no_page"
+    assert (x.numbers["pages_needed"], x.numbers["node_free"], x.numbers["pages_faulted"]) == (
+        4,
+        2,
+        2,
+    )

@@ -79,7 +79,7 @@ using SimObjectPtr = std::shared_ptr<SimObject>;
 // page (one fault each, as mori's manual prefault through the interposer) reads as one populate
 // of the whole buffer would, not as "1 page needed, 0 free" after the first pages took the rest.
 struct SimFaultBase {
-  uintptr_t start = 0, end = 0;  // the VMA it was taken for (a split or a new policy retakes it)
+  uintptr_t start = 0, end = 0;  // the VMA taken for (split, new policy, DONTNEED: retaken)
   std::vector<int> order;        // the nodes the faults took pages from, in order
   uint64_t unfaulted = 0;        // the mapping's pages not yet faulted then
   uint64_t faulted = 0;          // ... and faulted then
