@@ -23,8 +23,7 @@ import zlib
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from umbp_sim.dump import DumpError, MemorySource, load_dump, parse_meminfo, parse_node_meminfo
 from umbp_sim.dump.parse import (

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 from fake_dumps import tar_bytes
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from test_dump_fixtures import DATA, FIXTURES, G, M
 
 from umbp_sim.dump import DumpError, load_dump

@@ -4,8 +4,7 @@ suggested fix re-runs to the outcome it claims."""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, strategies as st
 
 from umbp_sim.diagnose import diagnose
 from umbp_sim.diagnose.fixes import run_fix

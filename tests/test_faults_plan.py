@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.faults import OPS, FaultPlan, FaultPlanError, FaultRule

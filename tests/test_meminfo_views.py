@@ -15,11 +15,9 @@ from pathlib import Path
 import pytest
 
 from umbp_sim import meminfo
-from umbp_sim.dump import DumpError, load_dump, parse_node_meminfo
-from umbp_sim.dump import parse_meminfo as dump_view
+from umbp_sim.dump import DumpError, load_dump, parse_meminfo as dump_view, parse_node_meminfo
 from umbp_sim.dump.parse import MEMINFO_KB_KEYS
-from umbp_sim.sglang.sizing import SizingError
-from umbp_sim.sglang.sizing import parse_meminfo as sizing_view
+from umbp_sim.sglang.sizing import SizingError, parse_meminfo as sizing_view
 from umbp_sim.sim import SimHost
 
 DATA = Path(__file__).parent / "data" / "machines"

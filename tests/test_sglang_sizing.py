@@ -6,8 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from umbp_sim.sglang import sizing
 from umbp_sim.sglang.sizing import (

@@ -3,8 +3,7 @@ after every call, and once every mapping and fd is gone the host is back where i
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from umbp_sim import _native
 from umbp_sim.machine import Machine, MiB

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import find, given
-from hypothesis import strategies as st
+from hypothesis import find, given, strategies as st
 
 from umbp_sim.allocator import UMBPHostMemAllocator
 from umbp_sim.explore import profiles

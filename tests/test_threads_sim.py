@@ -9,8 +9,7 @@ from __future__ import annotations
 import random
 import threading
 
-from umbp_sim import UMBPHostBufferBacking as B
-from umbp_sim import UMBPHostMemAllocator
+from umbp_sim import UMBPHostBufferBacking as B, UMBPHostMemAllocator
 from umbp_sim.faults import FaultPlan
 from umbp_sim.leaks import collect_leaks
 from umbp_sim.machine import Machine, MiB

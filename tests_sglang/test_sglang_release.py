@@ -12,8 +12,7 @@ import dataclasses
 import logging
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from umbp_sim.machine import Machine
 from umbp_sim.scenario.bundled import bundled_scenarios_dir

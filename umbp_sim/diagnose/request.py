@@ -18,9 +18,12 @@ from typing import Any
 
 from umbp_sim.backing import DEMOTED_TO, HUGETLB_BACKINGS
 from umbp_sim.diagnose.error_line import ErrorLine, ErrorLineError, parse_error_line
-from umbp_sim.diagnose.request_flags import _FLAG_OF, _flag
-from umbp_sim.diagnose.request_flags import BACKINGS as BACKINGS  # re-exported
-from umbp_sim.diagnose.request_flags import add_request_arguments as add_request_arguments
+from umbp_sim.diagnose.request_flags import (
+    _FLAG_OF,
+    BACKINGS as BACKINGS,  # re-exported
+    _flag,
+    add_request_arguments as add_request_arguments,
+)
 from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.profiles import FIELD_PROFILE, MORI_LOG_ENV

@@ -25,8 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from umbp_sim.backing import HUGETLB_BACKINGS as HUGETLB
-from umbp_sim.backing import alloc_outcome
+from umbp_sim.backing import HUGETLB_BACKINGS as HUGETLB, alloc_outcome
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.units import format_size
 

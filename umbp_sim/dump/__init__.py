@@ -42,80 +42,34 @@ if TYPE_CHECKING:  # the same names for mypy (tests/test_cli_imports.py keeps th
     )
     from umbp_sim.dump.facts import (
         DEFAULT_KERNEL_VERSION as DEFAULT_KERNEL_VERSION,
-    )
-    from umbp_sim.dump.facts import (
         DumpFacts as DumpFacts,
-    )
-    from umbp_sim.dump.facts import (
         GlobalPool as GlobalPool,
-    )
-    from umbp_sim.dump.facts import (
         NodeFacts as NodeFacts,
-    )
-    from umbp_sim.dump.facts import (
         NodePool as NodePool,
-    )
-    from umbp_sim.dump.facts import (
         infer_arch as infer_arch,
-    )
-    from umbp_sim.dump.facts import (
         parse_dump as parse_dump,
-    )
-    from umbp_sim.dump.facts import (
         spread as spread,
     )
     from umbp_sim.dump.parse import (
         cgroup_hugetlb_name as cgroup_hugetlb_name,
-    )
-    from umbp_sim.dump.parse import (
         cgroup_hugetlb_size as cgroup_hugetlb_size,
-    )
-    from umbp_sim.dump.parse import (
         hugepage_dir_size as hugepage_dir_size,
-    )
-    from umbp_sim.dump.parse import (
         parse_cgroup_max as parse_cgroup_max,
-    )
-    from umbp_sim.dump.parse import (
         parse_cpulist as parse_cpulist,
-    )
-    from umbp_sim.dump.parse import (
         parse_distance as parse_distance,
-    )
-    from umbp_sim.dump.parse import (
         parse_int as parse_int,
-    )
-    from umbp_sim.dump.parse import (
         parse_limits as parse_limits,
-    )
-    from umbp_sim.dump.parse import (
         parse_meminfo as parse_meminfo,
-    )
-    from umbp_sim.dump.parse import (
         parse_node_meminfo as parse_node_meminfo,
-    )
-    from umbp_sim.dump.parse import (
         parse_nodelist as parse_nodelist,
-    )
-    from umbp_sim.dump.parse import (
         parse_osrelease as parse_osrelease,
-    )
-    from umbp_sim.dump.parse import (
         parse_proc_version as parse_proc_version,
     )
     from umbp_sim.dump.source import (
         DirSource as DirSource,
-    )
-    from umbp_sim.dump.source import (
         DumpSource as DumpSource,
-    )
-    from umbp_sim.dump.source import (
         MemorySource as MemorySource,
-    )
-    from umbp_sim.dump.source import (
         bytes_source as bytes_source,
-    )
-    from umbp_sim.dump.source import (
         open_dump as open_dump,
     )
 

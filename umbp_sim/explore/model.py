@@ -39,10 +39,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from umbp_sim.backing import DEMOTED_TO as DEMOTED
-from umbp_sim.backing import HUGETLB_BACKINGS as HUGETLB
-from umbp_sim.backing import SHM_BACKINGS as SHM
-from umbp_sim.backing import alloc_outcome
+from umbp_sim.backing import (
+    DEMOTED_TO as DEMOTED,
+    HUGETLB_BACKINGS as HUGETLB,
+    SHM_BACKINGS as SHM,
+    alloc_outcome,
+)
 from umbp_sim.machine import Machine
 
 

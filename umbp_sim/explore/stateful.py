@@ -20,8 +20,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from hypothesis import event
-from hypothesis import strategies as st
+from hypothesis import event, strategies as st
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
