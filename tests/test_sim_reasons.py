@@ -189,3 +189,21 @@ def test_pages_freed_by_dontneed_are_counted_again_from_their_next_fault() -> No
         2,
         2,
     )
+
+
+def test_anonymous_pages_freed_by_dontneed_are_counted_again_from_their_next_fault() -> None:
+    h = host(mem_per_node="8GiB", mem_free="2GiB")
+    k = h.kernel
+    a = k.mmap(0, GiB, RW, PRIV, -1, 0).value
+    assert k.madvise(a, GiB, C["MADV_POPULATE_WRITE"]).ok
+    assert k.madvise(a, GiB, C["MADV_DONTNEED"]).ok
+    b = k.mmap(0, 2 * GiB, RW, PRIV, -1, 0).value
+    assert k.madvise(b, 3 * GiB // 2, C["MADV_POPULATE_WRITE"]).ok
+    for off in range(0, GiB, 64 * MiB):
+        r = k.touch(a + off, 64 * MiB, 1)
+        if r.signal:
+            break
+    assert r.signal == signal.SIGKILL
+    x = last(h)
+    assert x.rule == "oom"
+    assert (x.numbers["bytes_needed"], x.numbers["node_free"]) == (GiB, GiB // 2)

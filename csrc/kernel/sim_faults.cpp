@@ -324,11 +324,11 @@ SysResult SimKernel::do_madvise(void* addr, size_t length, int advice) {
       if (!version_at_least(5, 18) || s % o.page) return SysResult::Err(EINVAL);
       // The call is valid for any length, but only whole hugepages in [s, e) are zapped:
       // madvise(a, 4096, MADV_DONTNEED) returns 0 and changes nothing (measured on 6.18).
-      if (o.shared) continue;         // the page stays in the file
-      v.fault_base = SimFaultBase{};  // freed pages: the next fault counts from what is left then
+      if (o.shared) continue;  // the page stays in the file
       uint64_t f = v.pgoff + (s - v.start) / o.page, n = (e - s) / o.page;
       for (const auto& seg : o.pages.segments(f, n)) {
         if (seg.state != PageState::Faulted) continue;
+        v.fault_base = SimFaultBase{};  // pages freed: the next fault counts from what is left
         // 6.8+ restores the reservation of a freed private page, but only while the hstate
         // has no surplus pages (a surplus page is dissolved instead). Surplus never grows here,
         // so the segment becomes [not restored...][restored...].
@@ -356,10 +356,10 @@ SysResult SimKernel::do_madvise(void* addr, size_t length, int advice) {
         o.pages.assign(seg.start + plain, restored, PageState::Reserved);
       }
     } else if (!o.shared) {
-      v.fault_base = SimFaultBase{};
       uint64_t f = v.pgoff + (s - v.start) / o.page, n = round_up(e - s, o.page) / o.page;
       for (const auto& seg : o.pages.segments(f, n)) {
         if (seg.state != PageState::Faulted) continue;
+        v.fault_base = SimFaultBase{};
         for (const auto& [nd, c] : seg.nodes) {
           node_mem_take(nd, -static_cast<int64_t>(c * o.page));
           memcg_usage_ -= std::min<uint64_t>(memcg_usage_, c * o.page);
