@@ -1,14 +1,15 @@
-"""Builds of the test allocator (tests/external/tiny_allocator.cpp), once per session: a plain
-extension module (run with the interposer preloaded) and a `umbp-sim build-allocator` build."""
+"""Builds of the test allocator (tests/external/tiny_allocator.cpp): a plain extension module
+(run with the interposer preloaded) and `umbp-sim build-allocator` builds, compiled once and
+reused while their inputs are unchanged (tests/build_cache.py)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
+from build_cache import cached_build, cached_builds
 
-from umbp_sim.external.build import compile_command, compiler_env, include_dirs
+from umbp_sim.external.build import compile_command, include_dirs
 
 HERE = Path(__file__).resolve().parent
 TINY_SOURCE = HERE / "tiny_allocator.cpp"
@@ -16,22 +17,13 @@ TINY_SOURCE = HERE / "tiny_allocator.cpp"
 
 @pytest.fixture(scope="session")
 def tiny_builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """{"preload": path, "wrap": path} of the test allocator, built in parallel."""
+    """{"preload": path, "wrap": path} of the test allocator (compiled once: tests/build_cache)."""
     d = tmp_path_factory.mktemp("tiny")
-    preload, wrapped = d / "tiny_umbp.so", d / "tiny_wrapped.so"
+    preload, wrapped = str(d / "tiny_umbp.so"), str(d / "tiny_wrapped.so")
     plain = ["c++", "-std=c++17", "-O1", "-fPIC", "-shared", "-DTINY_MODULE_NAME=tiny_umbp"]
-    plain += [f"-I{i}" for i in include_dirs()] + [str(TINY_SOURCE), "-o", str(preload)]
-    wrap = compile_command(
-        [str(TINY_SOURCE)], str(wrapped), defines=["TINY_MODULE_NAME=tiny_wrapped"]
-    )
-    procs = [
-        subprocess.Popen(c, stderr=subprocess.PIPE, text=True, env=compiler_env())
-        for c in (plain, wrap)
-    ]
-    for p in procs:
-        _, err = p.communicate()
-        assert p.returncode == 0, err
-    return {"preload": str(preload), "wrap": str(wrapped)}
+    plain += [f"-I{i}" for i in include_dirs()] + [str(TINY_SOURCE), "-o", preload]
+    wrap = compile_command([str(TINY_SOURCE)], wrapped, defines=["TINY_MODULE_NAME=tiny_wrapped"])
+    return cached_builds({"preload": (plain, preload), "wrap": (wrap, wrapped)})
 
 
 @pytest.fixture(scope="session")
@@ -41,33 +33,28 @@ def tiny_planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (when set)}."""
     d = tmp_path_factory.mktemp("tiny_planted")
     builds = {"wrong_node": "TINY_WRONG_NODE", "env_probe": "TINY_ENV_PROBE"}
-    procs = []
+    jobs = {}
     for name, define in builds.items():
+        out = str(d / f"tiny_{name}.so")
         cmd = compile_command(
-            [str(TINY_SOURCE)], str(d / f"tiny_{name}.so"),
-            defines=[f"TINY_MODULE_NAME=tiny_{name}", define],
-        )  # fmt: skip
-        procs.append(subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=compiler_env()))
-    for p in procs:
-        _, err = p.communicate()
-        assert p.returncode == 0, err
-    return {name: str(d / f"tiny_{name}.so") for name in builds}
+            [str(TINY_SOURCE)], out, defines=[f"TINY_MODULE_NAME=tiny_{name}", define]
+        )
+        jobs[name] = (cmd, out)
+    return cached_builds(jobs)
 
 
 @pytest.fixture(scope="session")
 def capi_probe(tmp_path_factory: pytest.TempPathFactory) -> str:
-    out = tmp_path_factory.mktemp("capi") / "capi_probe.so"
+    out = str(tmp_path_factory.mktemp("capi") / "capi_probe.so")
     cmd = ["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]
-    cmd += [f"-I{include_dirs()[0]}", str(HERE / "capi_probe.c"), "-o", str(out)]
-    subprocess.run(cmd, check=True, env=compiler_env())
-    return str(out)
+    cmd += [f"-I{include_dirs()[0]}", str(HERE / "capi_probe.c"), "-o", out]
+    return cached_build(cmd, out)
 
 
 @pytest.fixture(scope="session")
 def no_userfaultfd(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A library to preload after the interposer: a host where userfaultfd does not work."""
-    out = tmp_path_factory.mktemp("nouffd") / "no_userfaultfd.so"
+    out = str(tmp_path_factory.mktemp("nouffd") / "no_userfaultfd.so")
     cmd = ["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]
-    cmd += [str(HERE / "no_userfaultfd.c"), "-o", str(out), "-ldl"]
-    subprocess.run(cmd, check=True, env=compiler_env())
-    return str(out)
+    cmd += [str(HERE / "no_userfaultfd.c"), "-o", out, "-ldl"]
+    return cached_build(cmd, out)
