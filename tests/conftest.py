@@ -59,6 +59,38 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         print(f"umbp-sim tests: {line}", file=sys.stderr)
 
 
+# ---- tiers ------------------------------------------------------------------------------------
+# The default run (`pytest`, the README's test command) leaves the host alone: the tiers below
+# are deselected by pyproject's addopts and run by their own tox environments (CI runs them all,
+# as root). A test that uses the nr_hugepages fixture is in the realkernel tier wherever it is.
+TIER_FIXTURES = {"nr_hugepages": "realkernel"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture, marker in TIER_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
+
+
+# CI sets UMBP_SIM_FORBID_SKIPS=1: there every test runs (root, Chromium, memory), so a skip is
+# a missing test and fails the run, listed with its reason (scenario files' items included: the
+# terminal reporter holds every item's report).
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get("UMBP_SIM_FORBID_SKIPS") != "1":
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = [r for r in (reporter.stats.get("skipped", []) if reporter else [])
+               if not hasattr(r, "wasxfail")]  # fmt: skip
+    if not skipped:
+        return
+    lines = [f"  {r.nodeid}: {r.longrepr[2] if isinstance(r.longrepr, tuple) else r.longrepr}"
+             for r in skipped]  # fmt: skip
+    print(f"\nUMBP_SIM_FORBID_SKIPS=1: {len(skipped)} skipped, each a missing test in CI:",
+          *lines, sep="\n", file=sys.stderr)  # fmt: skip
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def hugepage_counters(size_kb: int = 2048) -> dict[str, int]:
     """total/free/reserved/surplus pages of one hugepage size, as sysfs reports them."""
     d = HUGEPAGES_SYSFS / f"hugepages-{size_kb}kB"
@@ -82,6 +114,24 @@ def meminfo_hugepages() -> dict[str, int]:
     return out
 
 
+def require_root(what: str) -> None:
+    """Skip (with the reason) where this test cannot do what it needs: change host sysctls."""
+    if os.geteuid() != 0:
+        pytest.skip(f"needs root: {what} (the realkernel tier; CI runs it as root)")
+
+
+@pytest.fixture
+def pools_still() -> Iterator[None]:
+    """The host's hugepage pools stay as they are while the test runs: the pool lock, which
+    every test that changes a pool holds. A user who is not root runs none of those, and
+    cannot change a pool either, so there is nothing to wait for."""
+    if os.geteuid() != 0:
+        yield
+        return
+    with hugepage_state.locked():
+        yield
+
+
 @pytest.fixture
 def nr_hugepages() -> Iterator[Callable[..., int]]:
     """Set the hugepage pool of one size (default 2048 kB = vm.nr_hugepages); returns what the
@@ -89,8 +139,7 @@ def nr_hugepages() -> Iterator[Callable[..., int]]:
     pool knob is recorded beside the lock, and a finalizer that runs even when the test fails
     restores them (failing the test if pages stay allocated: a leaked mapping). If the run is
     killed instead, the next session start or fixture restores the record."""
-    if os.geteuid() != 0:
-        pytest.fail("tests that set nr_hugepages must run as root (CI does)")
+    require_root("sets vm.nr_hugepages")
     with hugepage_state.locked():
         stale = hugepage_state.restore_stale_locked()  # a run killed while holding the lock
         if len(stale) > 1:

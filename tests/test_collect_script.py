@@ -100,9 +100,9 @@ def test_cli_prints_the_shipped_scripts(capsys: pytest.CaptureFixture[str]) -> N
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_script_dump_is_the_same_machine_as_collect(
-    tmp_path: Path, kind: str, nr_hugepages: object
+    tmp_path: Path, kind: str, pools_still: None
 ) -> None:
-    # nr_hugepages (unused): its lock keeps other tests' pools still between the two collections
+    # pools_still: other tests' pools stay as they are between the two collections
     ref = tmp_path / "ref.tar.gz"
     res = collect(str(ref), "here")
     out = tmp_path / "script.tar.gz"
@@ -256,7 +256,7 @@ def test_umbp_sim_collect_pid_error_is_its_own_one_line(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_python_collector_in_process_matches_collect(tmp_path: Path, nr_hugepages: object) -> None:
+def test_python_collector_in_process_matches_collect(tmp_path: Path, pools_still: None) -> None:
     """The same script imported as a module (what coverage sees of it); the pool lock held."""
     from umbp_sim.collect_scripts import collect as script_module
 

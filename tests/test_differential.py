@@ -22,10 +22,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from conftest import require_root
 
 from umbp_sim import _native
 from umbp_sim.machine import GiB, HugePool, Machine, MiB, Node
 from umbp_sim.sim import build_kernel
+
+pytestmark = pytest.mark.realkernel
 
 C = _native.constants
 R, W = C["PROT_READ"], C["PROT_WRITE"]
@@ -234,6 +237,7 @@ POOL_LOCK = "/tmp/umbp-sim-hugepage-pool.lock"
 
 @pytest.fixture
 def real_pool(request: pytest.FixtureRequest) -> Callable[..., None]:
+    require_root("sets the real hugepage pools (nr_hugepages, nr_overcommit_hugepages)")
     state = sys.modules["umbp_sim_hugepage_state"]  # tools/hugepage_state.py, via conftest
     lock = state.locked()
     lock.__enter__()  # held until the finalizer, which records nothing left behind
@@ -731,7 +735,7 @@ def test_sequence(name: str, real_pool: Callable[..., None]) -> None:
     try:
         real_pool(**pool)
     except (OSError, AssertionError) as e:
-        pytest.fail(f"could not configure the real pool {pool}: {e}")
+        pytest.skip(f"needs a real hugepage pool {pool} this host cannot give: {e}")
     run_differential(name, ops, rlimit)
 
 
@@ -768,7 +772,8 @@ def page_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def _anon_size() -> int:
     """9 GiB, as in the issue, on a host that has it available (CI: 24 GiB hosts)."""
     avail = _kb(_read("/proc/meminfo"))["MemAvailable"] * 1024
-    assert avail > 6 * GiB, f"this host has only {avail} bytes available"
+    if avail <= 6 * GiB:
+        pytest.skip(f"needs more than 6 GiB available, this host has {avail >> 20} MiB")
     return min(9 * GiB, (avail - 4 * GiB) // GiB * GiB)
 
 
@@ -832,6 +837,8 @@ def test_host_machine_reader_matches_this_host(nr_hugepages: object) -> None:
 
 def test_zz_agreement_summary() -> None:
     """Runs last in this module (name order): the agreement count of every sequence."""
+    if not RESULTS:
+        pytest.skip("no sequence ran (they need root)")
     steps = sum(t for _, t in RESULTS.values())
     agree = sum(a for a, _ in RESULTS.values())
     print(f"\ndifferential: {len(RESULTS)} sequences, {agree}/{steps} steps agree")

@@ -43,6 +43,7 @@ def fleet(tmp_path: Path) -> Path:
     return d
 
 
+@pytest.mark.browser
 def test_fleet_page_a_row_per_host_and_a_bar_per_node(
     fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -81,6 +82,7 @@ def test_fleet_page_a_row_per_host_and_a_bar_per_node(
     assert all(h == 26 for _, h in drawn), drawn
 
 
+@pytest.mark.browser
 def test_compare_page_a_group_per_class_of_difference(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -109,6 +111,7 @@ def test_compare_page_a_group_per_class_of_difference(
     assert all(f"{cls}{len(items)}" in counts for cls, items in diffs.items())
 
 
+@pytest.mark.browser
 def test_hostile_texts_stay_text_and_nothing_is_fetched(tmp_path: Path) -> None:
     m = Machine.x86_64(nodes=2, mem_per_node="8GiB", hugepages={"2MiB": 16})
     pic = picture(m, [1 << 30], "AnonymousHugetlb", 2 << 20, 0, "demoted")

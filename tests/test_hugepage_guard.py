@@ -11,6 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import require_root
+
+pytestmark = pytest.mark.realkernel
 
 state = sys.modules["umbp_sim_hugepage_state"]  # tools/hugepage_state.py, loaded by conftest
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "hugepage_state.py"
@@ -31,8 +34,7 @@ with hs.locked():
 
 
 def test_sigkilled_run_is_restored_by_the_next_start() -> None:
-    if os.geteuid() != 0:
-        pytest.fail("changes vm.nr_hugepages: must run as root (CI does)")
+    require_root("changes vm.nr_hugepages")
     with state.locked():
         original = NR.read_text().strip()
         assert not os.path.lexists(state.RECORD), "a stale record before the test"

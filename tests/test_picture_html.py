@@ -22,6 +22,7 @@ FOUR_NODES = ROOT / "scenarios" / "dumps" / "16amd64-4n4c-cgroup-distance-merge.
 TWO_NODES = Path(__file__).parent / "data" / "replay" / "pool-on-node0-6.8.0"
 
 
+@pytest.mark.browser
 @pytest.mark.parametrize(
     ("dump", "request_args", "nodes"),
     [

@@ -17,6 +17,8 @@ from umbp_sim.commands import preflight
 from umbp_sim.diagnose import verify as verify_mod
 from umbp_sim.diagnose.verify import Side
 
+pytestmark = pytest.mark.realkernel
+
 MiB = 1 << 20
 PROFILES = ("mori-624002c", "umbp-sim")
 
