@@ -16,6 +16,7 @@ Figures: runs per second for each, and the speed-up of ``--jobs 2`` (``--jobs 1`
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BUILD, ROOT, emit, figure, ratios  # noqa: E402
+from _common import BUILD, ROOT, emit, figure, ratios, unavailable  # noqa: E402
 
 TINY = ROOT / "tests" / "external" / "tiny_allocator.cpp"
 # 960 runs of the full matrix: every backing, size, hugepage size and node, prefault on, the
@@ -39,12 +40,15 @@ def build_tiny() -> Path:
     if not out.exists():
         BUILD.mkdir(parents=True, exist_ok=True)
         print(f"bench: building {out.name} ...", file=sys.stderr, flush=True)
-        subprocess.run(
+        proc = subprocess.run(
             [sys.executable, "-P", "-m", "umbp_sim.cli", "build-allocator", str(TINY),
              "-D", f"TINY_MODULE_NAME={out.name.split('.')[0].replace('-', '_')}",
              "-o", str(out)],
-            check=True, stdout=subprocess.DEVNULL,
+            capture_output=True, text=True,
         )  # fmt: skip
+        if proc.returncode != 0:
+            first = (proc.stderr.strip().splitlines() or ["no output"])[0]
+            raise RuntimeError(f"building the test allocator failed: {first}")
     return out
 
 
@@ -67,6 +71,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
     quick = "--quick" in argv
     rounds = 1 if quick else 3
+    if importlib.util.find_spec("pybind11") is None:  # the test allocator is a pybind11 module
+        why = "needs pybind11 to build the test allocator: pip install '.[test]'"
+        return {"bench": "compare", "figures": [unavailable("compare runs/s", why, unit="1/s")]}
     tiny = str(build_tiny())
     pairs = {
         "umbp-sim vs test allocator (external)": ("umbp-sim", tiny, EXTERNAL_SLICE),

@@ -10,13 +10,14 @@ in-process after warm-up (the cost of the scenarios themselves), and ``pytest -n
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, emit, figure, rate, timed_run  # noqa: E402
+from _common import ROOT, emit, figure, rate, timed_run, unavailable  # noqa: E402
 
 
 def _timed(cmd: list[str]) -> float:
@@ -41,8 +42,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for p in files:
             run_scenario(load_scenario(p))
         inproc.append(time.perf_counter() - t)
-    xdist = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "scenarios"]
-    par = [_timed([sys.executable, *xdist]) for _ in range(max(1, rounds // 2))]
+    what = "scenarios/s, pytest -n 2 (incl. start-up)"
+    if importlib.util.find_spec("xdist") is None:
+        parallel = unavailable(what, "needs pytest-xdist: pip install '.[test]'", unit="1/s")
+    else:
+        xdist = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "scenarios"]
+        parallel = rate(
+            what, n, [_timed([sys.executable, *xdist]) for _ in range(max(1, rounds // 2))]
+        )
     return {
         "bench": "scenarios",
         "scenarios": n,
@@ -50,7 +57,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             figure(f"umbp-sim run, {n} scenarios, one core (s)", cli, unit="s", target="< 10"),
             rate("scenarios/s, umbp-sim run, one core", n, cli),
             rate("scenarios/s, in-process after warm-up", n, inproc),
-            rate("scenarios/s, pytest -n 2 (incl. start-up)", n, par),
+            parallel,
         ],  # fmt: skip
     }
 

@@ -3,7 +3,8 @@
     python bench/run_all.py [--quick] [--out bench/results.json] [--only NAME ...]
 
 The convention a benchmark follows is in bench/README.md. A benchmark that raises (or whose
-subprocess fails) becomes an "(error)" row and makes the exit status 1; figures that miss their
+subprocess fails) becomes an "(error)" row saying why in one line (no traceback) and makes the exit
+status 1; figures that miss their
 target are marked NO in the table but do not change the exit status (numbers, not tests).
 """
 
@@ -18,7 +19,6 @@ import os
 import platform
 import subprocess
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +59,20 @@ def run_one(path: Path, args: list[str]) -> dict[str, Any]:
         result.setdefault("bench", name)
         return result
     except Exception as e:  # one broken benchmark must not hide the others' numbers
-        detail = e.stderr.strip() if isinstance(e, subprocess.CalledProcessError) else ""
-        traceback.print_exc()
-        return {
-            "bench": name,
-            "figures": [],
-            "error": f"{type(e).__name__}: {e} {detail}".strip(),
-        }
+        why = failure(e)
+        print(f"run_all: {path.name}: {why}", file=sys.stderr, flush=True)
+        return {"bench": name, "figures": [], "error": why}
+
+
+def failure(e: BaseException) -> str:
+    """One line saying why a benchmark failed: the exception, and for a failed subprocess the
+    last line it wrote on stderr (whatever it captured: text, bytes or nothing)."""
+    why = f"{type(e).__name__}: {e}".splitlines()[0]
+    stderr = getattr(e, "stderr", None)
+    if isinstance(stderr, bytes):
+        stderr = stderr.decode("utf-8", "replace")
+    lines = [line.strip() for line in (stderr or "").splitlines() if line.strip()]
+    return f"{why} ({lines[-1]})" if lines else why
 
 
 def own_format(path: Path, name: str) -> dict[str, Any]:
