@@ -1,6 +1,6 @@
 """Differential tests: the same operation sequence on the real kernel and on a SimKernel built
 from this host's own state; every call's result/errno and the HugePages_* counters of every
-size are compared after each step (kernel-model.md [EXP] rows).
+size are compared after each step (docs/kernel-model.md [EXP] rows).
 
 The real side runs in a subprocess (as root): it can set RLIMIT_AS, write sysctls mid-sequence,
 and a real SIGBUS kills only that subprocess. The pool (vm.nr_hugepages, the 1 GiB pool,

@@ -1,5 +1,5 @@
 """The allocator's two profiles: mori-624002c does what mori's allocator does in the field
-(shared/deployed-behaviour.md, each row), umbp-sim keeps its fixes. Both on SimKernel."""
+(docs/deployed-behaviour.md, each row), umbp-sim keeps its fixes. Both on SimKernel."""
 
 from __future__ import annotations
 

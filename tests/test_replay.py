@@ -310,9 +310,10 @@ def test_text_output_sections(capsys) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_fixture_32intel64_100gb_does_not_fit_in_ram(capsys) -> None:  # type: ignore[no-untyped-def]
-    # The DESIGN.md error on a 93 GiB host: the hugetlb mmap fails (4096 of 47684 pages), the
-    # buffer demotes to 4 KiB pages, and prefaulting 93 GiB of ordinary memory on a host with
-    # 33.57 GiB free ends in the OOM killer. The only fix that works asks for less.
+    # The failure umbp-sim was built to explain (alloc(100000595968 bytes) failed, numa_node=3)
+    # on a 93 GiB host: the hugetlb mmap fails (4096 of 47684 pages), the buffer demotes to
+    # 4 KiB pages, and prefaulting 93 GiB of ordinary memory on a host with 33.57 GiB free ends
+    # in the OOM killer. The only fix that works asks for less.
     dump = MACHINES / "32intel64-2p8co2t+8ve.tar.bz2"
     doc = replay(capsys, dump, "--size", "100000595968", "--numa-node", "3")
     assert (doc["outcome"], doc["signal"]) == ("crashed", "SIGKILL")

@@ -38,7 +38,7 @@ def meminfo_text(fields: dict[str, int]) -> str:
     )
 
 
-# ---- the worked example of field-failures.md ---------------------------------------------------
+# ---- the worked example of docs/field-failures.md ------------------------------------------------
 
 
 def test_worked_example_to_the_byte() -> None:

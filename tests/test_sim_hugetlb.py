@@ -1,4 +1,4 @@
-"""SimKernel hugetlb mmap, faults and munmap (kernel-model.md sections 1, 2, 4) via raw calls."""
+"""SimKernel hugetlb mmap, faults, munmap (docs/kernel-model.md sections 1, 2, 4) via raw calls."""
 
 from __future__ import annotations
 

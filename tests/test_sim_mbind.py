@@ -1,4 +1,4 @@
-"""SimKernel mbind: the errno table of kernel-model.md section 3."""
+"""SimKernel mbind: the errno table of docs/kernel-model.md section 3."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Writing nr_hugepages spreads and removes pages round-robin over the nodes, skipping nodes
-that have none left (kernel-model.md section 3: "interleaves over N_MEMORY nodes";
+that have none left (docs/kernel-model.md section 3: "interleaves over N_MEMORY nodes";
 mm/hugetlb.c for_each_node_mask_to_free). Found by the stateful exploration (umbp_sim.explore):
 the simulator used to give each round's remainder to the first nodes again instead of carrying
 on around the ring."""

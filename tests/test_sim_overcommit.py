@@ -1,5 +1,5 @@
 """SimKernel anonymous memory: overcommit 0/1/2, RLIMIT_AS, memcg and hugetlb cgroup limits,
-kernel version gates (kernel-model.md sections 4-6, 9)."""
+kernel version gates (docs/kernel-model.md sections 4-6, 9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rendered /proc and /sys files (kernel-model.md section 7) and the sim_host fixture."""
+"""Rendered /proc and /sys files (docs/kernel-model.md section 7) and the sim_host fixture."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The state machine lives in umbp_sim/explore/stateful.py; the profile (HYPOTHESIS_PROFILE=ci |
 deep) sets how many schedules and how long. Below it, the model is pinned to the worked
-examples of shared/kernel-model.md so that a model bug cannot hide behind the simulator.
+examples of docs/kernel-model.md so that a model bug cannot hide behind the simulator.
 """
 
 from __future__ import annotations

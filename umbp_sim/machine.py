@@ -4,8 +4,8 @@ A ``Machine`` is plain data. The SimKernel is built from it (``umbp_sim.sim``), 
 into it (``umbp_sim.dump``), scenario files describe it. All sizes are bytes; constructors and
 ``Machine.build`` accept strings such as ``"2MiB"`` through ``parse_size``.
 
-Pool state is kept the way the kernel keeps it (kernel-model.md section 0): per hugepage size and
-node ``total``/``free``/``surplus``; per size the global ``reserved`` count and
+Pool state is kept the way the kernel keeps it (docs/kernel-model.md section 0): per hugepage
+size and node ``total``/``free``/``surplus``; per size the global ``reserved`` count and
 ``nr_overcommit_hugepages``. ``free`` and ``reserved`` describe pages other processes already
 hold when the simulation starts (a dump of a busy host).
 """
@@ -449,7 +449,7 @@ _SIZE_VALUED_FIELDS = {f.name for f in MACHINE_FIELDS if f.unit == "size -> byte
 BUILD_KEYWORDS = frozenset(inspect.signature(Machine.build).parameters) - {"cls", "kw"}
 SCENARIO_MACHINE_KEYS = frozenset(_FIELD_NAMES | BUILD_KEYWORDS | {"free_hugepages_per_node"})
 
-# kernel-model.md section 8.
+# docs/kernel-model.md section 8.
 _ARM64_SIZES = {
     4 * KiB: [64 * KiB, 2 * MiB, 32 * MiB, GiB],
     16 * KiB: [2 * MiB, 32 * MiB, GiB],

@@ -5,7 +5,7 @@ profiles:
 
 - ``umbp-sim``: mori's allocator plus umbp-sim's fixes;
 - ``mori-624002c`` (alias ``mori``): mori's ``HostMemAllocator`` at ROCm/mori commit 624002c,
-  the allocator the field runs (``shared/deployed-behaviour.md``).
+  the allocator the field runs (``docs/deployed-behaviour.md``).
 
 Replay, preflight and run model the field by default (:data:`FIELD_PROFILE`).
 ``umbp-sim profiles`` prints :func:`difference_table`.

@@ -14,7 +14,7 @@ Public and usable from other projects' tests::
 ``machines(**pins)``
     Valid ``umbp_sim.Machine`` objects (every one passes ``validate()`` and renders: the SimHost
     built from it has a non-empty ``files()``). Drawn: ``preset`` (``"x86_64"``, ``"arm64-4k"``,
-    ``"arm64-16k"``, ``"arm64-64k"``: page size and hugepage sizes, kernel-model.md section 8),
+    ``"arm64-16k"``, ``"arm64-64k"``: page size and hugepage sizes, docs/kernel-model.md section 8),
     ``nodes`` (1-4), ``mem_per_node``, ``hugepages_per_node`` (one ``{size: pages}`` dict per node),
     ``nr_overcommit_hugepages`` (``{size: pages}``), ``overcommit_memory`` (0/1/2),
     ``hugepages_reserved`` (pages other processes hold, at most the pool), ``overcommit_ratio``,

@@ -3,7 +3,7 @@
 //   umbp-sim      mori's allocator plus umbp-sim's fixes (the reference for "what a fixed
 //                 allocator would do");
 //   mori-624002c  what mori's HostMemAllocator does at ROCm/mori commit 624002c (2026-08-21),
-//                 src/umbp/local/host_mem_allocator.cpp, measured in shared/deployed-behaviour.md:
+//                 src/umbp/local/host_mem_allocator.cpp, measured in docs/deployed-behaviour.md:
 //                 the behaviour of the servers in the field.
 //
 // Each field names the lines of mori's source it reproduces. `umbp-sim profiles` prints the table.

@@ -1,6 +1,6 @@
 // SimKernel: the fault path: which node a fault takes a page from, populate, madvise and touch
-// (kernel-model.md sections 4, 6). Faults are accounting only: real memory behind a mapping is
-// never touched here.
+// (docs/kernel-model.md sections 1-4, 6). Faults are accounting only: real memory behind a
+// mapping is never touched here.
 #include <linux/mempolicy.h>
 #include <signal.h>
 #include <sys/mman.h>

@@ -1,5 +1,5 @@
 // SimKernel state: construction from SimConfig, the hugepage pool arithmetic of
-// kernel-model.md sections 1-2, admin knobs and the crash record.
+// docs/kernel-model.md sections 1-2, admin knobs and the crash record.
 #include "kernel/sim_kernel.h"
 
 #include <linux/mempolicy.h>

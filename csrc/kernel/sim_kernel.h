@@ -1,4 +1,4 @@
-// SimKernel: a model of the Linux memory subsystem (shared/kernel-model.md) behind the Kernel
+// SimKernel: a model of the Linux memory subsystem (docs/kernel-model.md) behind the Kernel
 // seam. Everything is counters and interval runs, so a 4 TiB mapping costs as much as 4 KiB.
 //
 // Layout of the implementation:
@@ -37,7 +37,7 @@ struct SimNodePool {
   long surp = 0;
 };
 
-// One hstate (hugepage size), kernel-model.md section 0.
+// One hstate (hugepage size), docs/kernel-model.md section 0.
 struct SimHState {
   uint64_t size = 0;
   long resv = 0;
@@ -185,7 +185,7 @@ class SimKernel : public Kernel {
   bool version_at_least(int major, int minor) const;
   bool gigantic(const SimHState& h) const;
   long pool_pages_total() const;  // Σ nr × pages per hugepage, in base pages
-  // Pool arithmetic (kernel-model.md sections 1-2).
+  // Pool arithmetic (docs/kernel-model.md sections 1-2).
   bool alloc_surplus_page(SimHState& h, const std::vector<int>& order, int* node_out);
   int gather_surplus(SimHState& h, long delta);  // 0 or ENOMEM; resv += delta on success
   void return_unused_surplus(SimHState& h, long unused_resv);

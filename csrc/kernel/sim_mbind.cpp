@@ -1,4 +1,4 @@
-// SimKernel::mbind: the errno table of kernel-model.md section 3, in the kernel's order
+// SimKernel::mbind: the errno table of docs/kernel-model.md section 3, in the kernel's order
 // (kernel_mbind: sanitize flags, get_nodes; do_mbind: flags, range, mpol_new, nodemask
 // contextualisation, holes, VMA splits).
 #include <linux/mempolicy.h>

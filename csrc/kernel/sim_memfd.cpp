@@ -1,4 +1,4 @@
-// SimKernel: memfd_create, ftruncate, close (kernel-model.md section 5). Simulated fds come
+// SimKernel: memfd_create, ftruncate, close (docs/kernel-model.md section 5). Simulated fds come
 // from a private range (1000000 up) so they never collide with real descriptors.
 #include <linux/memfd.h>
 

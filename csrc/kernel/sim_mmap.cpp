@@ -1,4 +1,5 @@
-// SimKernel: mmap and munmap: overcommit accounting, VMAs (kernel-model.md sections 1, 2).
+// SimKernel: mmap and munmap: overcommit accounting, VMAs
+// (docs/kernel-model.md sections 1, 2, 6).
 // Faults are in sim_faults.cpp, the real address space in sim_address_space.cpp.
 #include <linux/mempolicy.h>
 #include <signal.h>

@@ -1,5 +1,5 @@
-// SimKernel: /proc and /sys rendered from the model, byte-exact in format (kernel-model.md
-// section 7). read_file and Python's render_all see the same bytes.
+// SimKernel: /proc and /sys rendered from the model, byte-exact in format
+// (docs/kernel-model.md section 7). read_file and Python's render_all see the same bytes.
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>

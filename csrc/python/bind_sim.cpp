@@ -87,7 +87,7 @@ void bind_sim(py::module_& m) {
       .def_readwrite("root", &SimConfig::root);
 
   py::class_<SimKernel, Kernel, std::shared_ptr<SimKernel>>(
-      m, "SimKernel", "The simulated Linux memory subsystem (shared/kernel-model.md)")
+      m, "SimKernel", "The simulated Linux memory subsystem (docs/kernel-model.md)")
       .def(py::init<const SimConfig&>(), py::arg("config"))
       .def(
           "set_nr_hugepages",

@@ -78,7 +78,7 @@ def test_a_binding_to_the_wrong_node_is_its_own_class(
 def test_the_builtin_profiles_differ_in_binding_where_mori_does(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """deployed-behaviour.md row 4: mori never binds node 63 (maxnode drops its bit)."""
+    """docs/deployed-behaviour.md row 4: mori never binds node 63 (maxnode drops its bit)."""
     argv = ["compare", "umbp-sim", "mori", "--matrix", "none", "-k", "node-63", "--json"]
     doc = json.loads(_out(capsys, [*argv, "--jobs", "1"], 1))
     assert doc["differences"]["numa binding"] == [

@@ -5,7 +5,7 @@
 Every guess the reader makes is written to ``notes`` in plain words; the rules are:
 
 - arch/page size (``infer_arch``): hugepage sizes first, they are per-architecture and per base
-  page (kernel-model.md section 8): 64kB -> arm64 with 4 KiB pages (4K granule: 64K/2M/32M/1G);
+  page (docs/kernel-model.md section 8): 64kB -> arm64 with 4 KiB pages (4K granule: 64K/2M/32M/1G);
   32768kB without 64kB -> arm64 16 KiB; 524288kB or 16777216kB -> arm64 64 KiB; only 1024kB ->
   s390x 4 KiB; otherwise (2M/1G or none) proc/cpuinfo decides (vendor_id Intel/AMD -> x86_64, or
   i386 when meminfo has HighTotal (32-bit kernel) or the flags lack ``lm``; ``IBM/S390`` ->

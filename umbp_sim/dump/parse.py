@@ -3,7 +3,7 @@
 Every function takes the file's text and ``where`` (how to name the file in an error) and raises
 only ``DumpError`` (with the 1-based line number when one line is to blame). They are pure and
 work on strings, so replay/preflight can reuse them on live files and the fuzz tests can call
-them directly. Formats: kernel-model.md section 7.
+them directly. Formats: docs/kernel-model.md section 7.
 
 Values in kB are returned in **bytes**; page counts are returned as counts.
 """

@@ -1,6 +1,6 @@
 """A pure-Python reference model of the allocator on a simulated host.
 
-Written from shared/kernel-model.md (sections 0-2, 4, 5) and the allocator contract (issue 2),
+Written from docs/kernel-model.md (sections 0-2, 4, 5) and the allocator contract (issue 2),
 not from the C++ simulator, so that a disagreement points at a bug in one of them. It predicts,
 for each call, the result (valid or not, actual backing, mapped size, or a simulated crash) and
 the hugepage counters, globally and per node.
@@ -25,7 +25,7 @@ What it covers:
     round-robin, the rest become surplus;
   - the shm registry: acquire/lookup/release, frees deferred while registrations are held.
 
-Conventions the kernel-model does not fix (so the model and the simulator must agree on them):
+Conventions docs/kernel-model.md does not fix (so the model and the simulator must agree on them):
 the simulated task runs on node 0, so unbound faults and surplus pages take the lowest node
 first; each round-robin loop of a nr_hugepages write (new pages, removed free pages, pages made
 surplus) starts at the lowest allowed node. The kernel keeps its cursors (next_nid_to_alloc /
@@ -143,7 +143,7 @@ class AllocatorModel:
     def live_keys(self) -> list[str]:
         return [k for k, b in self.buffers.items() if not b.pending_free]
 
-    # ---- hugepage arithmetic (kernel-model.md sections 1, 2) ------------------------------
+    # ---- hugepage arithmetic (docs/kernel-model.md sections 1, 2) ------------------------------
     def _gigantic(self, size: int) -> bool:
         order = 13 if self.page >= 65536 else 11 if self.page >= 16384 else 10
         return size > (self.page << order)

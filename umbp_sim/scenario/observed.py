@@ -107,7 +107,7 @@ def _counter(host: SimHost, key: str) -> int:
     if not m:
         raise KeyError(key)
     if m.group("node") is not None and m.group("field") == "reserved":
-        raise KeyError(key)  # the kernel keeps no per-node Rsvd (kernel-model.md 0)
+        raise KeyError(key)  # the kernel keeps no per-node Rsvd (docs/kernel-model.md 0)
     size = parse_size(m.group("size"), key)
     pages = (
         host.node_hugepages(int(m.group("node")), size)

@@ -2,7 +2,7 @@
 
 Mirrors ``HostKVCache.__init__`` / ``MHATokenToKVPoolHost`` / ``MLATokenToKVPoolHost`` in
 sglang (``python/sglang/srt/mem_cache/pool_host/{base,mha,mla}.py``; earlier
-``memory_pool_host.py``) and the behaviour written down in shared/field-failures.md:
+``memory_pool_host.py``) and the behaviour written down in docs/field-failures.md:
 
 - bytes per token: MHA ``head_dim * kv_heads * layers * itemsize * 2``;
   MLA ``(kv_lora_rank + qk_rope_head_dim) * itemsize * layers``;
