@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import require_root
 
 from umbp_sim import _native
 from umbp_sim.machine import GiB, HugePool, Machine, MiB, Node
@@ -237,6 +236,8 @@ POOL_LOCK = "/tmp/umbp-sim-hugepage-pool.lock"
 
 @pytest.fixture
 def real_pool(request: pytest.FixtureRequest) -> Callable[..., None]:
+    from conftest import require_root  # here: the module also runs alone in a child process
+
     require_root("sets the real hugepage pools (nr_hugepages, nr_overcommit_hugepages)")
     state = sys.modules["umbp_sim_hugepage_state"]  # tools/hugepage_state.py, via conftest
     lock = state.locked()
@@ -838,7 +839,7 @@ def test_host_machine_reader_matches_this_host(nr_hugepages: object) -> None:
 def test_zz_agreement_summary() -> None:
     """Runs last in this module (name order): the agreement count of every sequence."""
     if not RESULTS:
-        pytest.skip("no sequence ran (they need root)")
+        pytest.skip("no sequence ran before it (they need root; run the whole module)")
     steps = sum(t for _, t in RESULTS.values())
     agree = sum(a for a, _ in RESULTS.values())
     print(f"\ndifferential: {len(RESULTS)} sequences, {agree}/{steps} steps agree")

@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 from conftest import require_root
 
-pytestmark = pytest.mark.realkernel
-
 state = sys.modules["umbp_sim_hugepage_state"]  # tools/hugepage_state.py, loaded by conftest
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "hugepage_state.py"
 NR = Path("/proc/sys/vm/nr_hugepages")
@@ -33,6 +31,7 @@ with hs.locked():
 """
 
 
+@pytest.mark.realkernel
 def test_sigkilled_run_is_restored_by_the_next_start() -> None:
     require_root("changes vm.nr_hugepages")
     with state.locked():
@@ -75,7 +74,9 @@ def test_sigkilled_run_is_restored_by_the_next_start() -> None:
                 os.unlink(state.RECORD)
 
 
+@pytest.mark.realkernel
 def test_nothing_to_restore_is_quiet() -> None:
+    require_root("takes the pool lock of root's test runs")
     with state.locked():  # a record may exist while its owner (an xdist worker) holds the lock
         if os.path.lexists(state.RECORD):
             pytest.fail(f"{state.RECORD} exists: a killed run was not restored at session start")
