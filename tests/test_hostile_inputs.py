@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from umbp_sim import cli
+from umbp_sim.errors import UmbpSimError
 from umbp_sim.units import Size, SizeError, format_size, parse_size
 
 OK_MEMINFO = "MemTotal: 16777216 kB\nMemFree: 8388608 kB\n"
@@ -186,14 +187,14 @@ def scenario(tmp_path: Path, dump: str) -> Path:
 
 
 def test_scenario_dump_rules(tmp_path: Path) -> None:
-    from umbp_sim.errors import UmbpSimError
     from umbp_sim.scenario.runner import run_scenario
     from umbp_sim.scenario.schema import ScenarioError, load_scenario
 
-    secret = tmp_path / "shadow"
+    secret = tmp_path / "s" / "shadow"
+    secret.parent.mkdir()
     secret.write_text("root:$6$secret-line:19000\n")
     with pytest.raises(UmbpSimError) as exc:
-        run_scenario(load_scenario(scenario(tmp_path, str(secret))))
+        run_scenario(load_scenario(scenario(tmp_path, "shadow")))
     assert "secret-line" not in str(exc.value)
     assert "a bare meminfo file is not accepted here" in str(exc.value)
 
@@ -203,28 +204,68 @@ def test_scenario_dump_rules(tmp_path: Path) -> None:
 
     (tmp_path / "dumps" / "H" / "proc").mkdir(parents=True)
     (tmp_path / "dumps" / "H" / "proc" / "meminfo").write_text(OK_MEMINFO)
-    r = run_scenario(load_scenario(scenario(tmp_path, "../dumps/H")))
+    # a dump beside the scenario directory: inside the scenario root it was collected from
+    r = run_scenario(load_scenario(scenario(tmp_path, "../dumps/H"), root=tmp_path))
     assert r.passed, r.report()
+
+
+@pytest.mark.parametrize("dump", ["/", "../../../../../../../..", "ROOT", "../dumps/H"])
+def test_scenario_dump_outside_its_tree_is_refused(tmp_path: Path, dump: str) -> None:
+    from umbp_sim.scenario.schema import ScenarioError, load_scenario
+
+    (tmp_path / "dumps" / "H" / "proc").mkdir(parents=True)
+    (tmp_path / "dumps" / "H" / "proc" / "meminfo").write_text(OK_MEMINFO)
+    dump = dump.replace("ROOT", str(tmp_path / "dumps" / "H"))
+    p = scenario(tmp_path, dump)
+    resolved = os.path.normpath(os.path.join(p.parent, dump))
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(p)  # its tree: the directory holding it
+    assert str(exc.value) == (
+        f"{p}: [machine].dump: {resolved} is outside the scenario tree {p.parent} (a dump "
+        "elsewhere is given on the command line: umbp-sim replay DUMP)"
+    )
+
+
+def test_run_collects_a_tree_whose_scenarios_share_its_dumps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from umbp_sim.scenario.bundled import bundled_scenarios_dir
+    from umbp_sim.scenario.schema import load_scenario
+
+    (tmp_path / "dumps" / "H" / "proc").mkdir(parents=True)
+    (tmp_path / "dumps" / "H" / "proc" / "meminfo").write_text(OK_MEMINFO)
+    p = scenario(tmp_path, "../dumps/H")
+    assert cli.main(["run", str(tmp_path)]) == 0  # the tree given: its dumps/ is inside
+    assert cli.main(["run", str(p)]) == 65  # the file alone: its tree is its directory
+    assert f"{p}: [machine].dump: {tmp_path}/dumps/H is outside" in capsys.readouterr().err
+    # the bundled library's dump-* scenarios, one file at a time, reach scenarios/dumps/
+    field = bundled_scenarios_dir() / "field" / "dump-offline-node0-mbind-einval.toml"
+    assert load_scenario(field).machine["dump"].parent == bundled_scenarios_dir() / "dumps"
 
 
 # ---- collect's output file (item 6) ----------------------------------------------------------
 
 
 def test_collect_never_writes_through_a_planted_link(tmp_path: Path) -> None:
-    from umbp_sim.collect import collect
+    from umbp_sim.collect import CollectError, collect
 
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     out = tmp_path / "host.tar"
-    # the old predictable temporary name, and the output itself, planted as links
+    # the old predictable temporary name planted as a link: never used
     (tmp_path / f"host.tar.tmp{os.getpid()}").symlink_to(victim)
-    out.symlink_to(victim)
     root = tmp_path / "root"
     (root / "proc").mkdir(parents=True)
     (root / "proc" / "meminfo").write_text(OK_MEMINFO)
     collect(str(out), "h", root=str(root))
     assert victim.read_text() == "precious\n"
     assert out.is_file() and not out.is_symlink()
+    # the output itself a link: refused (issue 26), neither written through nor replaced
+    out.unlink()
+    out.symlink_to(victim)
+    with pytest.raises(CollectError, match="a symbolic link, not a regular file: refused"):
+        collect(str(out), "h", root=str(root))
+    assert victim.read_text() == "precious\n" and out.is_symlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["victim", "host.tar", f"host.tar.tmp{os.getpid()}", "root"]
     )
@@ -238,7 +279,6 @@ def test_the_standalone_collector_never_writes_through_a_planted_link(tmp_path: 
     victim.write_text("precious\n")
     out = tmp_path / "host.tar.gz"
     (tmp_path / f"host.tar.gz.tmp{os.getpid()}").symlink_to(victim)  # its old temporary name
-    out.symlink_to(victim)
     standalone.write_tar(str(out), "h", {"proc/meminfo": OK_MEMINFO.encode()})
     assert victim.read_text() == "precious\n"
     assert out.is_file() and not out.is_symlink()
@@ -247,3 +287,8 @@ def test_the_standalone_collector_never_writes_through_a_planted_link(tmp_path: 
     )
     with tarfile.open(out) as tar:
         assert tar.extractfile("h/proc/meminfo").read() == OK_MEMINFO.encode()  # type: ignore[union-attr]
+    out.unlink()
+    out.symlink_to(victim)
+    with pytest.raises(OSError, match="a symbolic link, not a regular file: refused"):
+        standalone.write_tar(str(out), "h", {"proc/meminfo": OK_MEMINFO.encode()})
+    assert victim.read_text() == "precious\n" and out.is_symlink()
