@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import tarfile
 from pathlib import Path
 
@@ -292,3 +294,64 @@ def test_the_standalone_collector_never_writes_through_a_planted_link(tmp_path: 
     with pytest.raises(OSError, match="a symbolic link, not a regular file: refused"):
         standalone.write_tar(str(out), "h", {"proc/meminfo": OK_MEMINFO.encode()})
     assert victim.read_text() == "precious\n" and out.is_symlink()
+
+
+# ---- control characters from dumps never reach the terminal raw (issue 26, point 10) --------
+
+ESC = "\x1b"
+RELEASE = f"6.8.0{ESC}]0;owned\x07\x9b2J\x7f"  # OSC retitle, BEL, C1 CSI, DEL
+RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # any control character but the newline
+
+
+def hostile_dump(parent: Path) -> Path:
+    d = parent / f"h{ESC}[31mred"
+    (d / "proc" / "sys" / "kernel").mkdir(parents=True)
+    (d / "proc" / "meminfo").write_text(OK_MEMINFO)
+    (d / "proc" / "sys" / "kernel" / "osrelease").write_text(RELEASE + "\n")
+    return d
+
+
+def test_printable_escapes_controls_only() -> None:
+    from umbp_sim.printable import printable
+
+    assert printable(RELEASE) == "6.8.0\\x1b]0;owned\\x07\\x9b2J\\x7f"
+    assert printable("a\tb\nc\x00é—✓") == "a\\x09b\\x0ac\\x00é—✓"
+    assert printable("a\tb\nc\x1b", keep="\n\t") == "a\tb\nc\\x1b"
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_inspect_and_replay_escape_dump_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], json_out: bool
+) -> None:
+    d = hostile_dump(tmp_path)
+    flags = ["--json"] if json_out else []
+    for argv in (
+        ["inspect", str(d)],
+        ["replay", str(d), "--size", "1GiB", "--backing", "anonymous"],
+        ["replay", str(tmp_path), "--size", "1GiB", "--backing", "anonymous"],  # a fleet
+        ["preflight", "--root", str(d), "--size", "1GiB", "--backing", "anonymous"],
+    ):
+        rc = cli.main([*argv, *flags])
+        out, err = capsys.readouterr()
+        assert rc == 0, err
+        if json_out:  # exact: json escapes control characters itself, nothing else does
+            assert RAW.search(out) is None
+            assert "\\u001b" in out and "\\x1b" not in out, (argv, out)
+            if argv[0] == "inspect":
+                assert json.loads(out)["kernel_version"] == RELEASE
+        else:
+            assert RAW.search(out + err) is None, (argv, out)
+            assert "\\x1b" in out, (argv, out)
+
+
+def test_errors_quoting_a_dump_are_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = tmp_path / f"bad{ESC}]0;t\x07"
+    (d / "proc").mkdir(parents=True)
+    (d / "proc" / "meminfo").write_text(f"MemTotal: 1 kB\nMem{ESC}[2JFree 1 kB\n")
+    rc = cli.main(["inspect", str(d)])
+    err = capsys.readouterr().err
+    assert rc == 65
+    assert RAW.search(err) is None and err.count("\n") == 1
+    assert err.startswith("umbp-sim inspect: ") and "bad\\x1b]0;t\\x07/proc/meminfo:2: " in err

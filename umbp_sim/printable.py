@@ -29,3 +29,9 @@ def printable(text: str, keep: str = "") -> str:
     if keep:
         return _CONTROL.sub(lambda m: m.group() if m.group() in keep else _hex(m), text)
     return _CONTROL.sub(_hex, text)
+
+
+def terminal(report: str) -> str:
+    """A multi-line text report for the terminal: ``printable`` keeping its line breaks (each
+    one-line field in it, a host name or kernel release, is ``printable`` already)."""
+    return printable(report, keep="\n")

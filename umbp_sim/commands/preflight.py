@@ -96,6 +96,7 @@ def run_verify(args: argparse.Namespace, request) -> int:  # type: ignore[no-unt
         render_verify_text,
         verify,
     )
+    from umbp_sim.printable import terminal
 
     if args.root:
         raise VerifyError("--verify cannot be combined with --root: it allocates on this host")
@@ -104,11 +105,11 @@ def run_verify(args: argparse.Namespace, request) -> int:  # type: ignore[no-unt
     machine, facts = live_host()
     d = diagnose(machine, facts, request)
     if is_oom_kill(d) and not args.force:
-        print(render_json(d) if args.json else render_text(d, mode="preflight"))
+        print(render_json(d) if args.json else terminal(render_text(d, mode="preflight")))
         raise VerifyError(refusal(d))
     v = verify(d, cap, args.force)
     if args.json:
         print(json.dumps({**json.loads(render_json(d)), "verify": v.to_json()}, indent=1))
     else:
-        print(render_text(d, mode="preflight") + "\n\n" + render_verify_text(v))
+        print(terminal(render_text(d, mode="preflight") + "\n\n" + render_verify_text(v)))
     return v.exit_code

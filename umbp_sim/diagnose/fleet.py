@@ -338,7 +338,7 @@ def tty_progress(stream: Any = None) -> Callable[[int, int], None] | None:
 
 
 def _cell(text: str | None, width: int) -> str:
-    text = "-" if text is None else text
+    text = "-" if text is None else printable(text)  # a host name, a path: from the dump
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
