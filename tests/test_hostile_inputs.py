@@ -355,3 +355,125 @@ def test_errors_quoting_a_dump_are_escaped(
     assert rc == 65
     assert RAW.search(err) is None and err.count("\n") == 1
     assert err.startswith("umbp-sim inspect: ") and "bad\\x1b]0;t\\x07/proc/meminfo:2: " in err
+
+
+# ---- --html, --error -, --verify-max-size 0, --error sizes (issue 26, point 11) --------------
+
+ERROR_LINE = (
+    "RuntimeError: UMBPHostMemAllocator.alloc({} bytes) failed "
+    "(requested_backing=UMBPHostBufferBacking.Anonymous, numa_node=0)."
+)
+
+
+def test_a_failed_compare_leaves_an_existing_page_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "page.html"
+    page.write_text("old page\n")
+    rc, err = run_cli(
+        capsys, "compare", "umbp-sim", "json", "--jobs", "1", "--matrix", "none", "--html",
+        str(page),
+    )  # fmt: skip
+    assert rc == 2 and "json: ImportError" in err
+    assert page.read_text() == "old page\n"
+    assert os.listdir(tmp_path) == ["page.html"]
+
+
+def test_a_page_replaces_the_old_one_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from umbp_sim.diagnose.html_report import PageFile, ReportWriteError
+
+    dump = tmp_path / "meminfo"
+    dump.write_text(OK_MEMINFO)
+    page = tmp_path / "page.html"
+    page.write_text("old page\n")
+    os.link(page, tmp_path / "second-name")  # written in place, it would change too
+    argv = ["replay", str(dump), "--size", "1GiB", "--backing", "anonymous", "--html", str(page)]
+    assert run_cli(capsys, *argv)[0] == 0
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    assert (tmp_path / "second-name").read_text() == "old page\n"
+    assert sorted(os.listdir(tmp_path)) == ["meminfo", "page.html", "second-name"]
+    # opened before the work, never written: nothing happens to it
+    PageFile(str(tmp_path / "second-name")).discard()
+    assert (tmp_path / "second-name").read_text() == "old page\n"
+    with pytest.raises(ReportWriteError, match=r"^--html .*/no/p.html: cannot write: No such"):
+        PageFile(str(tmp_path / "no" / "p.html"))
+    with pytest.raises(ReportWriteError, match=r"^--html .*: cannot write: Is a directory$"):
+        PageFile(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "stdin, message",
+    [
+        (b"x" * (64 * 1024 + 1) + b"\n", "a line longer than 64 KiB (a paste of the traceback, "
+         "not a log or a binary file)"),
+        (b"y" * (200 << 20), "a line longer than 64 KiB (a paste of the traceback, not a log or a "
+         "binary file)"),
+        ((b"z" * 1000 + b"\n") * (17 * 1024), "more than 16 MiB (a paste of the traceback, not a "
+         "whole log)"),
+    ],
+)  # fmt: skip
+def test_error_from_stdin_is_bounded(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    stdin: bytes,
+    message: str,
+) -> None:
+    import io
+
+    dump = tmp_path / "meminfo"
+    dump.write_text(OK_MEMINFO)
+    stream = io.BytesIO(stdin)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(stream))
+    rc, err = run_cli(capsys, "replay", str(dump), "--error", "-")
+    assert (rc, err) == (64, f"umbp-sim replay: --error - (stdin): {message}\n")
+    assert stream.tell() <= (16 << 20) + (64 << 10) + 2  # it stopped reading there
+
+
+def test_error_from_stdin_still_reads_a_pasted_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    dump = tmp_path / "meminfo"
+    dump.write_text(OK_MEMINFO)
+    paste = "Traceback (most recent call last):\n  File x\n" + ERROR_LINE.format(1 << 30) + "\n"
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(paste.encode())))
+    rc, err = run_cli(capsys, "replay", str(dump), "--error", "-")
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("size", [2**62, 2**63, 2**64 - 1, 2**64])
+@pytest.mark.parametrize("backing", ["Anonymous", "AnonymousShmHugetlb"])
+def test_error_line_sizes_from_2_62(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], size: int, backing: str
+) -> None:
+    """An --error line is what the server printed: any size_t is replayed (alloc(size_t(-1))
+    is a field failure, every mmap of it fails before pages are counted), reproduced exactly;
+    a number beyond size_t is no such line (README: the flags' 2^62 bound is for sizes typed)."""
+    dump = tmp_path / "meminfo"
+    dump.write_text(OK_MEMINFO)
+    line = ERROR_LINE.format(size).replace("Backing.Anonymous,", f"Backing.{backing},")
+    rc = cli.main(["replay", str(dump), "--error", line, "--json"])
+    out, err = capsys.readouterr()
+    if size >= 2**64:
+        assert (rc, err) == (64, f"umbp-sim replay: --error: {size} bytes does not fit a size_t\n")
+        return
+    doc = json.loads(out)
+    assert (rc, doc["outcome"], doc["reproduces_error_line"]) == (0, "failed", True), err
+
+
+@pytest.mark.parametrize("cap", ["0", "0GiB", "0.0"])
+def test_verify_max_size_zero_is_refused(capsys: pytest.CaptureFixture[str], cap: str) -> None:
+    # 4 KiB: were 0 read as the 1 GiB default again, this would allocate only 4 KiB (and fail)
+    rc, err = run_cli(
+        capsys, "preflight", "--size", "4KiB", "--backing", "anonymous", "--verify",
+        "--verify-max-size", cap,
+    )  # fmt: skip
+    assert (rc, err.splitlines()[-1]) == (
+        64,
+        f"umbp-sim preflight: error: argument --verify-max-size: {cap} allows no allocation "
+        "(the largest size --verify may allocate, above 0; default 1GiB)",
+    )

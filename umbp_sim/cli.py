@@ -42,7 +42,8 @@ EXIT_CODES: dict[int, str] = {
     "the traceback)",
     66: "replay, inspect, preflight --root: a dump argument names no file (or, for a fleet, "
     "no dump)",
-    EX_CANTCREAT: "an output file cannot be written (collect's tarball, an --html page)",
+    EX_CANTCREAT: "an output file cannot be written (collect's tarball, an --html page) or is "
+    "refused (collect -o at a link, directory or device)",
     130: "interrupted (Ctrl-C)",
 }
 

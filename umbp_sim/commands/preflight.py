@@ -14,7 +14,7 @@ import tempfile
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from umbp_sim.diagnose.request_flags import add_request_arguments
-    from umbp_sim.flag_types import size_flag
+    from umbp_sim.flag_types import cap_flag
 
     parser.add_argument(
         "--root", metavar="DUMP|-", help="a dump instead of the live host (-: from stdin)"
@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     v.add_argument(
         "--verify-max-size",
-        type=size_flag,
+        type=cap_flag,
         default=None,
         metavar="SIZE",
         help="largest request --verify performs (default 1GiB)",
@@ -100,7 +100,7 @@ def run_verify(args: argparse.Namespace, request) -> int:  # type: ignore[no-unt
 
     if args.root:
         raise VerifyError("--verify cannot be combined with --root: it allocates on this host")
-    cap = args.verify_max_size or DEFAULT_MAX_SIZE
+    cap = DEFAULT_MAX_SIZE if args.verify_max_size is None else args.verify_max_size
     check_request(request, cap)
     machine, facts = live_host()
     d = diagnose(machine, facts, request)
