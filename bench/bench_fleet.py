@@ -6,7 +6,8 @@ alike), MemFree scaled (60..100 %), each host an uncompressed tarball ``hostNNNN
 request for all (``--size 8GiB --backing hugetlb --numa-node 0``, the field allocator). Timed:
 the whole command in a fresh process (start-up, parallel replay on every core, the table), and
 the same on one process (``jobs=1`` in-process) for the parallel speed-up.
-Target: 1,000 dumps in under a minute on a 2-core machine.
+Target: 1,000 dumps in under a minute on a 2-core machine. Also timed: listing a directory of
+40,000 dump tarballs (``expand_dumps``; linear since issue 26: it was 16 s).
 
     python bench/bench_fleet.py [--quick] [--json]
 """
@@ -76,6 +77,21 @@ def make_fleet(directory: Path, n: int, seed: int = 19) -> list[Path]:
     return paths
 
 
+def _listing(n: int, rounds: int = 3) -> tuple[int, list[float]]:
+    """Seconds to list a directory of ``n`` dump tarballs (empty files: listing reads none)."""
+    from umbp_sim.diagnose.fleet import expand_dumps
+
+    times = []
+    with tempfile.TemporaryDirectory(prefix="umbp-bench-fleet-list-") as tmp:
+        for i in range(n):
+            Path(tmp, f"host{i:05d}.tar").touch()
+        for _ in range(rounds):
+            t = time.perf_counter()
+            assert len(expand_dumps([tmp])) == n
+            times.append(time.perf_counter() - t)
+    return n, times
+
+
 def _cli(directory: Path) -> tuple[float, str]:
     cmd = [sys.executable, "-m", "umbp_sim.cli", "replay", str(directory), *REQUEST, "--json"]
     return timed_run(cmd, ok=(0, 1, 2))  # 1, 2: some hosts failed, as the fleet has
@@ -104,6 +120,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         t = time.perf_counter()
         replay_fleet(paths, request, jobs=1)
         serial = (time.perf_counter() - t) / len(paths) * n
+    listed, listing = _listing(4_000 if quick else 40_000)
     cores = os.cpu_count() or 1
     return {
         "bench": "fleet",
@@ -123,6 +140,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 [serial],
                 unit="s",
                 note=f"from {len(paths)} dumps",
+            ),
+            figure(
+                f"listing a fleet directory of {listed} dumps (expand_dumps, s)",
+                listing,
+                unit="s",
+                target="< 5" if listed == 40_000 else None,
+                note="issue 26: 16 s before (a list lookup per dump: quadratic)",
             ),
             figure(
                 "parallel speed-up (one process / umbp-sim replay DIR)",

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -87,3 +90,126 @@ def test_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
 def _names(tarball: Path) -> list[str]:
     with tarfile.open(tarball) as tar:
         return tar.getnames()
+
+
+# ---- -o never replaces anything but a regular file (issue 26, point 1) ----------------------
+
+REFUSED = "not a regular file: refused (-o - writes to stdout)"
+
+
+def special_target(tmp_path: Path, kind: str) -> tuple[Path, str]:
+    """A path in tmp_path that is ``kind``, and the word the refusal names it with."""
+    path = tmp_path / f"{kind}.tar.gz"
+    if kind == "fifo":
+        os.mkfifo(path)
+        return path, "a FIFO"
+    if kind == "symlink":
+        (tmp_path / "target").write_text("kept\n")
+        path.symlink_to(tmp_path / "target")
+        return path, "a symbolic link"
+    if kind == "dangling":
+        path.symlink_to(tmp_path / "nowhere")
+        return path, "a symbolic link"
+    if kind == "directory":
+        path.mkdir()
+        return path, "a directory"
+    if kind == "socket":
+        import socket
+
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(path))
+        return path, "a socket"
+    assert kind == "chardev"
+    return char_device(tmp_path), "a character device"
+
+
+def char_device(tmp_path: Path) -> Path:
+    """A character device a regression cannot harm: a fresh /dev/null node in tmp_path (root),
+    else /dev/null itself, which only when /dev cannot be written (a rename over it fails)."""
+    node = tmp_path / "null"
+    try:
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        return node
+    except OSError:
+        if os.access("/dev", os.W_OK):
+            pytest.skip("no mknod here and /dev is writable: no safe character device")
+        return Path("/dev/null")
+
+
+def kind_of(path: Path) -> tuple[int, str | None]:
+    st = os.lstat(path)
+    return stat.S_IFMT(st.st_mode), (os.readlink(path) if stat.S_ISLNK(st.st_mode) else None)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "dangling", "directory", "socket", "chardev"])
+def test_output_that_is_not_a_regular_file_is_refused_before_collecting(
+    tmp_path: Path,
+    kind: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from umbp_sim.collect_scripts import collect as standalone
+
+    out, what = special_target(tmp_path, kind)
+    before = kind_of(out)
+    entries = sorted(os.listdir(tmp_path))
+
+    def no_collecting(*args: object) -> None:
+        raise AssertionError("collected before the output was checked")
+
+    monkeypatch.setattr(standalone, "collect_host", no_collecting)
+    assert cli.main(["collect", "-o", str(out)]) == 73
+    assert capsys.readouterr().err == f"umbp-sim collect: -o {out}: {what}, {REFUSED}\n"
+    assert kind_of(out) == before
+    assert sorted(os.listdir(tmp_path)) == entries  # no temporary file left beside it
+    if kind == "symlink":
+        assert (tmp_path / "target").read_text() == "kept\n"
+    if kind == "dangling":
+        assert not (tmp_path / "nowhere").exists()
+
+
+def test_an_existing_regular_file_is_replaced_atomically(tmp_path: Path) -> None:
+    out = tmp_path / "host.tar"
+    out.write_text("old\n")
+    other = tmp_path / "other-link"
+    os.link(out, other)  # a second name of the old file keeps the old content
+    assert cli.main(["collect", "-o", str(out), "--name", "h"]) == 0
+    assert load_dump(out)[0].name == "h"
+    assert other.read_text() == "old\n"
+    assert os.stat(out).st_nlink == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["host.tar", "other-link"]
+
+
+def collect_to_stdout(tmp_path: Path, stdout: int) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run(
+        [sys.executable, "-m", "umbp_sim.cli", "collect", "-o", "-", "--name", "piped"],
+        stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
+    )  # fmt: skip
+
+
+def test_dash_writes_a_gzip_tarball_to_stdout(tmp_path: Path) -> None:
+    out = tmp_path / "piped.tar.gz"
+    with open(out, "wb") as f:
+        proc = collect_to_stdout(tmp_path, f.fileno())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith("wrote the tarball to stdout: piped/, ")
+    assert out.read_bytes()[:2] == b"\x1f\x8b"
+    assert load_dump(out)[0].name == "piped"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["piped.tar.gz"]
+
+
+def test_dash_refuses_a_terminal_stdout(tmp_path: Path) -> None:
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = collect_to_stdout(tmp_path, follower)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert (proc.returncode, proc.stderr) == (
+        73,
+        "umbp-sim collect: -o -: stdout is a terminal; redirect it to a file "
+        "(-o - > host.tar.gz)\n",
+    )

@@ -267,3 +267,100 @@ def test_python_collector_in_process_matches_collect(tmp_path: Path, pools_still
     assert steady(load_dump(out)[0]) == steady(load_dump(ref)[0])
     assert script_module.main(["--name", "a/b"]) == 64
     assert script_module.main(["-o"]) == 64
+
+
+# ---- -o never replaces anything but a regular file (issue 26, point 1) ----------------------
+
+TARGETS = ["fifo", "symlink", "dangling", "directory", "socket", "chardev"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_output_that_is_not_a_regular_file_is_refused(
+    tmp_path: Path, kind: str, target: str
+) -> None:
+    from test_collect import REFUSED, kind_of, special_target
+
+    work = tmp_path / "out"
+    work.mkdir()
+    out, what = special_target(work, target)
+    before = kind_of(out)
+    entries = sorted(os.listdir(work))
+    env = isolated_child_env()
+    # the check comes before any work: even before the sh collector's scratch directory
+    env["TMPDIR"] = str(tmp_path / "no-such-dir")
+    path = script(tmp_path, kind)
+    cmd = [sys.executable, "-I", "-S", str(path)] if kind == "py" else ["dash", str(path)]
+    proc = subprocess.run(
+        [*cmd, "-o", str(out)], capture_output=True, text=True, cwd=tmp_path, env=env
+    )
+    assert (proc.returncode, proc.stderr) == (73, f"collect.{kind}: -o {out}: {what}, {REFUSED}\n")
+    assert kind_of(out) == before
+    assert sorted(os.listdir(work)) == entries
+    if target == "symlink":
+        assert (work / "target").read_text() == "kept\n"
+    if target == "dangling":
+        assert not (work / "nowhere").exists()
+
+
+def test_python_collector_checks_the_output_before_collecting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from umbp_sim.collect_scripts import collect as script_module
+
+    def no_collecting(*args: object) -> None:
+        raise AssertionError("collected before the output was checked")
+
+    monkeypatch.setattr(script_module, "collect_host", no_collecting)
+    os.mkfifo(tmp_path / "fifo")
+    assert script_module.main(["-o", str(tmp_path / "fifo")]) == 73
+    assert "a FIFO, not a regular file" in capsys.readouterr().err
+    # and it stays python 3.6 syntax (its header: the system's python3 on old hosts)
+    ast.parse(script_text("py"), feature_version=(3, 6))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_regular_file_replaced_and_dash_is_stdout(tmp_path: Path, kind: str) -> None:
+    root = write_tree(tmp_path / "root", CGROUP_V2_HOST)
+    out = tmp_path / "fake.tar.xz"
+    out.write_text("old\n")
+    os.link(out, tmp_path / "second-name")
+    proc = run_script(tmp_path, kind, "-o", str(out), "--name", "fake", "--root", str(root))
+    assert proc.returncode == 0, proc.stderr
+    assert load_dump(out)[0].memcg_max == 4 << 30
+    assert (tmp_path / "second-name").read_text() == "old\n"  # replaced, not written through
+    piped = tmp_path / "piped.tar.gz"
+    path = script(tmp_path, kind)
+    cmd = [sys.executable, "-I", "-S", str(path)] if kind == "py" else ["dash", str(path)]
+    with open(piped, "wb") as f:
+        proc2 = subprocess.run(
+            [*cmd, "-o", "-", "--name", "fake", "--root", str(root)],
+            stdout=f, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=isolated_child_env(),
+        )  # fmt: skip
+    assert proc2.returncode == 0, proc2.stderr
+    assert proc2.stderr.startswith("wrote the tarball to stdout: fake/, ")
+    assert piped.read_bytes()[:2] == b"\x1f\x8b"  # gzip, as the default name
+    assert load_dump(piped)[0] == load_dump(out)[0]
+    names = {"collect." + kind, "fake.tar.xz", "piped.tar.gz", "root", "second-name"}
+    assert {p.name for p in tmp_path.iterdir()} == names
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_dash_refuses_a_terminal_stdout(tmp_path: Path, kind: str) -> None:
+    import pty
+
+    path = script(tmp_path, kind)
+    cmd = [sys.executable, "-I", "-S", str(path)] if kind == "py" else ["dash", str(path)]
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [*cmd, "-o", "-"], stdout=follower, stderr=subprocess.PIPE, text=True,
+            cwd=tmp_path, env=isolated_child_env(),
+        )  # fmt: skip
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert (proc.returncode, proc.stderr) == (
+        73,
+        f"collect.{kind}: -o -: stdout is a terminal; redirect it to a file (-o - > host.tar.gz)\n",
+    )

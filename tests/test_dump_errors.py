@@ -177,24 +177,23 @@ def test_corrupt_tarball_and_non_dump(tmp_path: Path) -> None:
     assert str(err(q)) == f"{q}:1: expected 'Key: value', got 'hello world'"
 
 
-def test_links_leaving_the_dump_are_not_followed(tmp_path: Path) -> None:
+def test_links_leaving_the_dump_are_refused(tmp_path: Path) -> None:
     files = two_node_files()
     del files["H/proc/self/limits"]
-    data = make_tar(
-        files,
-        links=[
-            ("H/proc/self/limits", "/etc/passwd"),
-            ("H/proc/sys/vm/overcommit_kbytes", "../../../../../x"),
-        ],
-    )
-    m, f = load_dump(data)
-    assert m.rlimit_as is None and f.rlimit_as is None
-    assert sum("ignored" in n for n in f.notes) == 2
+    data = make_tar(files, links=[("H/proc/self/limits", "/etc/passwd")])
+    with pytest.raises(DumpError) as e:
+        load_dump(data)
+    leaves = "a symbolic link leaving the dump: not followed (a dump holds copies, not links)"
+    assert str(e.value) == f"<bytes>:H/proc/self/limits: {leaves}"
+    data = make_tar(files, links=[("H/proc/sys/vm/overcommit_kbytes", "../../../../../x")])
+    with pytest.raises(DumpError, match="overcommit_kbytes: a symbolic link leaving the dump"):
+        load_dump(data)
     (tmp_path / "outside").write_text("1\n")
     write_dir(tmp_path / "t", two_node_files(""))
     os.symlink(tmp_path / "outside", tmp_path / "t/proc/sys/vm/overcommit_kbytes")
-    _m, f = load_dump(tmp_path / "t")
-    assert f.overcommit_kbytes is None and "proc/sys/vm/overcommit_kbytes" in f.missing
+    with pytest.raises(DumpError) as e:
+        load_dump(tmp_path / "t")
+    assert str(e.value) == f"{tmp_path}/t/proc/sys/vm/overcommit_kbytes: {leaves}"
 
 
 def test_parse_helpers() -> None:

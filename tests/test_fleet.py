@@ -237,3 +237,60 @@ def test_must_gather_tarball_says_to_unpack_it(tmp_path: Path) -> None:
         "must-gather.local.1/img-sha256-0a/nodes/worker-1), not one dump: unpack it and replay "
         "the directory (a row per node)"
     )
+
+
+# ---- links out of a fleet (issue 26, point 5) ------------------------------------------------
+
+
+def test_a_link_out_of_a_fleet_directory_is_refused(
+    fleet: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (fleet / "alias").symlink_to(HOSTS[0])  # inside the fleet: fine
+    assert str(fleet / "alias") in expand_dumps([str(fleet)])
+    (fleet / "rootfs").symlink_to("/")
+    code = cli.main(["replay", str(fleet), *REQUEST, "--json"])
+    assert (code, capsys.readouterr()) == (
+        65,
+        ("", f"umbp-sim replay: {fleet}/rootfs: a symbolic link out of {fleet} (to /): refused\n"),
+    )
+    (fleet / "rootfs").unlink()
+    (fleet / "host.tar.gz").symlink_to(fleet.parent / "elsewhere.tar.gz")
+    with pytest.raises(UmbpSimError) as e:
+        expand_dumps([str(fleet)])
+    assert str(e.value) == (
+        f"{fleet}/host.tar.gz: a symbolic link out of {fleet} "
+        f"(to {fleet.parent}/elsewhere.tar.gz): refused"
+    )
+
+
+def test_a_link_out_of_a_glob_directory_is_refused(fleet: Path) -> None:
+    (fleet / "x-meminfo").symlink_to("/proc/meminfo")
+    with pytest.raises(UmbpSimError) as e:
+        expand_dumps([str(fleet / "*meminfo")])
+    assert e.value.exit_code == 65  # type: ignore[attr-defined]
+    assert str(e.value) == (
+        f"{fleet}/x-meminfo: a symbolic link out of {fleet} (to /proc/meminfo): refused"
+    )
+
+
+def test_a_link_out_of_a_must_gather_is_refused(tmp_path: Path) -> None:
+    nodes = tmp_path / "must-gather.local.1" / "img" / "nodes"
+    shutil.copytree(REPLAY / HOSTS[0], nodes / "worker-0")
+    (nodes / "worker-1").symlink_to("/")
+    root = tmp_path / "must-gather.local.1"
+    with pytest.raises(UmbpSimError) as e:
+        expand_dumps([str(root)])
+    assert str(e.value) == f"{nodes}/worker-1: a symbolic link out of {root} (to /): refused"
+    (nodes / "worker-1").unlink()
+    (nodes / "worker-1").mkdir()
+    (nodes / "worker-1" / "sysinfo.tgz").symlink_to("/etc/hostname")
+    with pytest.raises(UmbpSimError) as e:
+        expand_dumps([str(root)])
+    assert str(e.value) == (
+        f"{nodes}/worker-1/sysinfo.tgz: a symbolic link out of {root} (to /etc/hostname): refused"
+    )
+    (nodes / "worker-1" / "sysinfo.tgz").unlink()
+    (nodes / "worker-1" / "sysinfo.tgz").symlink_to("../worker-0/../../nodes/x.tgz")  # inside
+    as_tar(REPLAY / HOSTS[1], nodes / "x.tgz", "x")
+    inside = [str(nodes / "worker-0"), str(nodes / "worker-1" / "sysinfo.tgz")]
+    assert expand_dumps([str(root)]) == inside

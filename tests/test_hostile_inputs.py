@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from umbp_sim import cli
+from umbp_sim.errors import UmbpSimError
 from umbp_sim.units import Size, SizeError, format_size, parse_size
 
 OK_MEMINFO = "MemTotal: 16777216 kB\nMemFree: 8388608 kB\n"
@@ -186,14 +189,14 @@ def scenario(tmp_path: Path, dump: str) -> Path:
 
 
 def test_scenario_dump_rules(tmp_path: Path) -> None:
-    from umbp_sim.errors import UmbpSimError
     from umbp_sim.scenario.runner import run_scenario
     from umbp_sim.scenario.schema import ScenarioError, load_scenario
 
-    secret = tmp_path / "shadow"
+    secret = tmp_path / "s" / "shadow"
+    secret.parent.mkdir()
     secret.write_text("root:$6$secret-line:19000\n")
     with pytest.raises(UmbpSimError) as exc:
-        run_scenario(load_scenario(scenario(tmp_path, str(secret))))
+        run_scenario(load_scenario(scenario(tmp_path, "shadow")))
     assert "secret-line" not in str(exc.value)
     assert "a bare meminfo file is not accepted here" in str(exc.value)
 
@@ -203,28 +206,68 @@ def test_scenario_dump_rules(tmp_path: Path) -> None:
 
     (tmp_path / "dumps" / "H" / "proc").mkdir(parents=True)
     (tmp_path / "dumps" / "H" / "proc" / "meminfo").write_text(OK_MEMINFO)
-    r = run_scenario(load_scenario(scenario(tmp_path, "../dumps/H")))
+    # a dump beside the scenario directory: inside the scenario root it was collected from
+    r = run_scenario(load_scenario(scenario(tmp_path, "../dumps/H"), root=tmp_path))
     assert r.passed, r.report()
+
+
+@pytest.mark.parametrize("dump", ["/", "../../../../../../../..", "ROOT", "../dumps/H"])
+def test_scenario_dump_outside_its_tree_is_refused(tmp_path: Path, dump: str) -> None:
+    from umbp_sim.scenario.schema import ScenarioError, load_scenario
+
+    (tmp_path / "dumps" / "H" / "proc").mkdir(parents=True)
+    (tmp_path / "dumps" / "H" / "proc" / "meminfo").write_text(OK_MEMINFO)
+    dump = dump.replace("ROOT", str(tmp_path / "dumps" / "H"))
+    p = scenario(tmp_path, dump)
+    resolved = os.path.normpath(os.path.join(p.parent, dump))
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(p)  # its tree: the directory holding it
+    assert str(exc.value) == (
+        f"{p}: [machine].dump: {resolved} is outside the scenario tree {p.parent} (a dump "
+        "elsewhere is given on the command line: umbp-sim replay DUMP)"
+    )
+
+
+def test_run_collects_a_tree_whose_scenarios_share_its_dumps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from umbp_sim.scenario.bundled import bundled_scenarios_dir
+    from umbp_sim.scenario.schema import load_scenario
+
+    (tmp_path / "dumps" / "H" / "proc").mkdir(parents=True)
+    (tmp_path / "dumps" / "H" / "proc" / "meminfo").write_text(OK_MEMINFO)
+    p = scenario(tmp_path, "../dumps/H")
+    assert cli.main(["run", str(tmp_path)]) == 0  # the tree given: its dumps/ is inside
+    assert cli.main(["run", str(p)]) == 65  # the file alone: its tree is its directory
+    assert f"{p}: [machine].dump: {tmp_path}/dumps/H is outside" in capsys.readouterr().err
+    # the bundled library's dump-* scenarios, one file at a time, reach scenarios/dumps/
+    field = bundled_scenarios_dir() / "field" / "dump-offline-node0-mbind-einval.toml"
+    assert load_scenario(field).machine["dump"].parent == bundled_scenarios_dir() / "dumps"
 
 
 # ---- collect's output file (item 6) ----------------------------------------------------------
 
 
 def test_collect_never_writes_through_a_planted_link(tmp_path: Path) -> None:
-    from umbp_sim.collect import collect
+    from umbp_sim.collect import CollectError, collect
 
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     out = tmp_path / "host.tar"
-    # the old predictable temporary name, and the output itself, planted as links
+    # the old predictable temporary name planted as a link: never used
     (tmp_path / f"host.tar.tmp{os.getpid()}").symlink_to(victim)
-    out.symlink_to(victim)
     root = tmp_path / "root"
     (root / "proc").mkdir(parents=True)
     (root / "proc" / "meminfo").write_text(OK_MEMINFO)
     collect(str(out), "h", root=str(root))
     assert victim.read_text() == "precious\n"
     assert out.is_file() and not out.is_symlink()
+    # the output itself a link: refused (issue 26), neither written through nor replaced
+    out.unlink()
+    out.symlink_to(victim)
+    with pytest.raises(CollectError, match="a symbolic link, not a regular file: refused"):
+        collect(str(out), "h", root=str(root))
+    assert victim.read_text() == "precious\n" and out.is_symlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["victim", "host.tar", f"host.tar.tmp{os.getpid()}", "root"]
     )
@@ -238,7 +281,6 @@ def test_the_standalone_collector_never_writes_through_a_planted_link(tmp_path: 
     victim.write_text("precious\n")
     out = tmp_path / "host.tar.gz"
     (tmp_path / f"host.tar.gz.tmp{os.getpid()}").symlink_to(victim)  # its old temporary name
-    out.symlink_to(victim)
     standalone.write_tar(str(out), "h", {"proc/meminfo": OK_MEMINFO.encode()})
     assert victim.read_text() == "precious\n"
     assert out.is_file() and not out.is_symlink()
@@ -247,3 +289,191 @@ def test_the_standalone_collector_never_writes_through_a_planted_link(tmp_path: 
     )
     with tarfile.open(out) as tar:
         assert tar.extractfile("h/proc/meminfo").read() == OK_MEMINFO.encode()  # type: ignore[union-attr]
+    out.unlink()
+    out.symlink_to(victim)
+    with pytest.raises(OSError, match="a symbolic link, not a regular file: refused"):
+        standalone.write_tar(str(out), "h", {"proc/meminfo": OK_MEMINFO.encode()})
+    assert victim.read_text() == "precious\n" and out.is_symlink()
+
+
+# ---- control characters from dumps never reach the terminal raw (issue 26, point 10) --------
+
+ESC = "\x1b"
+RELEASE = f"6.8.0{ESC}]0;owned\x07\x9b2J\x7f"  # OSC retitle, BEL, C1 CSI, DEL
+RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # any control character but the newline
+
+
+def hostile_dump(parent: Path) -> Path:
+    d = parent / f"h{ESC}[31mred"
+    (d / "proc" / "sys" / "kernel").mkdir(parents=True)
+    (d / "proc" / "meminfo").write_text(OK_MEMINFO)
+    (d / "proc" / "sys" / "kernel" / "osrelease").write_text(RELEASE + "\n")
+    return d
+
+
+def test_printable_escapes_controls_only() -> None:
+    from umbp_sim.printable import printable
+
+    assert printable(RELEASE) == "6.8.0\\x1b]0;owned\\x07\\x9b2J\\x7f"
+    assert printable("a\tb\nc\x00é—✓") == "a\\x09b\\x0ac\\x00é—✓"
+    assert printable("a\tb\nc\x1b", keep="\n\t") == "a\tb\nc\\x1b"
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_inspect_and_replay_escape_dump_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], json_out: bool
+) -> None:
+    d = hostile_dump(tmp_path)
+    flags = ["--json"] if json_out else []
+    for argv in (
+        ["inspect", str(d)],
+        ["replay", str(d), "--size", "1GiB", "--backing", "anonymous"],
+        ["replay", str(tmp_path), "--size", "1GiB", "--backing", "anonymous"],  # a fleet
+        ["preflight", "--root", str(d), "--size", "1GiB", "--backing", "anonymous"],
+    ):
+        rc = cli.main([*argv, *flags])
+        out, err = capsys.readouterr()
+        assert rc == 0, err
+        if json_out:  # exact: json escapes control characters itself, nothing else does
+            assert RAW.search(out) is None
+            assert "\\u001b" in out and "\\x1b" not in out, (argv, out)
+            if argv[0] == "inspect":
+                assert json.loads(out)["kernel_version"] == RELEASE
+        else:
+            assert RAW.search(out + err) is None, (argv, out)
+            assert "\\x1b" in out, (argv, out)
+
+
+def test_errors_quoting_a_dump_are_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = tmp_path / f"bad{ESC}]0;t\x07"
+    (d / "proc").mkdir(parents=True)
+    (d / "proc" / "meminfo").write_text(f"MemTotal: 1 kB\nMem{ESC}[2JFree 1 kB\n")
+    rc = cli.main(["inspect", str(d)])
+    err = capsys.readouterr().err
+    assert rc == 65
+    assert RAW.search(err) is None and err.count("\n") == 1
+    assert err.startswith("umbp-sim inspect: ") and "bad\\x1b]0;t\\x07/proc/meminfo:2: " in err
+
+
+# ---- --html, --error -, --verify-max-size 0, --error sizes (issue 26, point 11) --------------
+
+ERROR_LINE = (
+    "RuntimeError: UMBPHostMemAllocator.alloc({} bytes) failed "
+    "(requested_backing=UMBPHostBufferBacking.Anonymous, numa_node=0)."
+)
+
+
+def test_a_failed_compare_leaves_an_existing_page_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "page.html"
+    page.write_text("old page\n")
+    rc, err = run_cli(
+        capsys, "compare", "umbp-sim", "json", "--jobs", "1", "--matrix", "none", "--html",
+        str(page),
+    )  # fmt: skip
+    assert rc == 2 and "json: ImportError" in err
+    assert page.read_text() == "old page\n"
+    assert os.listdir(tmp_path) == ["page.html"]
+
+
+def test_a_page_replaces_the_old_one_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from umbp_sim.diagnose.html_report import PageFile, ReportWriteError
+
+    dump = tmp_path / "meminfo"
+    dump.write_text(OK_MEMINFO)
+    page = tmp_path / "page.html"
+    page.write_text("old page\n")
+    os.link(page, tmp_path / "second-name")  # written in place, it would change too
+    argv = ["replay", str(dump), "--size", "1GiB", "--backing", "anonymous", "--html", str(page)]
+    assert run_cli(capsys, *argv)[0] == 0
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    assert (tmp_path / "second-name").read_text() == "old page\n"
+    assert sorted(os.listdir(tmp_path)) == ["meminfo", "page.html", "second-name"]
+    # opened before the work, never written: nothing happens to it
+    PageFile(str(tmp_path / "second-name")).discard()
+    assert (tmp_path / "second-name").read_text() == "old page\n"
+    with pytest.raises(ReportWriteError, match=r"^--html .*/no/p.html: cannot write: No such"):
+        PageFile(str(tmp_path / "no" / "p.html"))
+    with pytest.raises(ReportWriteError, match=r"^--html .*: cannot write: Is a directory$"):
+        PageFile(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "stdin, message",
+    [
+        (b"x" * (64 * 1024 + 1) + b"\n", "a line longer than 64 KiB (a paste of the traceback, "
+         "not a log or a binary file)"),
+        (b"y" * (200 << 20), "a line longer than 64 KiB (a paste of the traceback, not a log or a "
+         "binary file)"),
+        ((b"z" * 1000 + b"\n") * (17 * 1024), "more than 16 MiB (a paste of the traceback, not a "
+         "whole log)"),
+    ],
+)  # fmt: skip
+def test_error_from_stdin_is_bounded(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    stdin: bytes,
+    message: str,
+) -> None:
+    import io
+
+    dump = tmp_path / "meminfo"
+    dump.write_text(OK_MEMINFO)
+    stream = io.BytesIO(stdin)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(stream))
+    rc, err = run_cli(capsys, "replay", str(dump), "--error", "-")
+    assert (rc, err) == (64, f"umbp-sim replay: --error - (stdin): {message}\n")
+    assert stream.tell() <= (16 << 20) + (64 << 10) + 2  # it stopped reading there
+
+
+def test_error_from_stdin_still_reads_a_pasted_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    dump = tmp_path / "meminfo"
+    dump.write_text(OK_MEMINFO)
+    paste = "Traceback (most recent call last):\n  File x\n" + ERROR_LINE.format(1 << 30) + "\n"
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(paste.encode())))
+    rc, err = run_cli(capsys, "replay", str(dump), "--error", "-")
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("size", [2**62, 2**63, 2**64 - 1, 2**64])
+@pytest.mark.parametrize("backing", ["Anonymous", "AnonymousShmHugetlb"])
+def test_error_line_sizes_from_2_62(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], size: int, backing: str
+) -> None:
+    """An --error line is what the server printed: any size_t is replayed (alloc(size_t(-1))
+    is a field failure, every mmap of it fails before pages are counted), reproduced exactly;
+    a number beyond size_t is no such line (README: the flags' 2^62 bound is for sizes typed)."""
+    dump = tmp_path / "meminfo"
+    dump.write_text(OK_MEMINFO)
+    line = ERROR_LINE.format(size).replace("Backing.Anonymous,", f"Backing.{backing},")
+    rc = cli.main(["replay", str(dump), "--error", line, "--json"])
+    out, err = capsys.readouterr()
+    if size >= 2**64:
+        assert (rc, err) == (64, f"umbp-sim replay: --error: {size} bytes does not fit a size_t\n")
+        return
+    doc = json.loads(out)
+    assert (rc, doc["outcome"], doc["reproduces_error_line"]) == (0, "failed", True), err
+
+
+@pytest.mark.parametrize("cap", ["0", "0GiB", "0.0"])
+def test_verify_max_size_zero_is_refused(capsys: pytest.CaptureFixture[str], cap: str) -> None:
+    # 4 KiB: were 0 read as the 1 GiB default again, this would allocate only 4 KiB (and fail)
+    rc, err = run_cli(
+        capsys, "preflight", "--size", "4KiB", "--backing", "anonymous", "--verify",
+        "--verify-max-size", cap,
+    )  # fmt: skip
+    assert (rc, err.splitlines()[-1]) == (
+        64,
+        f"umbp-sim preflight: error: argument --verify-max-size: {cap} allows no allocation "
+        "(the largest size --verify may allocate, above 0; default 1GiB)",
+    )

@@ -7,6 +7,7 @@ observed and how it compares, including runs whose expectations are deliberately
 from __future__ import annotations
 
 import logging
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -352,8 +353,9 @@ def test_reservations_of_other_processes_are_not_leaks(tmp_path: Path) -> None:
 
 # ---- machines and counters at run time ---------------------------------------------------------
 def test_dump_with_overrides(tmp_path: Path) -> None:
+    shutil.copy(DUMPS / "32intel64-2p8co2t+8ve.tar.bz2", tmp_path)  # inside the scenario's tree
     body = (
-        f'[machine]\ndump = "{DUMPS / "32intel64-2p8co2t+8ve.tar.bz2"}"\n'
+        '[machine]\ndump = "32intel64-2p8co2t+8ve.tar.bz2"\n'
         'kernel_version = "6.1.0"\nhugepages_reserved = { "2MiB" = 4000 }\n'
         '[request]\nsize = "1GiB"\nbacking = "AnonymousHugetlb"\n'
     )
@@ -372,7 +374,7 @@ def test_dump_with_overrides(tmp_path: Path) -> None:
     ("machine", "error"),
     [
         (
-            f'[machine]\ndump = "{DUMPS / "2i386-2c-nohugepage.tar.bz2"}"\nnodes = 2\n',
+            '[machine]\ndump = "2i386-2c-nohugepage.tar.bz2"\nnodes = 2\n',
             "[machine].nodes: cannot be combined with dump",
         ),
         (
@@ -388,6 +390,7 @@ def test_dump_with_overrides(tmp_path: Path) -> None:
     ],
 )
 def test_bad_machine_is_a_scenario_error(tmp_path: Path, machine: str, error: str) -> None:
+    shutil.copy(DUMPS / "2i386-2c-nohugepage.tar.bz2", tmp_path)  # inside the scenario's tree
     with pytest.raises(ScenarioError) as ei:
         run(tmp_path, machine + "[request]\nsize = 1\n")
     msg = str(ei.value)

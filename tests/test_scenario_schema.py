@@ -159,9 +159,12 @@ def test_dump_is_relative_to_the_file(tmp_path: Path) -> None:
     p = write(
         tmp_path, valid(machine='[machine]\ndump = "../dumps/host.tar.bz2"\n'), "field/s.toml"
     )
-    assert load_scenario(p).machine == {"dump": (tmp_path / "dumps" / "host.tar.bz2").resolve()}
+    dump = (tmp_path / "dumps" / "host.tar.bz2").resolve()
+    assert load_scenario(p, root=tmp_path).machine == {"dump": dump}
+    # collected alone, its tree is its directory: ../dumps is outside it (issue 26)
+    assert f"[machine].dump: {dump} is outside the scenario tree" in load_error(p)
     # the same file elsewhere does not find it
-    q = write(tmp_path, valid(machine='[machine]\ndump = "../dumps/host.tar.bz2"\n'))
+    q = write(tmp_path, valid(machine='[machine]\ndump = "dumps/host.tar.bz3"\n'))
     assert "[machine].dump: no such file" in load_error(q)
 
 

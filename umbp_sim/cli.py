@@ -42,7 +42,8 @@ EXIT_CODES: dict[int, str] = {
     "the traceback)",
     66: "replay, inspect, preflight --root: a dump argument names no file (or, for a fleet, "
     "no dump)",
-    EX_CANTCREAT: "an output file cannot be written (collect's tarball, an --html page)",
+    EX_CANTCREAT: "an output file cannot be written (collect's tarball, an --html page) or is "
+    "refused (collect -o at a link, directory or device)",
     130: "interrupted (Ctrl-C)",
 }
 
@@ -177,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     except UmbpSimError as e:
         # The tool's own errors name the file/line/flag; no traceback for bad input.
-        print(f"umbp-sim {args.command}: {e}", file=sys.stderr)
+        from umbp_sim.printable import printable  # an error may quote a dump: never raw escapes
+
+        print(f"umbp-sim {args.command}: {printable(str(e))}", file=sys.stderr)
         return getattr(e, "exit_code", EX_DATAERR)
     except BrokenPipeError:
         # `umbp-sim inspect ... | head`: the reader left; stop quietly like other Unix tools.
@@ -196,7 +199,9 @@ def internal_error(command: str, e: BaseException) -> int:
 
     if os.environ.get("UMBP_SIM_TRACEBACK"):
         traceback.print_exception(e)
-    text = " ".join(str(e).split())[:300]
+    from umbp_sim.printable import printable
+
+    text = printable(" ".join(str(e).split())[:300])
     print(
         f"umbp-sim {command}: internal error: {type(e).__name__}: {text} "
         "(a bug in umbp-sim; UMBP_SIM_TRACEBACK=1 shows where)",

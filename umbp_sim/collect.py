@@ -27,6 +27,7 @@ differs from ``collect.py`` (without ``--pid``) only in the manifest's ``tool``,
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from umbp_sim.collect_scripts import collect as standalone
@@ -52,10 +53,13 @@ class CollectResult:
 
 
 def collect(out: str, name: str | None = None, root: str = "/") -> CollectResult:
-    """Write the dump tarball ``out`` (gzip if it ends in .gz/.tgz, bz2/xz likewise)."""
+    """Write the dump tarball ``out`` (gzip if it ends in .gz/.tgz, bz2/xz likewise; ``-``:
+    gzip to stdout). Anything at ``out`` but a regular file (a symbolic link, a directory, a
+    device, a FIFO) is refused before collecting; a regular file is replaced atomically."""
     name = name or os.uname().nodename or "host"
     if not name or "/" in name or name in (".", ".."):
         raise CollectError(f"--name: {name!r} is not a usable directory name")
+    _check(standalone.check_output, out)  # before any collecting work
     c = standalone.Collector(root, name)
     sizes: list[int] = standalone.collect_host(c, "/proc/self")
     cgroup = c.read("/proc/self/cgroup")  # unreadable: listed as missing (the script does not)
@@ -63,13 +67,14 @@ def collect(out: str, name: str | None = None, root: str = "/") -> CollectResult
     c.missing.pop("proc/self/mountinfo", None)
     standalone.cgroup_limits(c, cgroup, mountinfo, sizes)
     standalone.add_manifest(c, "umbp-sim collect")
-    _write_new(out, standalone.tar_bytes(out, name, c.files))
+    _check(standalone.write_output, out, standalone.tar_bytes(out, name, c.files))
     return CollectResult(out, name, c.collected, c.missing, c.notes)
 
 
-def _write_new(out: str, data: bytes) -> None:
-    """The script's safe write (O_EXCL temporary file, rename), its OSError as CollectError."""
+def _check(step: Callable[..., object], *args: object) -> None:
+    """The script's output check or safe write (stdout; else an O_EXCL temporary file moved
+    into place; never over anything but a regular file), its OSError as CollectError."""
     try:
-        standalone.write_new(out, data)
+        step(*args)
     except OSError as e:
         raise CollectError(str(e)) from None

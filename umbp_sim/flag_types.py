@@ -2,6 +2,7 @@
 hold, or one line naming the problem (argparse prefixes the flag; exit 64).
 
     parser.add_argument("--size", type=size_flag)          # bytes, 1 .. 2**62-1, units as written
+    parser.add_argument("--verify-max-size", type=cap_flag)  # size_flag, and not 0
     parser.add_argument("--numa-node", type=node_flag)     # -1 .. 2**31-1 (a C int)
     parser.add_argument("--hicache-size", type=gb_flag)    # finite GB >= 0, below 2**62 bytes
     parser.add_argument("--hicache-ratio", type=ratio_flag)
@@ -31,6 +32,18 @@ def size_flag(value: str) -> Size:
     if size >= MAX_BYTES:
         raise argparse.ArgumentTypeError(
             f"{value.strip()[:40]} is beyond what the simulator holds (below 2^62 bytes)"
+        )
+    return size
+
+
+def cap_flag(value: str) -> Size:
+    """``size_flag`` above 0: the largest size a real allocation may have (``--verify-max-size``;
+    0 would refuse every request, and was once read as the default)."""
+    size = size_flag(value)
+    if size == 0:
+        raise argparse.ArgumentTypeError(
+            f"{value.strip()[:40]} allows no allocation (the largest size --verify may allocate, "
+            "above 0; default 1GiB)"
         )
     return size
 

@@ -271,7 +271,10 @@ class ScenarioItem(pytest.Item):
         from umbp_sim.scenario.runner import run_scenario
         from umbp_sim.scenario.schema import load_scenario
 
-        result = run_scenario(load_scenario(self.path))
+        # an umbp_sim_scenarios folder is the tree its scenarios' dumps may be in
+        folders = [Path(f) for f in self.config.getini(INI_FOLDERS)]
+        root = next((f for f in folders if self.path.is_relative_to(f)), None)
+        result = run_scenario(load_scenario(self.path, root))
         if not result.passed:
             raise ScenarioFailed(result.report())
 

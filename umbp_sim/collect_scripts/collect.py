@@ -13,16 +13,24 @@ collected, what was missing and why, and what was left out.
 numa_maps without file names), not this script's. Never read: environment variables
 (/proc/*/environ) and command lines (/proc/*/cmdline), of any process.
 
-Exit 0 written, 64 bad usage, 73 the output cannot be written. Nothing else is fatal.
+``-o FILE`` writes a new file or replaces a regular one (atomically: a new file moved into
+place); a symbolic link, a directory, a device, a FIFO or a socket there is refused before any
+collecting. ``-o -`` writes the tarball (gzip) to stdout, unless stdout is a terminal.
+
+Exit 0 written, 64 bad usage, 73 the output cannot be written (or is refused). Nothing else is
+fatal.
 
 umbp_sim/collect.py (``umbp-sim collect``) imports Collector, collect_host, cgroup_limits,
-add_manifest and tar_bytes from this file: one implementation for both collectors.
+add_manifest, check_output, tar_bytes and write_output from this file: one implementation for
+both collectors.
 """
 
+import errno
 import io
 import json
 import os
 import re
+import stat
 import sys
 import tarfile
 import tempfile
@@ -289,6 +297,7 @@ def collect_host(c, proc, pid=None):
 
 
 def collect(out, name, root="/", pid=None):
+    check_output(out)  # before any collecting work
     c = Collector(root, name)
     proc = "/proc/self" if pid is None else "/proc/%d" % pid
     collect_cgroup(c, proc, collect_host(c, proc, pid))
@@ -327,43 +336,122 @@ def add_manifest(c, tool, head=(), left_out=None):
 
 
 def write_tar(out, name, files):
-    write_new(out, tar_bytes(out, name, files))
+    write_output(out, tar_bytes(out, name, files))
+
+
+REFUSED = "not a regular file: refused (-o - writes to stdout)"
+KINDS = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def cannot_write(out, e):
+    return OSError("-o %s: cannot write: %s" % (out, e.strerror or type(e).__name__))
+
+
+def check_output(out):
+    """Raise OSError (its one line) unless ``out`` may be written: ``-`` (stdout, not a
+    terminal), a path that does not exist in a writable directory, or an existing regular file
+    (replaced). A symbolic link, a directory, a device, a FIFO or a socket is never replaced
+    (nor written through): run before any collecting work and again just before the write.
+    Returns the lstat of the existing regular file, or None."""
+    if out == "-":
+        if sys.stdout.isatty():
+            raise OSError("-o -: stdout is a terminal; redirect it to a file (-o - > host.tar.gz)")
+        return None
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise cannot_write(out, e) from None
+    if st is not None:
+        if stat.S_ISREG(st.st_mode):
+            return st
+        what = next((w for test, w in KINDS if test(st.st_mode)), "not a file")
+        raise OSError("-o %s: %s, %s" % (out, what, REFUSED))
+    directory = os.path.dirname(out) or "."
+    try:
+        if not stat.S_ISDIR(os.stat(directory).st_mode):
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+    except OSError as e:
+        raise cannot_write(out, e) from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise cannot_write(out, OSError(errno.EACCES, os.strerror(errno.EACCES)))
+    return None
+
+
+def write_output(out, data):
+    """``data`` to stdout (``-``) or, through write_new, to the file ``out``."""
+    if out != "-":
+        write_new(out, data)
+        return
+    check_output(out)
+    try:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    except OSError as e:
+        raise cannot_write(out, e) from None
 
 
 def write_new(out, data):
-    """Write ``out`` through a fresh temporary file beside it, then rename it into place.
+    """Write the regular file ``out`` through a fresh temporary file beside it, then move it
+    into place; what is at ``out`` is replaced only when it is a regular file (check_output).
 
     The temporary file is created with O_EXCL (``tempfile.mkstemp``: a random name, 0600), so
     a file or symbolic link planted under a predictable name is never written through (this
-    runs as root, often into /tmp); the rename replaces ``out`` itself, never what a symbolic
-    link there points to. The final mode is 0644 minus the umask, as ``open()`` would make it.
-    OSError "-o OUT: cannot write: ..." when it cannot.
+    runs as root, often into /tmp). A new ``out`` is made with link(2), which never replaces
+    anything that appeared there meanwhile; an existing regular file is replaced by rename(2)
+    after checking again that it still is one. The final mode is 0644 minus the umask, as
+    ``open()`` would make it. OSError "-o OUT: ..." (one line) when it cannot.
     """
+    check_output(out)
     directory = os.path.dirname(out) or "."
     try:
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(out) + ".", dir=directory)
     except OSError as e:
-        raise OSError("-o %s: cannot write: %s" % (out, e.strerror)) from None
+        raise cannot_write(out, e) from None
     try:
         with os.fdopen(fd, "wb") as f:
             umask = os.umask(0)
             os.umask(umask)
             os.fchmod(f.fileno(), 0o644 & ~umask)
             f.write(data)
-        os.replace(tmp, out)
+        if check_output(out) is None:
+            try:
+                os.link(tmp, out)  # EEXIST when anything appeared at out meanwhile
+            except FileExistsError:
+                check_output(out)  # names what it is; a regular file: replaced below
+                os.replace(tmp, out)
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK):
+                    raise
+                os.replace(tmp, out)  # a file system without hard links
+            else:
+                os.unlink(tmp)
+        else:
+            os.replace(tmp, out)
     except OSError as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise OSError("-o %s: cannot write: %s" % (out, e.strerror)) from None
+        if e.strerror is None:  # check_output's own line
+            raise
+        raise cannot_write(out, e) from None
 
 
 def tar_bytes(out, name, files):
     """The tarball of ``files`` (rel -> bytes) under ``name/``, the manifest first, compressed
     as ``out``'s suffix says (.gz/.tgz, .bz2/.tbz2, .xz/.txz; else none)."""
     mode = "w"
-    if out.endswith((".gz", ".tgz")):
+    if out == "-" or out.endswith((".gz", ".tgz")):  # stdout: gzip, as the default name
         mode = "w:gz"
     elif out.endswith((".bz2", ".tbz2")):
         mode = "w:bz2"
@@ -433,10 +521,21 @@ def main(argv):
         sys.stderr.write("%s: %s\n" % (PROG, e))
         return 73
     sys.stderr.write(
-        "wrote %s: %s/, %d files, %d missing (listed in %s/%s)\n"
-        % (opts["output"], opts["name"], len(c.collected), len(c.missing), opts["name"], MANIFEST)
+        "%s: %s/, %d files, %d missing (listed in %s/%s)\n"
+        % (
+            wrote(opts["output"]),
+            opts["name"],
+            len(c.collected),
+            len(c.missing),
+            opts["name"],
+            MANIFEST,
+        )
     )
     return 0
+
+
+def wrote(out):
+    return "wrote the tarball to stdout" if out == "-" else "wrote " + out
 
 
 if __name__ == "__main__":

@@ -14,7 +14,12 @@
 # numa_maps without file names), not this script's. Never read: environment variables
 # (/proc/*/environ) and command lines (/proc/*/cmdline), of any process.
 #
-# Exit 0 written, 64 bad usage, 73 the output cannot be written. Nothing else is fatal.
+# -o FILE writes a new file or replaces a regular one (atomically: a new file moved into
+# place); a symbolic link, a directory, a device, a FIFO or a socket there is refused before any
+# collecting. -o - writes the tarball (gzip) to stdout, unless stdout is a terminal.
+#
+# Exit 0 written, 64 bad usage, 73 the output cannot be written (or is refused). Nothing else is
+# fatal.
 
 set -u
 PROG=collect.sh
@@ -70,8 +75,47 @@ else
 fi
 [ -n "$OUT" ] || OUT=$NAME.tar.gz
 
+cannot() {  # why: the one line, exit 73
+    printf '%s: -o %s: %s\n' "$PROG" "$OUT" "$1" >&2
+    exit 73
+}
+
+# -o: stdout (not a terminal), a new file in a writable directory or a regular file (replaced);
+# never through or over a symbolic link, a directory, a device, a FIFO or a socket. Checked
+# before any collecting and again just before the tarball is moved into place.
+case $OUT in
+    */*) OUTDIR=${OUT%/*}; [ -n "$OUTDIR" ] || OUTDIR=/ ;;
+    *) OUTDIR=. ;;
+esac
+check_output() {
+    if [ "$OUT" = - ]; then
+        [ ! -t 1 ] || cannot "stdout is a terminal; redirect it to a file (-o - > host.tar.gz)"
+        return 0
+    fi
+    what=
+    if [ -L "$OUT" ]; then what="a symbolic link"
+    elif [ -d "$OUT" ]; then what="a directory"
+    elif [ -c "$OUT" ]; then what="a character device"
+    elif [ -b "$OUT" ]; then what="a block device"
+    elif [ -p "$OUT" ]; then what="a FIFO"
+    elif [ -S "$OUT" ]; then what="a socket"
+    elif [ -e "$OUT" ] && [ ! -f "$OUT" ]; then what="not a file"
+    fi
+    [ -z "$what" ] || cannot "$what, not a regular file: refused (-o - writes to stdout)"
+    [ ! -f "$OUT" ] || return 0
+    if [ ! -e "$OUTDIR" ]; then cannot "cannot write: No such file or directory"; fi
+    if [ ! -d "$OUTDIR" ]; then cannot "cannot write: Not a directory"; fi
+    if [ ! -w "$OUTDIR" ] || [ ! -x "$OUTDIR" ]; then cannot "cannot write: Permission denied"; fi
+}
+check_output
+
+USER_UMASK=$(umask)
 TMP=${TMPDIR:-/tmp}/umbp-sim-collect.$$
-cleanup() { rm -rf "$TMP"; }
+STAGE=
+cleanup() {
+    rm -rf "$TMP"
+    [ -z "$STAGE" ] || rm -rf "$STAGE"
+}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 umask 077
@@ -357,19 +401,30 @@ case $OUT in
     *.xz | *.txz) ZIP="xz -c" ;;
     *) ZIP=cat ;;
 esac
-PART=$OUT.tmp$$
 # the manifest first: a copy cut short still says what it lost
 (cd "$TMP" && find "$NAME" -type f ! -path "$NAME/$MANIFEST" -print | LC_ALL=C sort) >"$TMP/list"
 set -- "$NAME/$MANIFEST"
 while IFS= read -r f; do set -- "$@" "$f"; done <"$TMP/list"
-if (cd "$TMP" && tar -cf - "$@") | $ZIP 2>/dev/null >"$PART" && [ -s "$PART" ] &&
-    mv "$PART" "$OUT" 2>/dev/null; then
-    n=$(wc -l <"$TMP/collected" | tr -d ' ')
-    m=$(awk -F "$TAB" '!seen[$1]++ { n++ } END { print n + 0 }' "$TMP/missing")
-    printf 'wrote %s: %s/, %s files, %s missing (listed in %s/%s)\n' \
-        "$OUT" "$NAME" "$n" "$m" "$NAME" "$MANIFEST" >&2
-    exit 0
+(cd "$TMP" && tar -cf - "$@") >"$TMP/dump.tar" 2>/dev/null || cannot "cannot write: tar failed"
+n=$(wc -l <"$TMP/collected" | tr -d ' ')
+m=$(awk -F "$TAB" '!seen[$1]++ { n++ } END { print n + 0 }' "$TMP/missing")
+if [ "$OUT" = - ]; then
+    check_output
+    gzip -c <"$TMP/dump.tar" || cannot "cannot write"
+    WROTE="the tarball to stdout"
+else
+    # A private directory beside OUT (mkdir fails on anything already there), the tarball
+    # made in it with the caller's umask, then moved into place over a new or regular file.
+    umask 077
+    mkdir "$OUTDIR/.umbp-sim-collect.$$" 2>/dev/null || cannot "cannot write: Permission denied"
+    STAGE=$OUTDIR/.umbp-sim-collect.$$
+    umask "$USER_UMASK"
+    $ZIP <"$TMP/dump.tar" 2>/dev/null >"$STAGE/part" && [ -s "$STAGE/part" ] ||
+        cannot "cannot write"
+    check_output
+    mv -f "$STAGE/part" "$OUT" 2>/dev/null || cannot "cannot write"
+    WROTE=$OUT
 fi
-rm -f "$PART" 2>/dev/null
-printf '%s: -o %s: cannot write\n' "$PROG" "$OUT" >&2
-exit 73
+printf 'wrote %s: %s/, %s files, %s missing (listed in %s/%s)\n' \
+    "$WROTE" "$NAME" "$n" "$m" "$NAME" "$MANIFEST" >&2
+exit 0

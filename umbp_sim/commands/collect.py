@@ -17,7 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         metavar="FILE.tar.gz",
-        help="tarball to write (.tar, .tar.gz, .tar.bz2, .tar.xz)",
+        help="tarball to write (.tar, .tar.gz, .tar.bz2, .tar.xz; '-': gzip to stdout); "
+        "a new file or a regular one (replaced atomically), never a link, directory or device",
     )
     parser.add_argument("--name", help="top directory inside the tarball (default: hostname)")
     parser.add_argument(
@@ -51,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
     from umbp_sim.collect import collect
 
     res = collect(args.output, args.name)
+    where = "the tarball to stdout" if res.path == "-" else res.path
     print(
-        f"wrote {res.path}: {res.name}/, {len(res.collected)} files, "
+        f"wrote {where}: {res.name}/, {len(res.collected)} files, "
         f"{len(res.missing)} missing (listed in {res.name}/umbp-sim-collect.json)",
         file=sys.stderr,
     )

@@ -30,11 +30,13 @@ def _om(v: object) -> str:
 def render_table(doc: dict, estimated_available: int | None = None) -> str:
     """The readable form of ``DumpFacts.to_json()``; ``estimated_available``: the MemAvailable
     the Machine uses when the dump has none (replay and preflight use it; a note says how)."""
+    from umbp_sim.printable import printable
+
     available = _size(doc["mem_available"])
     if doc["mem_available"] is None and estimated_available is not None:
         available = f"- (estimated {_size(estimated_available)}: see the note)"
     out = [
-        f"dump {doc['name']}: {doc['arch']}, kernel {doc['kernel_version']}"
+        f"dump {printable(doc['name'])}: {doc['arch']}, kernel {printable(doc['kernel_version'])}"
         f" ({doc['kernel_version_source']}), page size {_size(doc['page_size'])}",
         f"memory: total {_size(doc['mem_total'])}, free {_size(doc['mem_free'])}, "
         f"available {available}, swap {_size(doc['swap_total'])}",
@@ -69,13 +71,14 @@ def render_table(doc: dict, estimated_available: int | None = None) -> str:
     else:
         out.append("nodes: none in the dump (no sys/devices/system/node)")
     for note in doc["notes"]:
-        out.append(f"note: {note}")
+        out.append(f"note: {printable(note)}")
     return "\n".join(out)
 
 
 def run(args: argparse.Namespace) -> int:
     from umbp_sim.dump import load_dump
     from umbp_sim.dump.stdin import STDIN, stdin_source
+    from umbp_sim.printable import terminal
 
     # building the Machine validates the dump too
     machine, facts = load_dump(stdin_source() if args.dump == STDIN else args.dump)
@@ -83,5 +86,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        print(render_table(doc, machine.mem_available))
+        print(terminal(render_table(doc, machine.mem_available)))
     return 0

@@ -14,7 +14,7 @@ import tempfile
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from umbp_sim.diagnose.request_flags import add_request_arguments
-    from umbp_sim.flag_types import size_flag
+    from umbp_sim.flag_types import cap_flag
 
     parser.add_argument(
         "--root", metavar="DUMP|-", help="a dump instead of the live host (-: from stdin)"
@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     v.add_argument(
         "--verify-max-size",
-        type=size_flag,
+        type=cap_flag,
         default=None,
         metavar="SIZE",
         help="largest request --verify performs (default 1GiB)",
@@ -96,19 +96,20 @@ def run_verify(args: argparse.Namespace, request) -> int:  # type: ignore[no-unt
         render_verify_text,
         verify,
     )
+    from umbp_sim.printable import terminal
 
     if args.root:
         raise VerifyError("--verify cannot be combined with --root: it allocates on this host")
-    cap = args.verify_max_size or DEFAULT_MAX_SIZE
+    cap = DEFAULT_MAX_SIZE if args.verify_max_size is None else args.verify_max_size
     check_request(request, cap)
     machine, facts = live_host()
     d = diagnose(machine, facts, request)
     if is_oom_kill(d) and not args.force:
-        print(render_json(d) if args.json else render_text(d, mode="preflight"))
+        print(render_json(d) if args.json else terminal(render_text(d, mode="preflight")))
         raise VerifyError(refusal(d))
     v = verify(d, cap, args.force)
     if args.json:
         print(json.dumps({**json.loads(render_json(d)), "verify": v.to_json()}, indent=1))
     else:
-        print(render_text(d, mode="preflight") + "\n\n" + render_verify_text(v))
+        print(terminal(render_text(d, mode="preflight") + "\n\n" + render_verify_text(v)))
     return v.exit_code

@@ -23,12 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def print_diagnosis(d, as_json: bool, mode: str = "replay") -> None:  # type: ignore[no-untyped-def]
     from umbp_sim.diagnose.report import render_json, render_text
+    from umbp_sim.printable import terminal
 
-    print(render_json(d) if as_json else render_text(d, mode))
+    print(render_json(d) if as_json else terminal(render_text(d, mode)))
     if not as_json:
         from umbp_sim.diagnose.picture import bars_for
 
-        print(bars_for(d), end="")
+        print(terminal(bars_for(d)), end="")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,6 +77,7 @@ def replay_fleet_command(args: list[str], request, as_json: bool, html: str | No
         tty_progress,
     )
     from umbp_sim.diagnose.html_report import PageFile, render_fleet_html
+    from umbp_sim.printable import terminal
 
     paths = expand_dumps(args)
     page = PageFile(html) if html else None  # before the work: an unwritable FILE fails first
@@ -86,5 +88,7 @@ def replay_fleet_command(args: list[str], request, as_json: bool, html: str | No
     finally:
         if page is not None and not page.written:
             page.discard()
-    print(json.dumps(report.to_json(), indent=1) if as_json else render_fleet_text(report))
+    print(
+        json.dumps(report.to_json(), indent=1) if as_json else terminal(render_fleet_text(report))
+    )
     return report.exit_code

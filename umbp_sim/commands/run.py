@@ -55,10 +55,11 @@ def run(args: argparse.Namespace) -> int:
     from umbp_sim.profiles import FIELD_PROFILE
     from umbp_sim.scenario.bundled import bundled_scenarios_dir
     from umbp_sim.scenario.runner import run_scenario
-    from umbp_sim.scenario.schema import find_scenarios, load_scenario
+    from umbp_sim.scenario.schema import find_scenarios_in, load_scenario
 
     paths = args.paths or [bundled_scenarios_dir()]
-    scenarios = [load_scenario(p) for p in find_scenarios(paths)]
+    # a directory given is the tree its scenarios' dumps may be in (schema.scenario_tree)
+    scenarios = [load_scenario(p, root) for p, root in find_scenarios_in(paths)]
     scenarios = [s for s in scenarios if _selected(s, args.pattern)]
     spec = parse_allocator_spec(args.allocator or FIELD_PROFILE)
     if spec.kind == "builtin":

@@ -29,6 +29,7 @@ from typing import Any
 from umbp_sim.diagnose.picture import Picture
 from umbp_sim.diagnose.request import Request
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.printable import printable
 from umbp_sim.progress import Progress
 
 EX_DATAERR = 65
@@ -42,6 +43,45 @@ class FleetError(UmbpSimError):
     """No dump behind an argument (the message names it)."""
 
     exit_code = EX_NOINPUT
+
+
+class FleetLinkError(UmbpSimError):
+    """A symbolic link out of a fleet directory (the message names it and its target)."""
+
+    exit_code = EX_DATAERR
+
+
+def _inside(path: str, tree: str, walked: bool = True) -> None:
+    """FleetLinkError when ``path`` (an entry of the fleet directory ``tree`` or of a directory
+    inside it) is a symbolic link that resolves out of ``tree``: a fleet or must-gather
+    directory never reaches out of itself (``rootfs -> /`` would be this host's /proc and
+    /sys). Links inside it are fine. ``walked``: ``path``'s directory is inside (the walk
+    never follows a link), so only ``path`` itself can lead out; else (a glob's match) every
+    component is resolved."""
+    if walked and not os.path.islink(path):
+        return
+    real = os.path.realpath(path)
+    top = os.path.realpath(tree)
+    if real != top and not real.startswith(top.rstrip("/") + "/"):
+        try:
+            target = os.readlink(path) if os.path.islink(path) else real
+        except OSError:
+            target = real
+        raise FleetLinkError(
+            f"{printable(path)}: a symbolic link out of {printable(tree)} (to "
+            f"{printable(target)}): refused"
+        )
+
+
+def _glob_tree(pattern: str) -> str:
+    """The directory a glob's fixed leading components name (``fleet`` for ``fleet/*/x.tgz``)."""
+    parts = pattern.split("/")
+    fixed = []
+    for part in parts[:-1]:
+        if any(c in part for c in _GLOB_CHARS):
+            break
+        fixed.append(part)
+    return "/".join(fixed) or ("/" if pattern.startswith("/") else ".")
 
 
 def _looks_like_dump_file(name: str) -> bool:
@@ -73,10 +113,12 @@ def _has_machine_files(path: str) -> bool:
 
 def _dumps_in(directory: str) -> list[str]:
     """The dumps a directory of dumps holds: tarballs, dump directories, ``*meminfo`` files;
-    with none at its top, the node dumps of a must-gather (``_must_gather_nodes``)."""
+    with none at its top, the node dumps of a must-gather (``_must_gather_nodes``). A link
+    out of the directory is a FleetLinkError."""
     out = []
     for entry in sorted(os.listdir(directory)):
         p = os.path.join(directory, entry)
+        _inside(p, directory)
         if os.path.isdir(p):
             if _is_dump_dir(p):
                 out.append(p)
@@ -101,10 +143,13 @@ def _must_gather_nodes(directory: str) -> list[str]:
             continue
         for node in list(dirs):
             p = os.path.join(root, node)
+            _inside(p, directory)
             if _is_dump_dir(p):
                 out.append(p)
             else:
                 tars = [os.path.join(p, e) for e in os.listdir(p) if e.endswith(TAR_SUFFIXES)]
+                for t in tars:
+                    _inside(t, directory)
                 out += sorted(t for t in tars if os.path.isfile(t))
         dirs[:] = []  # a node's own directories are not searched further
     return out
@@ -113,6 +158,7 @@ def _must_gather_nodes(directory: str) -> list[str]:
 def expand_dumps(args: Iterable[str]) -> list[str]:
     """Dump paths from arguments: a dump, a directory of dumps, or a glob (each in order)."""
     paths: list[str] = []
+    seen: set[str] = set()  # a set: 40,000 dumps took 16 s as list lookups (quadratic)
     for arg in args:
         if os.path.exists(arg):
             found = [arg] if not os.path.isdir(arg) or _is_dump_dir(arg) else _dumps_in(arg)
@@ -122,9 +168,15 @@ def expand_dumps(args: Iterable[str]) -> list[str]:
             found = sorted(glob.glob(arg))
             if not found:
                 raise FleetError(f"{arg}: no file matches")
+            tree = _glob_tree(arg)
+            for p in found:  # a match is inside the directory the glob's fixed part names
+                _inside(p, tree, walked=False)
         else:
             raise FleetError(f"{arg}: no such file or directory")
-        paths.extend(p for p in found if p not in paths)
+        for p in found:
+            if p not in seen:
+                seen.add(p)
+                paths.append(p)
     return paths
 
 
@@ -290,7 +342,7 @@ def tty_progress(stream: Any = None) -> Callable[[int, int], None] | None:
 
 
 def _cell(text: str | None, width: int) -> str:
-    text = "-" if text is None else text
+    text = "-" if text is None else printable(text)  # a host name, a path: from the dump
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

@@ -18,8 +18,12 @@ untrusted dumps and allocators). Each node is one ``div.node-bar`` (its segments
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import html
 import os
+import stat
+import tempfile
 from typing import TYPE_CHECKING
 
 from umbp_sim.diagnose.picture import (
@@ -196,32 +200,71 @@ class ReportWriteError(UmbpSimError):
 
 
 class PageFile:
-    """The ``--html FILE`` of a long command, opened before the work so an unwritable path
-    fails first (:class:`ReportWriteError`, exit 73). ``write`` fills and closes it;
-    ``discard`` removes it again if this created it (never a device or a user's fifo)."""
+    """The ``--html FILE`` of a command, checked before the work so an unwritable path fails
+    first (:class:`ReportWriteError`, exit 73), and written only when there is a page: to a
+    fresh temporary file beside it, then moved into place (a symbolic link's target is
+    replaced), so an existing page is never emptied first and stays whole when the command
+    fails. A FIFO or a device (``--html /dev/stdout``) is written to directly. ``discard``
+    (nothing was created before ``write``) is kept for the callers' clean-up paths."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.written = False
-        existed = os.path.lexists(path)
         try:
-            self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by write
+            st: os.stat_result | None = os.stat(path)
+        except FileNotFoundError:
+            st = None
         except OSError as e:
-            raise ReportWriteError(f"--html {path}: cannot write: {e.strerror}") from None
-        self._created = not existed
+            raise self._error(e) from None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise self._error(OSError(errno.EISDIR, os.strerror(errno.EISDIR)))
+        self._direct = st is not None and not stat.S_ISREG(st.st_mode)
+        self._mode = None if st is None or self._direct else stat.S_IMODE(st.st_mode)
+        self._target = os.path.realpath(path)
+        directory = os.path.dirname(self._target)
+        if st is not None and not os.access(path, os.W_OK):
+            raise self._error(OSError(errno.EACCES, os.strerror(errno.EACCES)))
+        if not self._direct:
+            if not os.path.isdir(directory):
+                raise self._error(OSError(errno.ENOENT, os.strerror(errno.ENOENT)))
+            if not os.access(directory, os.W_OK | os.X_OK):
+                raise self._error(OSError(errno.EACCES, os.strerror(errno.EACCES)))
+
+    def _error(self, e: OSError) -> ReportWriteError:
+        return ReportWriteError(f"--html {self.path}: cannot write: {e.strerror}")
 
     def write(self, text: str) -> None:
+        data = text.encode("utf-8")
         try:
-            with self._file:
-                self._file.write(text)
+            if self._direct:
+                with open(self.path, "wb") as f:
+                    f.write(data)
+            else:
+                self._replace(data)
         except OSError as e:
-            raise ReportWriteError(f"--html {self.path}: cannot write: {e.strerror}") from None
+            raise self._error(e) from None
         self.written = True
 
+    def _replace(self, data: bytes) -> None:
+        directory, name = os.path.split(self._target)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                if self._mode is None:  # a new page: 0644 minus the umask, as open() makes it
+                    umask = os.umask(0)
+                    os.umask(umask)
+                    os.fchmod(f.fileno(), 0o644 & ~umask)
+                else:  # the old page's mode
+                    os.fchmod(f.fileno(), self._mode)
+                f.write(data)
+            os.replace(tmp, self._target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
     def discard(self) -> None:
-        self._file.close()
-        if self._created and os.path.isfile(self.path):
-            os.unlink(self.path)
+        """Nothing to undo: the page is only ever created by ``write``."""
 
 
 def write_html(d: Diagnosis, path: str | None) -> None:
@@ -230,15 +273,11 @@ def write_html(d: Diagnosis, path: str | None) -> None:
         return
     from umbp_sim.diagnose.report import render_text
 
+    page = PageFile(path)
     pic = picture_of(d)
     if pic is None:
         raise ReportWriteError(f"--html {path}: the request has no buffer sizes to draw")
-    page_text = render_html(pic, details=render_text(d))
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(page_text)
-    except OSError as e:
-        raise ReportWriteError(f"--html {path}: cannot write: {e.strerror}") from None
+    page.write(render_html(pic, details=render_text(d)))
 
 
 def write_fleet_html(report: FleetReport, path: str | None) -> None:

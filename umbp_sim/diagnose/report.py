@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from umbp_sim.diagnose import Diagnosis, log_lines
+from umbp_sim.printable import printable
 from umbp_sim.profiles import FIELD_PROFILE, mori_log_level
 from umbp_sim.sglang.release import describe_release
 
@@ -29,7 +30,7 @@ def render_text(d: Diagnosis, mode: str = "replay") -> str:
         saw = "ok, but the NUMA binding was dropped"
     lines = [
         f"{mode} of {d.request.describe()}",
-        f"on {d.machine.name} (kernel {d.machine.kernel_version})",
+        f"on {printable(d.machine.name)} (kernel {printable(d.machine.kernel_version)})",
         f"allocator: {_ALLOCATOR.get(d.request.allocator, d.request.allocator)}",
     ]
     if d.request.kind == "sglang":

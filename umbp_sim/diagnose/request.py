@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from umbp_sim.backing import DEMOTED_TO, HUGETLB_BACKINGS
-from umbp_sim.diagnose.error_line import ErrorLine, ErrorLineError, parse_error_line
+from umbp_sim.diagnose.error_line import (
+    ErrorLine,
+    ErrorLineError,
+    parse_error_line,
+    read_error_text,
+)
 from umbp_sim.diagnose.request_flags import (
     _FLAG_OF,
     BACKINGS as BACKINGS,  # re-exported
@@ -219,8 +224,9 @@ def _error_line(args: argparse.Namespace) -> ErrorLine | None:
     raw = getattr(args, "error", None)
     if raw is None:
         return None
-    text = sys.stdin.read() if raw == "-" else raw
     try:
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes; a replaced text stdin too
+        text = read_error_text(stdin) if raw == "-" else raw
         return parse_error_line(text, "--error" if raw != "-" else "--error - (stdin)")
     except ErrorLineError as e:
         raise RequestError(str(e)) from None

@@ -9,13 +9,15 @@ Safety (a dump is untrusted input):
 
 - Tarballs are never extracted: ``tarscan`` reads them once, in memory, within the bounds of
   ``limits.ArchiveLimits`` (header size, member count, decompressed bytes, streams, time), and
-  only members a parser may ask for are kept. Members with absolute names or ``..`` components,
-  and links whose target is absolute or leaves the dump, are not served (``rejected`` lists
-  them).
+  only members a parser may ask for are kept. Members with absolute names or ``..`` components
+  are not served (``rejected`` lists them); a link a parser may ask for whose target is
+  absolute or leaves the dump is an error naming it (LINK_LEAVES).
 - A directory dump is read relative to a directory fd: every path component is opened with
   ``O_NOFOLLOW``, a file with ``O_NONBLOCK`` too, and it must be a regular file after opening
   (a FIFO, device or socket is an error, never a hang). Symbolic links inside the dump are
-  resolved by umbp-sim itself, and only while they stay inside it; each file is opened once
+  resolved by umbp-sim itself, and only while they stay inside it: a link a parser reaches
+  that leaves the dump (``proc/meminfo -> /proc/meminfo``) is an error naming it, never read
+  and never replayed as a machine without that file; each file is opened once
   (``read`` and ``exists`` share the bytes). Nothing outside the dump is ever read, so no error
   can quote it.
 - ``open_dump(..., follow_symlinks=False, bare=False)`` (scenario files' ``dump =``) also
@@ -43,6 +45,7 @@ TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz
 MAX_LINK_HOPS = 8  # symbolic links followed (inside the dump) for one path
 MAX_REL_DEPTH = 12  # components of a path any parser asks for (the deepest has 8)
 MAX_REL_LEN = 512
+LINK_LEAVES = "a %s link leaving the dump: not followed (a dump holds copies, not links)"
 
 # The files any parser reads (relative to the dump root). Tar members outside this are skipped.
 RELEVANT = re.compile(
@@ -239,8 +242,10 @@ class DirSource(DumpSource):
             base = "/".join(parts[:link_at])
             joined = posixpath.normpath(posixpath.join(base, target))
             if target.startswith("/") or joined == ".." or joined.startswith("../"):
-                self._reject(rel)
-                return None
+                # a dump made of links to the live host (or a planted one): one line, never
+                # a replay of the machine without that file
+                link = self.where("/".join(parts[: link_at + 1]))
+                raise DumpError(link, LINK_LEAVES % "symbolic", kind="unreadable")
             rest = parts[link_at + 1 :]
             path = "/".join(rest if joined == "." else [joined, *rest])
         self._reject(rel)
@@ -446,7 +451,8 @@ def tar_source(
             target = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
         safe = _safe_member_name(target)
         if safe is None or not safe.startswith(prefix):
-            rejected.append(name)
+            kind = "symbolic" if link.symbolic else "hard"
+            raise DumpError(f"{label}:{name}", LINK_LEAVES % kind, kind="unreadable")
         else:
             links[name[len(prefix) :]] = safe[len(prefix) :]
     for rel, target in links.items():

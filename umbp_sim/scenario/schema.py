@@ -106,12 +106,30 @@ def _string(path: Path, where: str, value: Any) -> str:
     return value
 
 
-def _dump_path(path: Path, raw: str) -> Path:
+def scenario_tree(path: Path, root: str | Path | None = None) -> Path:
+    """The tree a scenario's ``dump =`` must stay in: ``root`` (the directory it was
+    collected from: ``umbp-sim run DIR``, an ``umbp_sim_scenarios`` folder), else the bundled
+    library when the file is one of its scenarios (``field/*.toml`` load ``../dumps/``), else
+    the directory holding the file. Physical (symbolic links resolved)."""
+    here = path.parent.resolve()
+    if root is not None:
+        tree = Path(root).resolve()
+        if here.is_relative_to(tree):
+            return tree
+    from umbp_sim.scenario.bundled import bundled_scenarios_dir
+
+    bundled = bundled_scenarios_dir().resolve()
+    return bundled if here.is_relative_to(bundled) else here
+
+
+def _dump_path(path: Path, raw: str, tree: Path) -> Path:
     """``[machine].dump``: a directory or a tarball, relative to the scenario file (or
-    absolute), never through a symbolic link: none below the scenario's directory, and the
-    dump itself not one. The runner opens it with ``open_dump(..., follow_symlinks=False,
-    bare=False)``, so a scenario from elsewhere cannot point umbp-sim at another file
-    (``dump = "/etc/shadow"``) and have a line of it quoted in an error."""
+    absolute), inside the scenario's ``tree`` (scenario_tree) and never through a symbolic
+    link: none below the scenario's directory, and the dump itself not one. The runner opens it
+    with ``open_dump(..., follow_symlinks=False, bare=False)``, so a scenario from elsewhere
+    cannot point umbp-sim at another file (``dump = "/etc/shadow"``, ``dump = "/"``: this
+    host's /proc) and have a line of it quoted in an error. A dump elsewhere is given on the
+    command line (``umbp-sim replay DUMP``), where the user names it."""
     where = "[machine].dump"
     if not raw or "\0" in raw:
         raise _err(path, where, f"{raw!r} is not a path")
@@ -125,6 +143,13 @@ def _dump_path(path: Path, raw: str) -> Path:
             if part not in ("", "."):
                 current = current.parent if part == ".." else current / part
                 parents.append(current)
+    if not current.is_relative_to(tree):
+        raise _err(
+            path,
+            where,
+            f"{current} is outside the scenario tree {tree} (a dump elsewhere is given on the "
+            "command line: umbp-sim replay DUMP)",
+        )
     for step in parents:
         try:
             mode = os.lstat(step).st_mode
@@ -245,8 +270,9 @@ MARKER_KEY = "umbp_sim_scenario"
 TOP_KEYS = {MARKER_KEY, "scenario", "machine", "faults", "fault_seed", "env", "request", "expect"}
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and check one scenario file."""
+def load_scenario(path: str | Path, root: str | Path | None = None) -> Scenario:
+    """Read and check one scenario file; ``root``: the directory it was collected from, which
+    its ``dump =`` may reach (see scenario_tree)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -294,7 +320,8 @@ def load_scenario(path: str | Path) -> Scenario:
     machine = dict(_table(p, doc, "machine", required=True))
     _check_keys(p, "[machine]", machine, MACHINE_KEYS | {"dump"})
     if "dump" in machine:
-        machine["dump"] = _dump_path(p, _string(p, "[machine].dump", machine["dump"]))
+        raw = _string(p, "[machine].dump", machine["dump"])
+        machine["dump"] = _dump_path(p, raw, scenario_tree(p, root))
 
     faults = doc.get("faults", [])
     if not isinstance(faults, list) or not all(isinstance(f, dict) for f in faults):
@@ -325,20 +352,26 @@ def load_scenario(path: str | Path) -> Scenario:
 
 def find_scenarios(paths: list[str | Path]) -> list[Path]:
     """The .toml files under each path (a file is taken as is), sorted, without duplicates."""
-    found: list[Path] = []
+    return [p for p, _root in find_scenarios_in(paths)]
+
+
+def find_scenarios_in(paths: list[str | Path]) -> list[tuple[Path, Path | None]]:
+    """find_scenarios' files, each with the directory argument it was found under (its
+    scenario tree for load_scenario's ``root``), None for a file given itself."""
+    found: list[tuple[Path, Path | None]] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found.extend(sorted(q for q in p.rglob("*.toml") if q.is_file()))
+            found.extend((q, p) for q in sorted(q for q in p.rglob("*.toml") if q.is_file()))
         elif p.is_file():
-            found.append(p)
+            found.append((p, None))
         else:
             raise ScenarioError(f"{p}: no such file or directory")
     seen: set[Path] = set()
     unique = []
-    for q in found:
+    for q, root in found:
         r = q.resolve()
         if r not in seen:
             seen.add(r)
-            unique.append(q)
+            unique.append((q, root))
     return unique
