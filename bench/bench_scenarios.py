@@ -35,12 +35,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     one_core = ["taskset", "-c", "0", sys.executable, "-m", "umbp_sim.cli", "run"]
     cli = [_timed(one_core) for _ in range(rounds)]
     for p in files:  # warm-up: imports (torch) and first-use costs
-        run_scenario(load_scenario(p))
+        run_scenario(load_scenario(p, root=ROOT / "scenarios"))
     inproc = []
     for _ in range(rounds):
         t = time.perf_counter()
         for p in files:
-            run_scenario(load_scenario(p))
+            run_scenario(load_scenario(p, root=ROOT / "scenarios"))
         inproc.append(time.perf_counter() - t)
     what = "scenarios/s, pytest -n 2 (incl. start-up)"
     if importlib.util.find_spec("xdist") is None:

@@ -187,14 +187,14 @@ def test_library_size_and_layout() -> None:
     assert len(LIBRARY_FILES) >= 30
     dirs = {p.parent.name for p in LIBRARY_FILES}
     assert {"field", "kernel", "allocator", "sglang"} <= dirs
-    dumps = [p for p in LIBRARY_FILES if "dump" in load_scenario(p).machine]
+    dumps = [p for p in LIBRARY_FILES if "dump" in load_scenario(p, root=LIBRARY).machine]
     assert len(dumps) >= 5
     assert all(p.name.startswith("dump-") for p in dumps)
 
 
 @pytest.mark.parametrize("path", LIBRARY_FILES, ids=[p.stem for p in LIBRARY_FILES])
 def test_library_file_conventions(path: Path) -> None:
-    scn = load_scenario(path)
+    scn = load_scenario(path, root=LIBRARY)
     assert scn.name == path.stem
     assert len(scn.description) > 40 and scn.source
     # an exact outcome: more than the outcome word alone

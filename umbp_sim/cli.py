@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         # The tool's own errors name the file/line/flag; no traceback for bad input.
         from umbp_sim.printable import printable  # an error may quote a dump: never raw escapes
 
-        print(f"umbp-sim {args.command}: {printable(str(e))}", file=sys.stderr)
+        text = printable(str(e), keep="\n" if e.multiline else "")
+        print(f"umbp-sim {args.command}: {text}", file=sys.stderr)
         return getattr(e, "exit_code", EX_DATAERR)
     except BrokenPipeError:
         # `umbp-sim inspect ... | head`: the reader left; stop quietly like other Unix tools.

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 
 class UmbpSimError(Exception):
-    """Base of umbp-sim's own errors (bad input, bad dumps, bad scenario files)."""
+    """Base of umbp-sim's own errors (bad input, bad dumps, bad scenario files).
+
+    The command line prints one line: control characters (a quoted dump's included) escaped.
+    An error whose first line is followed by a tool's own output (a compiler's) sets
+    ``multiline = True`` to keep its line breaks."""
+
+    multiline = False
 
 
 class SimulatedCrash(RuntimeError):

@@ -29,6 +29,7 @@ WRAPPED = (
 
 class BuildError(UmbpSimError):
     exit_code = 65
+    multiline = True  # the compiler's output follows the first line
 
 
 def compiler_env() -> dict[str, str]:
