@@ -215,11 +215,24 @@ def request_from_args(args: argparse.Namespace) -> Request:
     )
 
 
+MAX_PASTE = 16 << 20  # characters of `--error -`: a traceback with its log, not a whole log
+
+
+def _read_paste() -> str:
+    text = sys.stdin.read(MAX_PASTE + 1)
+    if len(text) > MAX_PASTE:
+        raise RequestError(
+            f"--error - (stdin): more than {MAX_PASTE:,} characters; paste the traceback, not "
+            "the whole log"
+        )
+    return text
+
+
 def _error_line(args: argparse.Namespace) -> ErrorLine | None:
     raw = getattr(args, "error", None)
     if raw is None:
         return None
-    text = sys.stdin.read() if raw == "-" else raw
+    text = _read_paste() if raw == "-" else raw
     try:
         return parse_error_line(text, "--error" if raw != "-" else "--error - (stdin)")
     except ErrorLineError as e:
