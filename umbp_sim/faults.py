@@ -99,6 +99,8 @@ _FILTER_OPS: dict[str, tuple[str, ...]] = {
     "path": ("read_file",),
 }
 
+_STRING_KEYS = ("op", "errno", "signal", "content", "throw", "advice", "mode", "path", "name")
+_NAME_KEYS = ("flags_has", "flags_lacks", "memfd_flags_has", "memfd_flags_lacks")
 _ERRNOS: dict[str, int] = dict(_native.syscall_names("errno"))
 _SIGNALS: dict[str, int] = dict(_native.syscall_names("signal"))
 _MAP_FLAGS: dict[str, int] = dict(_native.syscall_names("mmap_flags"))
@@ -187,6 +189,14 @@ class FaultRule:
     # ---- checking ------------------------------------------------------------------------
     def validate(self, where: str) -> None:
         """Raise FaultPlanError (naming ``where`` and the key) unless the rule is consistent."""
+        for key in _STRING_KEYS:  # a rule built directly: the types from_dict ensures
+            v = getattr(self, key)
+            if v is not None and not isinstance(v, str):
+                raise _fail(where, key, f"expected a string, got {shown(v)}")
+        for key in _NAME_KEYS:
+            v = getattr(self, key)
+            if not isinstance(v, tuple) or not all(isinstance(n, str) for n in v):
+                raise _fail(where, key, f"expected a tuple of flag names, got {shown(v)}")
         if self.op not in OPS:
             ops = ", ".join(OPS)
             raise _fail(where, "op", f"unknown operation {shown(self.op)} (one of {ops})")

@@ -364,7 +364,7 @@ class Machine:
                  "hugepage_sizes": hugepage_sizes,
                  "default_hugepage_size": default_hugepage_size, "arch": arch}  # fmt: skip
         for key, value in given.items():
-            if value is not None:
+            if value is not None or key not in _BUILD_OPTIONAL:
                 _checked(BUILD_TYPES[key], value, key)
         ps = parse_size(page_size, "page_size")
         sizes: list[int] = (
@@ -551,6 +551,7 @@ BUILD_TYPES: dict[str, Spec] = {
     "hugepages": Table(_PAGES, key=Size(), max_len=16),
     "hugepages_per_node": _POOLS_PER_NODE,
 }  # fmt: skip
+_BUILD_OPTIONAL = {"hugepages", "hugepages_per_node", "hugepage_sizes", "default_hugepage_size"}
 # A scenario's [machine] keys (besides `dump`) and what each takes.
 SCENARIO_MACHINE_TYPES: dict[str, Spec] = {
     **WRITTEN_TYPES,
