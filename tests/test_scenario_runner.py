@@ -386,7 +386,7 @@ def test_dump_with_overrides(tmp_path: Path) -> None:
             "[machine]: hugepages_reserved[2097152]: 5 reserved but only 4 free",
         ),
         (NO_POOL + 'kernel_version = "linux"\n', "[machine]: kernel_version: cannot read"),
-        (NO_POOL.replace('"16GiB"', '"lots"'), "[machine]: mem_per_node: cannot read size 'lots'"),
+        (NO_POOL.replace('"16GiB"', '"lots"'), "[machine].mem_per_node: cannot read size 'lots'"),
     ],
 )
 def test_bad_machine_is_a_scenario_error(tmp_path: Path, machine: str, error: str) -> None:
@@ -430,20 +430,21 @@ def test_sglang_sizing_error_is_a_scenario_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("tp_size", "error"),
     [
-        ("0", "must be > 0, got 0"),
-        ("-2", "must be > 0, got -2"),
-        ('"4"', "expected an integer, got '4'"),
+        ("0", "must be in 1..2,147,483,647, got 0"),
+        ("-2", "must be in 1..2,147,483,647, got -2"),
+        ('"4"', "expected an integer, got a string ('4')"),
     ],
 )
 def test_bad_tp_size_is_a_scenario_error(tmp_path: Path, tp_size: str, error: str) -> None:
-    """tp_size splits kv_heads as sglang does: 0 was a ZeroDivisionError ("internal error")."""
+    """tp_size splits kv_heads as sglang does: 0 was a ZeroDivisionError ("internal error");
+    the file is refused when read (its types, umbp_sim.scenario.schema)."""
     body = (
         '[request]\nkind = "sglang"\nlayers = 2\nkv_heads = 2\nhead_dim = 64\n'
         f"hicache_size = 1\ntp_size = {tp_size}\n"
     )
     with pytest.raises(ScenarioError) as ei:
         run(tmp_path, NO_POOL + body)
-    assert str(ei.value) == f"{tmp_path / 't.toml'}: [request]: tp_size: {error}"
+    assert str(ei.value) == f"{tmp_path / 't.toml'}: [request].tp_size: {error}"
 
 
 # ---- isolation ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.value_types import shown, shown_path
 
 BUILTIN_PROFILES = ("umbp-sim", "mori-624002c")
 BUILTIN_ALIASES = {"mori": "mori-624002c"}
@@ -50,16 +51,16 @@ def parse_allocator_spec(text: str, arg: str = "--allocator") -> AllocatorSpec:
     looks_like_path = "/" in t or t.endswith(".so") or ".so." in t
     if looks_like_path:
         if not os.path.isfile(t):
-            raise AllocatorSpecError(f"{arg} {text!r}: no such file")
+            raise AllocatorSpecError(f"{arg} {shown_path(text)}: no such file")
         with open(t, "rb") as f:
             if f.read(4) != b"\x7fELF":
-                raise AllocatorSpecError(f"{arg} {text!r}: not a shared object (ELF)")
+                raise AllocatorSpecError(f"{arg} {shown_path(text)}: not a shared object (ELF)")
         return AllocatorSpec("shared-object", t, os.path.abspath(t))
     if _MODULE_NAME.match(t):
         return AllocatorSpec("module", t)
     known = ", ".join(BUILTIN_PROFILES + tuple(BUILTIN_ALIASES))
     raise AllocatorSpecError(
-        f"{arg} {text!r}: not a built-in profile ({known}), a module name or a path to a "
+        f"{arg} {shown(text)}: not a built-in profile ({known}), a module name or a path to a "
         "shared object"
     )
 

@@ -58,6 +58,7 @@ from typing import Any
 from umbp_sim import _native
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.units import SizeError, format_size, parse_size
+from umbp_sim.value_types import keyname, shown
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -98,6 +99,8 @@ _FILTER_OPS: dict[str, tuple[str, ...]] = {
     "path": ("read_file",),
 }
 
+_STRING_KEYS = ("op", "errno", "signal", "content", "throw", "advice", "mode", "path", "name")
+_NAME_KEYS = ("flags_has", "flags_lacks", "memfd_flags_has", "memfd_flags_lacks")
 _ERRNOS: dict[str, int] = dict(_native.syscall_names("errno"))
 _SIGNALS: dict[str, int] = dict(_native.syscall_names("signal"))
 _MAP_FLAGS: dict[str, int] = dict(_native.syscall_names("mmap_flags"))
@@ -131,17 +134,23 @@ def _names(value: Any, where: str, key: str) -> tuple[str, ...]:
     elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         parts = [p.strip() for p in value]
     else:
-        raise _fail(where, key, f"expected flag names (a list or 'A|B'), got {value!r}")
+        raise _fail(where, key, f"expected flag names (a list or 'A|B'), got {shown(value)}")
     if not parts or any(not p for p in parts):
-        raise _fail(where, key, f"empty flag name in {value!r}")
+        raise _fail(where, key, f"empty flag name in {shown(value)}")
     return tuple(parts)
 
 
-def _int(value: Any, where: str, key: str, minimum: int) -> int:
+# The native FaultRule's counters, seeds and lengths are uint64_t (csrc/kernel/faulty_kernel.h).
+U64_MAX = (1 << 64) - 1
+
+
+def _int(value: Any, where: str, key: str, minimum: int, maximum: int = U64_MAX) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(where, key, f"expected an integer, got {value!r}")
+        raise _fail(where, key, f"expected an integer, got {shown(value)}")
     if value < minimum:
-        raise _fail(where, key, f"must be >= {minimum}, got {value}")
+        raise _fail(where, key, f"must be >= {minimum}, got {shown(value)}")
+    if value > maximum:
+        raise _fail(where, key, f"{shown(value)} does not fit in 64 bits")
     return value
 
 
@@ -180,8 +189,17 @@ class FaultRule:
     # ---- checking ------------------------------------------------------------------------
     def validate(self, where: str) -> None:
         """Raise FaultPlanError (naming ``where`` and the key) unless the rule is consistent."""
+        for key in _STRING_KEYS:  # a rule built directly: the types from_dict ensures
+            v = getattr(self, key)
+            if v is not None and not isinstance(v, str):
+                raise _fail(where, key, f"expected a string, got {shown(v)}")
+        for key in _NAME_KEYS:
+            v = getattr(self, key)
+            if not isinstance(v, tuple) or not all(isinstance(n, str) for n in v):
+                raise _fail(where, key, f"expected a tuple of flag names, got {shown(v)}")
         if self.op not in OPS:
-            raise _fail(where, "op", f"unknown operation {self.op!r} (one of {', '.join(OPS)})")
+            ops = ", ".join(OPS)
+            raise _fail(where, "op", f"unknown operation {shown(self.op)} (one of {ops})")
         answers = [
             k for k in ("errno", "signal", "content", "throw") if getattr(self, k) is not None
         ]
@@ -192,17 +210,17 @@ class FaultRule:
                 "give exactly one of errno, signal, content, throw",
             )
         if self.errno is not None and self.errno not in _ERRNOS:
-            raise _fail(where, "errno", f"unknown errno {self.errno!r}")
+            raise _fail(where, "errno", f"unknown errno {shown(self.errno)}")
         if self.signal is not None:
             if self.signal not in _SIGNALS:
-                raise _fail(where, "signal", f"unknown signal {self.signal!r}")
+                raise _fail(where, "signal", f"unknown signal {shown(self.signal)}")
             if self.op == "read_file":
                 raise _fail(where, "signal", "read_file cannot be answered with a signal")
         if self.throw is not None and self.throw != "bad_alloc":
-            raise _fail(where, "throw", f"only 'bad_alloc' can be thrown, got {self.throw!r}")
+            raise _fail(where, "throw", f"only 'bad_alloc' can be thrown, got {shown(self.throw)}")
         if self.content is not None:
             if not isinstance(self.content, str):
-                raise _fail(where, "content", f"expected a string, got {self.content!r}")
+                raise _fail(where, "content", f"expected a string, got {shown(self.content)}")
             if self.op != "read_file":
                 raise _fail(where, "content", f"only read_file takes content, not {self.op}")
         given = [k for k in _SCHEDULE_KEYS if getattr(self, k) is not None]
@@ -221,26 +239,28 @@ class FaultRule:
                 or any(isinstance(v, bool) or not isinstance(v, int) for v in c)
                 or not 1 <= c[0] <= c[1]
             ):
-                raise _fail(where, "calls", f"expected [a, b] with 1 <= a <= b, got {list(c)}")
+                raise _fail(
+                    where, "calls", f"expected [a, b] with 1 <= a <= b, got {shown(list(c))}"
+                )
+            _int(c[1], where, "calls", 1)  # b < 2^64
         p = self.probability
         if p is not None and (
             isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0
         ):
-            raise _fail(where, "probability", f"expected a number in [0, 1], got {p!r}")
+            raise _fail(where, "probability", f"expected a number in [0, 1], got {shown(p)}")
         if self.seed is not None:
             _int(self.seed, where, "seed", 0)
-            if self.seed >= 1 << 64:
-                raise _fail(where, "seed", "must fit in 64 bits")
         if self.max_fires is not None:
             _int(self.max_fires, where, "max_fires", 1)
-        for key, ops in _FILTER_OPS.items():
+        for key, applies in _FILTER_OPS.items():
             v = getattr(self, key)
-            if v is not None and v != () and self.op not in ops:
-                raise _fail(where, key, f"does not apply to op {self.op!r} (only {', '.join(ops)})")
+            if v is not None and v != () and self.op not in applies:
+                only = ", ".join(applies)
+                raise _fail(where, key, f"does not apply to op {self.op!r} (only {only})")
         for key in ("flags_has", "flags_lacks"):
             for n in getattr(self, key):
                 if n not in _MAP_FLAGS and _huge_log2(n, "MAP") is None:
-                    raise _fail(where, key, f"unknown mmap flag {n!r}")
+                    raise _fail(where, key, f"unknown mmap flag {shown(n)}")
             types = [n for n in getattr(self, key) if n in _MAP_TYPES]
             huges = [n for n in getattr(self, key) if _huge_log2(n, "MAP") is not None]
             if len(types) > 1 or len(huges) > 1:
@@ -248,7 +268,7 @@ class FaultRule:
         for key in ("memfd_flags_has", "memfd_flags_lacks"):
             for n in getattr(self, key):
                 if n not in _MFD_FLAGS and _huge_log2(n, "MFD") is None:
-                    raise _fail(where, key, f"unknown memfd flag {n!r}")
+                    raise _fail(where, key, f"unknown memfd flag {shown(n)}")
             if len([n for n in getattr(self, key) if n not in _MFD_FLAGS]) > 1:
                 raise _fail(where, key, "at most one MFD_HUGE_ size")
         for key in ("min_length", "max_length"):
@@ -261,17 +281,17 @@ class FaultRule:
         ):
             raise _fail(where, "min_length", "is larger than max_length")
         if self.advice is not None and self.advice not in _ADVICE:
-            raise _fail(where, "advice", f"unknown madvise advice {self.advice!r}")
+            raise _fail(where, "advice", f"unknown madvise advice {shown(self.advice)}")
         if self.mode is not None and self.mode not in _MPOL_MODES:
-            raise _fail(where, "mode", f"unknown mbind mode {self.mode!r}")
+            raise _fail(where, "mode", f"unknown mbind mode {shown(self.mode)}")
         if self.node is not None:
             _int(self.node, where, "node", 0)
             if self.node >= 1 << 20:
                 raise _fail(where, "node", f"node {self.node} is out of range")
         if self.path is not None and (not isinstance(self.path, str) or not self.path):
-            raise _fail(where, "path", f"expected a non-empty path or glob, got {self.path!r}")
+            raise _fail(where, "path", f"expected a non-empty path or glob, got {shown(self.path)}")
         if self.name is not None and not isinstance(self.name, str):
-            raise _fail(where, "name", f"expected a string, got {self.name!r}")
+            raise _fail(where, "name", f"expected a string, got {shown(self.name)}")
 
     # ---- the [[faults]] table ------------------------------------------------------------
     @classmethod
@@ -282,11 +302,11 @@ class FaultRule:
         {'op': 'close', 'errno': 'EINTR'}
         """
         if not isinstance(table, Mapping):
-            raise FaultPlanError(f"{where}: expected a table, got {table!r}")
+            raise FaultPlanError(f"{where}: expected a table, got {shown(table)}")
         known = {f.name for f in fields(cls)}
         for key in table:
             if key not in known:
-                raise _fail(where, str(key), "unknown key")
+                raise _fail(where, keyname(key), "unknown key")
         if "op" not in table:
             raise _fail(where, "op", "missing")
         kw: dict[str, Any] = {}
@@ -300,7 +320,7 @@ class FaultRule:
                     raise FaultPlanError(str(e)) from None
             elif key == "calls":
                 if not isinstance(value, (list, tuple)) or len(value) != 2:
-                    raise _fail(where, key, f"expected [a, b], got {value!r}")
+                    raise _fail(where, key, f"expected [a, b], got {shown(value)}")
                 kw[key] = tuple(value)
             elif key in (
                 "op",
@@ -314,7 +334,7 @@ class FaultRule:
                 "name",
             ):
                 if not isinstance(value, str):
-                    raise _fail(where, key, f"expected a string, got {value!r}")
+                    raise _fail(where, key, f"expected a string, got {shown(value)}")
                 kw[key] = value
             else:
                 kw[key] = value
@@ -445,10 +465,8 @@ class FaultPlan:
         object.__setattr__(self, "rules", tuple(self.rules))
         for i, r in enumerate(self.rules):
             if not isinstance(r, FaultRule):
-                raise FaultPlanError(f"faults[{i}]: expected a FaultRule, got {r!r}")
+                raise FaultPlanError(f"faults[{i}]: expected a FaultRule, got {shown(r)}")
         _int(self.seed, "plan", "fault_seed", 0)
-        if self.seed >= 1 << 64:
-            raise FaultPlanError("plan.fault_seed: must fit in 64 bits")
 
     # ---- dict / TOML ---------------------------------------------------------------------
     @classmethod
@@ -459,7 +477,7 @@ class FaultPlan:
         1
         """
         if not isinstance(tables, (list, tuple)):
-            raise FaultPlanError(f"faults: expected an array of tables, got {tables!r}")
+            raise FaultPlanError(f"faults: expected an array of tables, got {shown(tables)}")
         rules = tuple(FaultRule.from_dict(t, f"faults[{i}]") for i, t in enumerate(tables))
         return cls(rules, seed)
 
@@ -472,7 +490,7 @@ class FaultPlan:
         'madvise'
         """
         if not isinstance(doc, Mapping):
-            raise FaultPlanError(f"fault plan: expected a table, got {doc!r}")
+            raise FaultPlanError(f"fault plan: expected a table, got {shown(doc)}")
         for key in doc:
             if key not in ("faults", "fault_seed"):
                 raise FaultPlanError(f"{key}: unknown key (a fault plan has faults, fault_seed)")

@@ -55,7 +55,7 @@ def _int(value: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {value!r}") from None
+        raise argparse.ArgumentTypeError(f"invalid int value: {shown(value)}") from None
 
 
 def node_flag(value: str) -> int:
@@ -78,7 +78,7 @@ def _finite(value: str) -> float:
     try:
         x = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid float value: {value!r}") from None
+        raise argparse.ArgumentTypeError(f"invalid float value: {shown(value)}") from None
     if not math.isfinite(x):
         raise argparse.ArgumentTypeError(f"{value.strip()[:20]} is not a finite number")
     if x < 0:
@@ -102,3 +102,11 @@ def ratio_flag(value: str) -> float:
     if x > 1e6:
         raise argparse.ArgumentTypeError(f"{value.strip()[:20]} is beyond any host/device ratio")
     return x
+
+
+def shown(value: object) -> str:
+    """``umbp_sim.value_types.shown``, imported when an error is written (``--help`` stays
+    light: tests/test_cli_imports.py)."""
+    from umbp_sim.value_types import shown as bounded
+
+    return bounded(value)

@@ -20,6 +20,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.units import parse_size
+from umbp_sim.value_types import (
+    MAX_BYTES,
+    MAX_INT,
+    Array,
+    Bool,
+    Custom,
+    Int,
+    Size,
+    Spec,
+    Str,
+    Table,
+    ValueTypeError,
+    short_list,
+)
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -206,6 +220,10 @@ class Machine:
     # ---- validation ----------------------------------------------------------------------
     def validate(self) -> Machine:
         """Raise MachineError naming the first inconsistent field; return self."""
+        for name, spec in _FIELD_TYPES.items():
+            value = getattr(self, name)
+            if value is not None or name not in _OPTIONAL:
+                _checked(spec, value, name)
         if self.page_size <= 0 or self.page_size & (self.page_size - 1):
             raise MachineError(f"page_size: {self.page_size} is not a power of two")
         for s in self.hugepage_sizes:
@@ -223,11 +241,12 @@ class Machine:
             raise MachineError("default_hugepage_size: required when hugepage_sizes is set")
         ids = self.node_ids()
         if len(set(ids)) != len(ids):
-            raise MachineError(f"nodes: duplicate node id in {ids}")
-        if any(i < 0 or i >= 1024 for i in ids):
-            raise MachineError(f"nodes: node ids must be in 0..1023, got {ids}")
+            seen: set[int] = set()
+            dup = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+            raise MachineError(f"nodes: duplicate node id {dup} in {short_list(ids)}")
+        possible = set(self.possible())
         for i in self.online():
-            if i not in self.possible():
+            if i not in possible:
                 raise MachineError(f"online_nodes: node {i} is not in possible_nodes")
         for n in self.nodes:
             if n.mem_total < 0:
@@ -302,7 +321,7 @@ class Machine:
         fits("overcommit_ratio * memory", self.total_memory() * self.overcommit_ratio // 100)
         fits("overcommit_kbytes", self.overcommit_kbytes, KiB)
         for what in ("swap_total", "mem_total", "mem_free", "mem_available", "committed_as",
-                     "rlimit_as", "memcg_max"):  # fmt: skip
+                     "rlimit_as", "memcg_max", "watermark_low"):  # fmt: skip
             fits(what, getattr(self, what))
         fits("admin_reserve_kbytes", self.admin_reserve_kbytes, KiB)
         fits("user_reserve_kbytes", self.user_reserve_kbytes, KiB)
@@ -337,7 +356,16 @@ class Machine:
         ``hugepages={"2MiB": 1024}`` spreads pages over the nodes the way writing
         ``vm.nr_hugepages`` does (interleaved, node 0 first); ``hugepages_per_node`` gives each
         node's count explicitly. Remaining keywords set Machine fields (sizes parsed).
+        A value of the wrong type or beyond the simulator is a MachineError naming it, before
+        any work (``nodes=10**9`` builds no node).
         """
+        given = {"nodes": nodes, "mem_per_node": mem_per_node, "hugepages": hugepages,
+                 "hugepages_per_node": hugepages_per_node, "page_size": page_size,
+                 "hugepage_sizes": hugepage_sizes,
+                 "default_hugepage_size": default_hugepage_size, "arch": arch}  # fmt: skip
+        for key, value in given.items():
+            if value is not None or key not in _BUILD_OPTIONAL:
+                _checked(BUILD_TYPES[key], value, key)
         ps = parse_size(page_size, "page_size")
         sizes: list[int] = (
             [parse_size(s, "hugepage_sizes") for s in hugepage_sizes]
@@ -379,6 +407,8 @@ class Machine:
         for key, value in fields.items():
             if key not in _FIELD_NAMES:
                 raise MachineError(f"{key}: not a Machine field")
+            if value is not None or key not in _OPTIONAL:
+                _checked(WRITTEN_TYPES[key], value, key)
             if key in _SIZE_FIELDS and value is not None:
                 value = parse_size(value, key)  # type: ignore[arg-type]
             if key in SIZE_TABLE_FIELDS and isinstance(value, dict):
@@ -448,6 +478,96 @@ _SIZE_VALUED_FIELDS = {f.name for f in MACHINE_FIELDS if f.unit == "size -> byte
 # (``nodes`` is build's node count there) and the scenario runner's free_hugepages_per_node.
 BUILD_KEYWORDS = frozenset(inspect.signature(Machine.build).parameters) - {"cls", "kw"}
 SCENARIO_MACHINE_KEYS = frozenset(_FIELD_NAMES | BUILD_KEYWORDS | {"free_hugepages_per_node"})
+
+# ---- the type of each field, as written (scenario [machine] tables, ``apply``) and as held ----
+# node ids: 0..MAX_NODE_ID (a dump's, a scenario's); hugepage sizes per host: a few.
+MAX_NODE_ID = 1023
+_NODE_ID = Int(0, MAX_NODE_ID)
+# a page count; times its size it must stay below 2^62 (validate)
+_PAGES = Int(0, MAX_BYTES, "pages is beyond what the simulator holds (below 2^62 bytes)")
+_OPTIONAL = {f.name for f in MACHINE_FIELDS if f.type.endswith("| None")}
+
+
+def _node_ok(node: object, key: str) -> None:
+    if not isinstance(node, Node):
+        raise ValueTypeError(key, f"expected a Node, got {type(node).__name__}")
+    _NODE_ID.check(node.id, f"{key}.id")
+    for name in ("mem_total", "mem_free", "page_cache", "slab_reclaimable"):
+        if name == "mem_total" or getattr(node, name) is not None:
+            Int(0, MAX_BYTES - 1).check(getattr(node, name), f"{key}.{name}")
+    Str().check(node.cpus, f"{key}.cpus")
+    Table(Custom(_pool_ok, "a HugePool"), key=Size(written=False)).check(
+        node.hugepages, f"{key}.hugepages"
+    )
+    if node.distances is not None:
+        Array(Int(0, MAX_INT), max_len=MAX_NODE_ID + 1).check(node.distances, f"{key}.distances")
+
+
+def _pool_ok(pool: object, key: str) -> None:
+    if not isinstance(pool, HugePool):
+        raise ValueTypeError(key, f"expected a HugePool, got {type(pool).__name__}")
+    for name in ("total", "free", "surplus"):
+        if name != "free" or pool.free is not None:
+            Int(None, MAX_BYTES, _PAGES.beyond).check(getattr(pool, name), f"{key}.{name}")
+
+
+def _field_type(spec: FieldSpec, written: bool) -> Spec:
+    """The declared field's value type: sizes as ``"2MiB"`` strings only when ``written``."""
+    size = Size(written=written)
+    if spec.name == "nodes":
+        return Array(Custom(_node_ok, "a Node"), min_len=1, max_len=MAX_NODE_ID + 1)
+    base = spec.type.removesuffix(" | None")
+    if base == "str":
+        return Str()
+    if base == "bool":
+        return Bool()
+    if base == "int":
+        if spec.unit == "bytes":
+            return size
+        if spec.unit == "kB":
+            return Int(0, MAX_BYTES // 1024 - 1, "kB is beyond what the simulator holds "
+                       "(below 2^62 bytes)")  # fmt: skip
+        if spec.unit == "mode":
+            return Int(0, 2)
+        return Int(0, (1 << 31) - 1)
+    if base == "list[int]":
+        if spec.unit == "bytes":
+            return Array(size, max_len=16)
+        return Array(_NODE_ID, max_len=MAX_NODE_ID + 1)
+    if base == "dict[int, int]":
+        value = size if spec.unit == "size -> bytes" else _PAGES
+        return Table(value, key=size, max_len=16)
+    raise AssertionError(f"no value type for Machine.{spec.name}: {spec.type}")
+
+
+_FIELD_TYPES: dict[str, Spec] = {f.name: _field_type(f, written=False) for f in MACHINE_FIELDS}
+WRITTEN_TYPES: dict[str, Spec] = {f.name: _field_type(f, written=True) for f in MACHINE_FIELDS}
+_POOLS_PER_NODE = Array(Table(_PAGES, key=Size(), max_len=16), max_len=MAX_NODE_ID + 1)
+# Machine.build's keywords.
+BUILD_TYPES: dict[str, Spec] = {
+    **{k: WRITTEN_TYPES[k] for k in ("page_size", "hugepage_sizes", "default_hugepage_size",
+                                     "arch")},
+    "nodes": Int(1, MAX_NODE_ID + 1),
+    "mem_per_node": Size(),
+    "hugepages": Table(_PAGES, key=Size(), max_len=16),
+    "hugepages_per_node": _POOLS_PER_NODE,
+}  # fmt: skip
+_BUILD_OPTIONAL = {"hugepages", "hugepages_per_node", "hugepage_sizes", "default_hugepage_size"}
+# A scenario's [machine] keys (besides `dump`) and what each takes.
+SCENARIO_MACHINE_TYPES: dict[str, Spec] = {
+    **WRITTEN_TYPES,
+    **BUILD_TYPES,
+    "free_hugepages_per_node": _POOLS_PER_NODE,
+}
+assert set(SCENARIO_MACHINE_TYPES) == SCENARIO_MACHINE_KEYS
+
+
+def _checked(spec: Spec, value: object, key: str) -> None:
+    try:
+        spec.check(value, key)
+    except ValueTypeError as e:
+        raise MachineError(str(e)) from None
+
 
 # docs/kernel-model.md section 8.
 _ARM64_SIZES = {

@@ -88,7 +88,8 @@ def canonical_profile(name: str) -> str:
     name = ALIASES.get(name, name)
     if name not in PROFILES:
         raise ProfileError(
-            f"unknown allocator profile {name!r}: use one of {', '.join(PROFILES)} (or 'mori')"
+            f"unknown allocator profile {_shown(name)}: use one of {', '.join(PROFILES)} "
+            "(or 'mori')"
         )
     return name
 
@@ -160,3 +161,9 @@ def mori_log_lines(
     stamp = when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if when else "<time>"
     who = str(pid) if pid is not None else "<pid>"
     return [f"[{stamp}] [{who}] [umbp] [warning] {w}" for w in warnings]
+
+
+def _shown(value: object) -> str:
+    from umbp_sim.value_types import shown  # when an error is written: --help stays light
+
+    return shown(value)

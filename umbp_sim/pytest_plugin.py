@@ -18,20 +18,14 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-if sys.version_info >= (3, 11):
-    import tomllib as _tomllib
-else:
-    import tomli as _tomllib
-
 from umbp_sim.machine import Machine
-from umbp_sim.scenario.schema import MARKER_KEY
+from umbp_sim.scenario.schema import MARKER_KEY, TomlError, read_toml
 from umbp_sim.sim import SimHost, simulate
 
 
@@ -222,8 +216,8 @@ def declares_scenario(path: Path) -> bool:
     if not _MARKER_LINE.search(data):
         return False
     try:
-        doc = _tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, _tomllib.TOMLDecodeError):
+        doc = read_toml(data.decode("utf-8"))
+    except (UnicodeDecodeError, TomlError):  # nested past the recursion limit too: one test
         return True
     return MARKER_KEY in doc
 
@@ -260,8 +254,8 @@ def _request_kind(path: Any) -> str | None:
     """[request].kind of a scenario file, None if it cannot be read (the run reports why)."""
     try:
         with open(path, "rb") as f:
-            kind = _tomllib.load(f).get("request", {}).get("kind")
-    except (OSError, ValueError, AttributeError):
+            kind = read_toml(f.read().decode("utf-8")).get("request", {}).get("kind")
+    except (OSError, ValueError, AttributeError):  # TomlError, UnicodeDecodeError are ValueErrors
         return None
     return kind if isinstance(kind, str) else None
 

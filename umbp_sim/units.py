@@ -71,6 +71,12 @@ def unit_bytes(unit: str) -> int | None:
     return _UNITS.get(unit.lower())
 
 
+def _shown(value: object) -> str:
+    from umbp_sim.value_types import shown  # it imports this module
+
+    return shown(value)
+
+
 def parse_size(value: int | str, what: str = "size") -> Size:
     """Bytes from an int or a string with a unit (table above), as a ``Size``.
 
@@ -78,18 +84,18 @@ def parse_size(value: int | str, what: str = "size") -> Size:
     fractions that are not whole bytes, and unknown units.
     """
     if isinstance(value, bool):
-        raise SizeError(f"{what}: expected a size, got {value!r}")
+        raise SizeError(f"{what}: expected a size, got {_shown(value)}")
     if isinstance(value, int):
         if value < 0:
-            raise SizeError(f"{what}: size must not be negative, got {value}")
+            raise SizeError(f"{what}: size must not be negative, got {_shown(value)}")
         return value if isinstance(value, Size) else Size(value)
     if not isinstance(value, str):
-        raise SizeError(f"{what}: expected a size such as 4096 or '2MiB', got {value!r}")
+        raise SizeError(f"{what}: expected a size such as 4096 or '2MiB', got {_shown(value)}")
     m = _SIZE_RE.match(value)
     per = unit_bytes(m.group(2)) if m else None
     if not m or per is None or len(m.group(1)) > 40:
         raise SizeError(
-            f"{what}: cannot read size {value!r} (use bytes or a unit: KiB, MiB, GiB, TiB "
+            f"{what}: cannot read size {_shown(value)} (use bytes or a unit: KiB, MiB, GiB, TiB "
             "(binary); KB, MB, GB, TB (decimal); kB as the kernel writes it)"
         )
     number, unit = m.group(1), m.group(2)

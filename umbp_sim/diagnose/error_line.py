@@ -16,12 +16,22 @@ from typing import IO, Any
 
 from umbp_sim.backing import BACKINGS
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.value_types import short_list
 
 _LINE = re.compile(
     r"UMBPHostMemAllocator\.alloc\((?P<size>\d+) bytes\) failed\s*"
     r"\(requested_backing=(?:UMBPHostBufferBacking\.)?(?P<backing>[A-Za-z]+),\s*"
     r"numa_node=(?P<node>-?\d+)\)\.?"
 )
+
+
+def _number(digits: str) -> str:
+    """A number as written, bounded: ``99999999999999999999...(5000 digits)``."""
+    return digits if len(digits) <= 24 else f"{digits[:20]}...({len(digits):,} digits)"
+
+
+def _word(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:30]}...({len(text):,} characters)"
 
 
 class ErrorLineError(UmbpSimError):
@@ -77,23 +87,31 @@ def parse_error_line(text: str, where: str = "--error") -> ErrorLine:
         )
     requests = {(m.group("size"), m.group("backing"), m.group("node")) for m in found}
     if len(requests) > 1:  # a log of several failures: which one to replay is the user's call
-        listed = "; ".join(f"alloc({s} bytes) {b} node {n}" for s, b, n in sorted(requests))
+        listed = short_list(
+            (f"alloc({_number(s)} bytes) {_word(b)} node {_number(n)}" for s, b, n in
+             sorted(requests)), limit=3, show=str, sep="; ",
+        )  # fmt: skip
         raise ErrorLineError(
-            f"{where}: {len(requests)} different failed allocations in it ({listed}): "
+            f"{where}: {len(requests):,} different failed allocations in it ({listed}): "
             "give the one to replay"
         )
     m = found[-1]
     backing = m.group("backing")
     if backing not in BACKINGS:
-        raise ErrorLineError(f"{where}: requested_backing={backing} is not one of {BACKINGS}")
-    size, node = int(m.group("size")), int(m.group("node"))
+        raise ErrorLineError(
+            f"{where}: requested_backing={_word(backing)} is not one of {', '.join(BACKINGS)}"
+        )
     # Any size_t is replayed as the server printed it: alloc(size_t(-1)) is a field failure (a
     # negative size cast upstream), and from 2^62 bytes every mmap fails before any pages are
     # counted, so the simulator holds it (tests/test_hostile_inputs.py); beyond is no line.
-    if size >= 2**64:
-        raise ErrorLineError(f"{where}: {size} bytes does not fit a size_t")
-    if not -(2**31) <= node < 2**31:
-        raise ErrorLineError(f"{where}: numa_node={node} does not fit an int")
+    # int() refuses 4,300+ digits: the lengths are checked first (a size_t has 20 digits)
+    size_text, node_text = m.group("size").lstrip("0") or "0", m.group("node")
+    if len(size_text) > 20 or int(size_text) >= 2**64:
+        raise ErrorLineError(f"{where}: {_number(size_text)} bytes does not fit a size_t")
+    node_digits = node_text.lstrip("-").lstrip("0") or "0"
+    if len(node_digits) > 10 or not -(2**31) <= int(node_text) < 2**31:
+        raise ErrorLineError(f"{where}: numa_node={_number(node_text)} does not fit an int")
+    size, node = int(size_text), int(node_text)
     line = (
         f"RuntimeError: UMBPHostMemAllocator.alloc({size} bytes) failed "
         f"(requested_backing=UMBPHostBufferBacking.{backing}, numa_node={node})."

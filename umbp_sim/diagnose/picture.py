@@ -83,8 +83,10 @@ class Picture:
 
     @property
     def scale(self) -> int:
-        """Bytes of a full bar: the largest node, or the request if it is larger."""
-        return max([self.needed, 1, *(n.mem_total for n in self.nodes)])
+        """Bytes of a full bar: the largest node (its memory, or its segments when a dump
+        claims pools larger than the node), or the request if it is larger."""
+        nodes = (max(n.mem_total, sum(s.nbytes for s in n.segments)) for n in self.nodes)
+        return max([self.needed, 1, *nodes])
 
 
 def needed_bytes(sizes: Sequence[int], hugetlb: bool, hugepage_size: int) -> int:
@@ -184,7 +186,7 @@ def _bar(pic: Picture, n: NodeBar, width: int) -> str:
     for seg in n.segments:
         start = round(edge)
         edge += _cells(seg.nbytes, pic.scale, width)
-        out += chars[seg.kind] * (round(edge) - start)
+        out += chars[seg.kind] * max(0, min(width, round(edge)) - start)  # never past the bar
     out += " " * (width - len(out))
     if n.target:
         # where the need ends, counted from the start of the free pages it would take

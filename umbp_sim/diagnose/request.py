@@ -38,6 +38,7 @@ from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.release import default_sglang_release
 from umbp_sim.sglang.sizing import HicacheRequest, SizingError, hicache_request_of_table
 from umbp_sim.units import format_size, unit_bytes
+from umbp_sim.value_types import shown
 
 EX_USAGE = 64
 MiB = 1 << 20
@@ -220,6 +221,9 @@ def request_from_args(args: argparse.Namespace) -> Request:
     )
 
 
+MAX_PASTE = 16 << 20  # characters of `--error -`: a traceback with its log, not a whole log
+
+
 def _error_line(args: argparse.Namespace) -> ErrorLine | None:
     raw = getattr(args, "error", None)
     if raw is None:
@@ -350,7 +354,7 @@ def _env(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise RequestError(f"--env {pair!r}: expected KEY=VALUE")
+            raise RequestError(f"--env {shown(pair)}: expected KEY=VALUE")
         if key not in ENV_VARIABLES:
             raise RequestError(f"--env {key}: not one of {', '.join(ENV_VARIABLES)}")
         _check_env_int(key, value)

@@ -31,7 +31,7 @@ def _backing_arg(value: str) -> str:
     if v in BACKINGS.values():
         return v
     raise argparse.ArgumentTypeError(
-        f"unknown backing {value!r} (use {', '.join(BACKINGS)}, or the enum names)"
+        f"unknown backing {shown(value)} (use {', '.join(BACKINGS)}, or the enum names)"
     )
 
 
@@ -58,7 +58,7 @@ def _profile_arg(value: str) -> str:
             if not found:
                 raise argparse.ArgumentTypeError(
                     f"{e}, a path to a built .so, or an importable module (no module named "
-                    f"{spec.name!r})"
+                    f"{shown(spec.name)})"
                 ) from None
         return spec.path or spec.name
 
@@ -67,7 +67,7 @@ def _sglang_arg(value: str) -> str:
     if value in SGLANG_RELEASES:
         return value
     raise argparse.ArgumentTypeError(
-        f"unknown sglang {value!r}: use one of {', '.join(SGLANG_RELEASES)}"
+        f"unknown sglang {shown(value)}: use one of {', '.join(SGLANG_RELEASES)}"
     )
 
 
@@ -132,3 +132,11 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         help="SGLANG_HICACHE_HOST_*, UMBP_STANDALONE_ADDRESS or MORI_*_LOG_LEVEL setting of "
         "the server (repeatable; raw requests take only the MORI_* ones)",
     )
+
+
+def shown(value: object) -> str:
+    """``umbp_sim.value_types.shown``, imported when an error is written (``--help`` stays
+    light: tests/test_cli_imports.py)."""
+    from umbp_sim.value_types import shown as bounded
+
+    return bounded(value)

@@ -25,6 +25,7 @@ from umbp_sim.dump.parse import (
     parse_osrelease,
     parse_proc_version,
 )
+from umbp_sim.value_types import shown
 
 
 def _read_watermarks(r: _Reader) -> None:
@@ -34,11 +35,20 @@ def _read_watermarks(r: _Reader) -> None:
         return
     t = r.text("proc/zoneinfo", record=False)
     if t is not None:
-        pages = sum(
-            int(parts[1])
-            for parts in (line.split() for line in t.splitlines())
-            if len(parts) == 2 and parts[0] == "low" and parts[1].isdigit()
-        )
+        pages = 0
+        for i, line in enumerate(t.splitlines(), 1):
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "low" and parts[1].isdigit():
+                # a count int() can read and the sum can hold (int() stops at 4,300 digits)
+                digits = parts[1].lstrip("0")
+                if len(digits) > 19 or (pages + int(parts[1])) * f.page_size >= MAX_BYTES:
+                    raise DumpError(
+                        r.src.where("proc/zoneinfo"),
+                        f"low {shown(parts[1])}: the low watermarks are beyond what umbp-sim "
+                        "simulates (below 2^62 bytes)",
+                        i,
+                    )
+                pages += int(parts[1])
         f.watermark_low = pages * f.page_size
         return
     mfk = r.int("proc/sys/vm/min_free_kbytes", record=False)

@@ -55,4 +55,4 @@ def run_scenario_external(scn: Scenario, spec: str) -> ScenarioResult:
             f"counters: not read: the allocator's process was killed by {obs.signal} "
             "(its simulated host died with it)"
         )
-    return ScenarioResult(scn, obs, compare(expect, obs) + mismatches)
+    return ScenarioResult(scn, obs, compare(expect, obs, scn.path) + mismatches)

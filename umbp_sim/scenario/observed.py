@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.scenario.regex import MATCH_CPU_SECONDS, RegexTimeout, bounded_search
 from umbp_sim.scenario.schema import Scenario, ScenarioError
 from umbp_sim.sim import SimHost
 from umbp_sim.units import parse_size
@@ -118,8 +119,22 @@ def _counter(host: SimHost, key: str) -> int:
 
 
 # ---- comparing ---------------------------------------------------------------------------------
-def compare(expect: dict[str, Any], obs: Observed) -> list[str]:
-    """Each way the observation differs from the expectation, one line each."""
+def _regex_matches(pattern: str, error: str | None, path: object) -> bool:
+    try:
+        return bounded_search(pattern, error or "")
+    except RegexTimeout:
+        raise ScenarioError(
+            f"{path}: [expect].error_regex: matching took more than {MATCH_CPU_SECONDS:g} s of "
+            f"CPU on a {len(error or ''):,}-character error (the pattern backtracks: fewer "
+            "wildcards such as .* in a row)"
+        ) from None
+
+
+def compare(expect: dict[str, Any], obs: Observed, path: object = "<scenario>") -> list[str]:
+    """Each way the observation differs from the expectation, one line each.
+
+    ``error_regex`` is matched within its CPU bound (``umbp_sim.scenario.regex``): past it, a
+    ScenarioError naming ``path`` and the key, not a hang."""
     out: list[str] = []
 
     def differ(what: str, want: Any, got: Any) -> None:
@@ -133,7 +148,7 @@ def compare(expect: dict[str, Any], obs: Observed) -> list[str]:
         differ("mapped_size", parse_size(expect["mapped_size"], "mapped_size"), obs.mapped_size)
     if "error" in expect:
         differ("error", expect["error"], obs.error)
-    if "error_regex" in expect and not re.search(expect["error_regex"], obs.error or ""):
+    if "error_regex" in expect and not _regex_matches(expect["error_regex"], obs.error, path):
         out.append(f"error: {obs.error!r} does not match /{expect['error_regex']}/")
     if "signal" in expect:
         differ("signal", expect["signal"], obs.signal)

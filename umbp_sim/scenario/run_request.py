@@ -28,9 +28,20 @@ def _backing_name(handle: Any) -> str:
     return str(handle.actual_backing).rsplit(".", 1)[-1]
 
 
+def raised(e: BaseException) -> str:
+    """What a server's log shows for an exception out of the allocator (``MemoryError:
+    std::bad_alloc``: mori lets ``std::bad_alloc`` escape ``Alloc``), as the external runner
+    writes it."""
+    return f"{type(e).__name__}: {e}"
+
+
 def _run_alloc(scn: Scenario, allocator: UMBPHostMemAllocator, host: SimHost, obs: Observed) -> Any:
     req = AllocRequest.from_table(scn.request)
-    handle = allocator.alloc(*req.args())
+    try:
+        handle = allocator.alloc(*req.args())
+    except MemoryError as e:  # the allocator's exception is the outcome: the server dies of it
+        obs.outcome, obs.error = "failed", raised(e)
+        return None
     if not handle:
         obs.outcome = "failed"
         obs.error = _null_handle_error(req.size, req.backing, req.numa_node)
@@ -54,7 +65,12 @@ def _run_steps(
         op = step["op"]
         if op == "alloc":
             req = AllocRequest.from_table(step)
-            h = allocator.alloc(*req.args())
+            try:
+                h = allocator.alloc(*req.args())
+            except MemoryError as e:  # escaped the allocator: the process stops here
+                obs.steps.append(f"alloc raised {type(e).__name__}")
+                obs.outcome, obs.error = "failed", raised(e)
+                return
             handles[step["id"]] = h
             bases[step["id"]] = h.ptr if h else 0
             if not h:

@@ -67,7 +67,7 @@ def run_scenario(scn: Scenario, profile: str | None = None) -> ScenarioResult:
     """Run ``scn``; a scenario naming no allocator runs with ``profile`` (default: the field's)."""
     machine = build_machine(scn)
     obs = observe(scn, machine, profile=profile)
-    return ScenarioResult(scn, obs, compare(scn.expect, obs))
+    return ScenarioResult(scn, obs, compare(scn.expect, obs, scn.path))
 
 
 def observe(

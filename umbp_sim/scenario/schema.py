@@ -1,14 +1,15 @@
 """Scenario files: one simulated host, its faults, one request, the outcome that must follow.
 
-Loading checks every key against the schema below; an unknown key, a wrong type or a bad value
-is a ``ScenarioError`` naming the file and the key (``scenarios/x.toml: [request].size: ...``).
-Nothing here runs anything: ``umbp_sim.scenario.runner`` does.
+Loading checks every key against the types below (``umbp_sim.value_types``; the ``[machine]``
+keys' types are declared with the Machine fields, ``[[faults]]`` by ``FaultRule``): an unknown
+key, a wrong type or a value beyond the simulator is a ``ScenarioError`` naming the file and the
+key (``scenarios/x.toml: [machine].nodes: expected an integer, got a string ('2')``), before
+anything runs. ``umbp_sim.scenario.runner`` runs it.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import stat
 import sys
 from dataclasses import dataclass, field
@@ -17,9 +18,29 @@ from typing import Any
 
 from umbp_sim.backing import BACKINGS, OUTCOMES
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.machine import SCENARIO_MACHINE_KEYS
+from umbp_sim.machine import SCENARIO_MACHINE_KEYS, SCENARIO_MACHINE_TYPES
 from umbp_sim.profiles import MORI_LOG_ENV
-from umbp_sim.units import SizeError, parse_size
+from umbp_sim.scenario.regex import pattern_problem
+from umbp_sim.sglang.release import SGLANG_RELEASES
+from umbp_sim.value_types import (
+    MAX_BYTES,
+    MAX_INT,
+    Array,
+    Bool,
+    Custom,
+    Fields,
+    Int,
+    Number,
+    Size,
+    Spec,
+    Str,
+    Table,
+    ValueTypeError,
+    check_keys,
+    got,
+    keyname,
+    shown,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,16 +61,6 @@ LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head", "page_
 MACHINE_KEYS = set(SCENARIO_MACHINE_KEYS)
 # Besides SGLANG_HICACHE_HOST_*: sglang's shared-buffer switch and mori's log levels.
 ENV_KEYS = {"UMBP_STANDALONE_ADDRESS", *MORI_LOG_ENV}
-ALLOC_KEYS = {"size", "backing", "hugepage_size", "numa_node", "prefault"}
-SGLANG_KEYS = {
-    "layers", "kv_heads", "head_dim", "kv_lora_rank", "qk_rope_head_dim", "dtype",
-    "hicache_size", "hicache_ratio", "device_pool_tokens", "page_size", "layout",
-    "index_head_dim", "tp_size",
-}  # fmt: skip
-EXPECT_KEYS = {
-    "outcome", "actual_backing", "mapped_size", "error", "error_regex", "warnings",
-    "no_warnings", "signal", "crash_node", "counters", "no_leaks", "steps",
-}  # fmt: skip
 
 
 @dataclass
@@ -82,11 +93,12 @@ def _err(path: Path, key: str, msg: str) -> ScenarioError:
     return ScenarioError(f"{path}: {key}: {msg}")
 
 
-def _check_keys(path: Path, where: str, table: dict[str, Any], allowed: set[str]) -> None:
-    for key in table:
-        if key not in allowed:
-            hint = ", ".join(sorted(allowed))
-            raise _err(path, f"{where}.{key}" if where else key, f"unknown key (allowed: {hint})")
+def _checked(path: Path, spec: Spec, value: Any, where: str) -> None:
+    """``spec.check`` with the error as a ScenarioError naming the file and the key."""
+    try:
+        spec.check(value, where)
+    except ValueTypeError as e:
+        raise ScenarioError(f"{path}: {e}") from None
 
 
 def _table(path: Path, doc: dict[str, Any], key: str, required: bool) -> dict[str, Any]:
@@ -96,13 +108,7 @@ def _table(path: Path, doc: dict[str, Any], key: str, required: bool) -> dict[st
             raise _err(path, f"[{key}]", "missing table")
         return {}
     if not isinstance(value, dict):
-        raise _err(path, f"[{key}]", f"must be a table, not {type(value).__name__}")
-    return value
-
-
-def _string(path: Path, where: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise _err(path, where, f"must be a string, not {value!r}")
+        raise _err(path, f"[{key}]", f"expected a table, got {got(value)}")
     return value
 
 
@@ -132,7 +138,7 @@ def _dump_path(path: Path, raw: str, tree: Path) -> Path:
     command line (``umbp-sim replay DUMP``), where the user names it."""
     where = "[machine].dump"
     if not raw or "\0" in raw:
-        raise _err(path, where, f"{raw!r} is not a path")
+        raise _err(path, where, f"{shown(raw)} is not a path")
     if os.path.isabs(raw):
         current = Path(os.path.normpath(raw))
         parents = [current]
@@ -156,7 +162,7 @@ def _dump_path(path: Path, raw: str, tree: Path) -> Path:
         except FileNotFoundError:
             raise _err(path, where, f"no such file: {step}") from None
         except OSError as e:
-            raise _err(path, where, f"{step}: {e.strerror}") from None
+            raise _err(path, where, f"{shown(str(step))}: {e.strerror}") from None
         if stat.S_ISLNK(mode):
             raise _err(path, where, f"{step} is a symbolic link (not followed for dumps)")
     mode = os.lstat(current).st_mode
@@ -165,109 +171,151 @@ def _dump_path(path: Path, raw: str, tree: Path) -> Path:
     return current
 
 
-def _size(path: Path, where: str, value: Any) -> int:
-    try:
-        return parse_size(value, where)
-    except SizeError as e:
-        raise ScenarioError(f"{path}: {e}") from None
+# ---- what each key takes (umbp_sim.value_types) ----------------------------------------------
+# Bounds: what the simulator holds (sizes below 2^62 bytes, C ints), and a few thousand steps,
+# rules or items, so no file can ask for unbounded work.
+_C_INT = Int(-(1 << 31), MAX_INT)
+_COUNT = Int(1, MAX_INT)
 
 
-def _choice(path: Path, where: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise _err(path, where, f"{value!r} is not one of {', '.join(choices)}")
-    return str(value)
+def _regex(value: Any, key: str) -> None:
+    Str().check(value, key)
+    why = pattern_problem(value)
+    if why is not None:
+        raise ValueTypeError(key, why)
 
 
-def _check_alloc(path: Path, where: str, table: dict[str, Any], allowed: set[str]) -> None:
-    _check_keys(path, where, table, allowed)
-    if "size" in table:
-        _size(path, f"{where}.size", table["size"])
-    if "backing" in table:
-        _choice(path, f"{where}.backing", table["backing"], BACKINGS)
-    if "hugepage_size" in table:
-        _size(path, f"{where}.hugepage_size", table["hugepage_size"])
-    if "numa_node" in table and (
-        not isinstance(table["numa_node"], int) or isinstance(table["numa_node"], bool)
-    ):
-        raise _err(path, f"{where}.numa_node", f"must be an integer, not {table['numa_node']!r}")
-    if "prefault" in table and not isinstance(table["prefault"], bool):
-        raise _err(path, f"{where}.prefault", "must be true or false")
+ALLOC_TYPES: dict[str, Spec] = {
+    "size": Size(),
+    "backing": Str(choices=BACKINGS),
+    "hugepage_size": Size(),
+    "numa_node": _C_INT,
+    "prefault": Bool(),
+}
+ALLOC_KEYS = set(ALLOC_TYPES)
+SGLANG_TYPES: dict[str, Spec] = {
+    "layers": _COUNT, "kv_heads": _COUNT, "head_dim": _COUNT, "kv_lora_rank": _COUNT,
+    "qk_rope_head_dim": Int(0, MAX_INT), "index_head_dim": Int(0, MAX_INT),
+    "dtype": Str(max_len=40), "hicache_size": Number(0, MAX_BYTES / 1e9),
+    "hicache_ratio": Number(0, 1e6), "device_pool_tokens": Int(0, MAX_INT),
+    "page_size": _COUNT, "layout": Str(choices=LAYOUTS), "tp_size": _COUNT,
+}  # fmt: skip
+SGLANG_KEYS = set(SGLANG_TYPES)
+_OP = Str(choices=STEP_OPS)
+_STEP_TYPES: dict[str, Fields] = {
+    "alloc": Fields({**ALLOC_TYPES, "op": _OP, "id": Str(max_len=200)}, frozenset({"size", "id"})),
+    "set_nr_hugepages": Fields(
+        {"op": _OP, "hugepage_size": Size(), "pages": Int(0, MAX_BYTES), "node": Int(0, 1023)},
+        frozenset({"pages"}),
+    ),
+    **{
+        op: Fields(
+            {"op": _OP, "id": Str(max_len=200), "offset": Size(), "size": Size()}, frozenset({"id"})
+        )  # fmt: skip
+        for op in ("free", "acquire", "release", "lookup")
+    },
+}
+MAX_STEPS = 10_000
+
+
+def _step(step: Any, key: str) -> None:
+    if not isinstance(step, dict):
+        raise ValueTypeError(key, f"expected a table, got {got(step)}")
+    _OP.check(step.get("op"), f"{key}.op")
+    _STEP_TYPES[step["op"]].check(step, key)
+
+
+_REQUEST_TYPES: dict[str, Fields] = {
+    "alloc": Fields(ALLOC_TYPES, frozenset({"size"})),
+    "steps": Fields({"steps": Array(Custom(_step, "a table"), 1, MAX_STEPS)}, frozenset({"steps"})),
+    "sglang": Fields(SGLANG_TYPES, frozenset({"layers"})),
+}
+EXPECT_TYPES: dict[str, Spec] = {
+    "outcome": Str(choices=OUTCOMES),
+    "actual_backing": Str(choices=BACKINGS),
+    "mapped_size": Size(hi=(1 << 64) - 1),
+    "error": Str(),
+    "error_regex": Custom(_regex, "a regular expression"),
+    "warnings": Array(Str(), max_len=MAX_STEPS),
+    "no_warnings": Bool(),
+    "signal": Str(max_len=40),
+    "crash_node": _C_INT,
+    "counters": Table(
+        Int(-(1 << 63), (1 << 63) - 1),
+        key=Str(max_len=200),
+        max_len=1000,
+        what_text="a table of counter = integer",
+    ),  # fmt: skip
+    "no_leaks": Bool(),
+    "steps": Array(Str(), max_len=MAX_STEPS),
+}
+EXPECT_KEYS = set(EXPECT_TYPES)
+SCENARIO_TYPES = Fields(
+    {
+        "name": Str(max_len=200),
+        "description": Str(),
+        "source": Str(),
+        "tags": Array(Str(max_len=200), max_len=100),
+        "allocator": Str(max_len=4096),
+        "sglang": Str(choices=tuple(SGLANG_RELEASES)),
+    },
+    frozenset({"name", "description"}),
+)
+MACHINE_TYPES = Fields({**SCENARIO_MACHINE_TYPES, "dump": Str(nonempty=True)})
+ENV_TYPES = Table(Str(max_len=4096), max_len=100)
+MAX_FAULTS = 1000
+_FAULTS = Array(Table(Custom(lambda value, key: None)), max_len=MAX_FAULTS)
 
 
 def _load_request(path: Path, req: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     kind = req.get("kind", "alloc")
-    _choice(path, "[request].kind", kind, ("alloc", "steps", "sglang"))
+    _checked(path, Str(choices=("alloc", "steps", "sglang")), kind, "[request].kind")
     body = {k: v for k, v in req.items() if k != "kind"}
-    if kind == "alloc":
-        _check_alloc(path, "[request]", body, ALLOC_KEYS)
-        if "size" not in body:
-            raise _err(path, "[request].size", "missing (an alloc request needs a size)")
-    elif kind == "steps":
-        _check_keys(path, "[request]", body, {"steps"})
-        steps = body.get("steps")
-        if not isinstance(steps, list) or not steps:
-            raise _err(path, "[request].steps", "must be a non-empty array of tables")
-        for i, step in enumerate(steps):
-            where = f"[request].steps[{i}]"
-            if not isinstance(step, dict):
-                raise _err(path, where, "must be a table")
-            op = _choice(path, f"{where}.op", step.get("op"), STEP_OPS)
-            if op == "alloc":
-                _check_alloc(path, where, step, ALLOC_KEYS | {"op", "id"})
-                if "size" not in step:
-                    raise _err(path, f"{where}.size", "missing")
-            elif op == "set_nr_hugepages":
-                _check_keys(path, where, step, {"op", "hugepage_size", "pages", "node"})
-                if not isinstance(step.get("pages"), int):
-                    raise _err(path, f"{where}.pages", "must be an integer")
-            else:
-                _check_keys(path, where, step, {"op", "id", "offset", "size"})
-                for key in ("offset", "size"):
-                    if key in step:
-                        _size(path, f"{where}.{key}", step[key])
-            if op in ("alloc", "free", "acquire", "release", "lookup"):
-                _string(path, f"{where}.id", step.get("id"))
-    else:
-        _check_keys(path, "[request]", body, SGLANG_KEYS)
-        if "layers" not in body:
-            raise _err(path, "[request].layers", "missing")
-        if "layout" in body:
-            _choice(path, "[request].layout", body["layout"], LAYOUTS)
-        if ("hicache_size" in body) == ("hicache_ratio" in body):
-            raise _err(path, "[request]", "give exactly one of hicache_size or hicache_ratio")
+    if kind == "alloc" and "size" not in body and set(body) <= ALLOC_KEYS:
+        raise _err(path, "[request].size", "missing (an alloc request needs a size)")
+    _checked(path, _REQUEST_TYPES[kind], body, "[request]")
+    if kind == "sglang" and ("hicache_size" in body) == ("hicache_ratio" in body):
+        raise _err(path, "[request]", "give exactly one of hicache_size or hicache_ratio")
     return str(kind), body
 
 
 def _load_expect(path: Path, exp: dict[str, Any]) -> dict[str, Any]:
-    _check_keys(path, "[expect]", exp, EXPECT_KEYS)
+    check_keys_in(path, "[expect]", exp, EXPECT_KEYS)
     if "outcome" not in exp:
         raise _err(path, "[expect].outcome", f"missing (one of {', '.join(OUTCOMES)})")
-    _choice(path, "[expect].outcome", exp["outcome"], OUTCOMES)
-    if "actual_backing" in exp:
-        _choice(path, "[expect].actual_backing", exp["actual_backing"], BACKINGS)
-    if "error_regex" in exp:
-        try:
-            re.compile(_string(path, "[expect].error_regex", exp["error_regex"]))
-        except re.error as e:
-            raise _err(path, "[expect].error_regex", f"not a valid regex: {e}") from None
-    if "warnings" in exp:
-        w = exp["warnings"]
-        if not isinstance(w, list) or not all(isinstance(s, str) for s in w):
-            raise _err(path, "[expect].warnings", "must be an array of strings")
-    if "counters" in exp:
-        counters = exp["counters"]
-        if not isinstance(counters, dict):
-            raise _err(path, "[expect].counters", "must be a table of counter = integer")
-        for key, value in counters.items():
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise _err(path, f"[expect].counters.{key}", f"must be an integer, not {value!r}")
+    _checked(path, Fields(EXPECT_TYPES), exp, "[expect]")
     return exp
+
+
+def check_keys_in(path: Path, where: str, table: dict[str, Any], allowed: set[str]) -> None:
+    try:
+        check_keys(table, allowed, where)
+    except ValueTypeError as e:
+        raise ScenarioError(f"{path}: {e}") from None
 
 
 # `umbp_sim_scenario = 1`, the file's first line: declares the file an umbp-sim scenario (the
 # pytest plugin collects only such files, or files under its `umbp_sim_scenarios` folders).
 MARKER_KEY = "umbp_sim_scenario"
 TOP_KEYS = {MARKER_KEY, "scenario", "machine", "faults", "fault_seed", "env", "request", "expect"}
+
+
+class TomlError(ValueError):
+    """Text that is not a TOML document umbp-sim can read; the message is one line."""
+
+
+def read_toml(text: str) -> dict[str, Any]:
+    """``tomllib.loads`` whose every refusal is a TomlError: invalid TOML, and what tomllib
+    itself cannot hold (an integer of more than 4,300 digits, arrays or inline tables nested
+    past Python's recursion limit)."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise TomlError(" ".join(str(e).split())) from None
+    except RecursionError:
+        raise TomlError("arrays or tables nested too deeply to read") from None
+    except ValueError as e:  # int(): "Exceeds the limit (4300 digits) ..."
+        raise TomlError(f"a number too long to read ({' '.join(str(e).split())[:80]})") from None
 
 
 def load_scenario(path: str | Path, root: str | Path | None = None) -> Scenario:
@@ -281,51 +329,38 @@ def load_scenario(path: str | Path, root: str | Path | None = None) -> Scenario:
     except UnicodeDecodeError:
         raise ScenarioError(f"{p}: not UTF-8 text") from None
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        doc = read_toml(text)
+    except TomlError as e:
         raise ScenarioError(f"{p}: invalid TOML: {e}") from None
-    _check_keys(p, "", doc, TOP_KEYS)
+    check_keys_in(p, "", doc, TOP_KEYS)
     marker = doc.get(MARKER_KEY, 1)
     if marker != 1 or isinstance(marker, bool):
-        raise _err(p, MARKER_KEY, f"must be 1 (the scenario format version), not {marker!r}")
+        raise _err(p, MARKER_KEY, f"must be 1 (the scenario format version), not {shown(marker)}")
     fault_seed = doc.get("fault_seed", 0)
-    if not isinstance(fault_seed, int) or isinstance(fault_seed, bool) or fault_seed < 0:
-        raise _err(p, "fault_seed", f"must be a non-negative integer, not {fault_seed!r}")
+    _checked(p, Int(0, (1 << 64) - 1, "does not fit in 64 bits"), fault_seed, "fault_seed")
 
     meta = _table(p, doc, "scenario", required=True)
-    _check_keys(
-        p, "[scenario]", meta, {"name", "description", "source", "tags", "allocator", "sglang"}
-    )
-    name = _string(p, "[scenario].name", meta.get("name"))
-    description = _string(p, "[scenario].description", meta.get("description"))
-    source = _string(p, "[scenario].source", meta.get("source", ""))
+    _checked(p, SCENARIO_TYPES, meta, "[scenario]")
+    name, description = meta["name"], meta["description"]
+    source = meta.get("source", "")
     tags = meta.get("tags", [])
-    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise _err(p, "[scenario].tags", "must be an array of strings")
     allocator = meta.get("allocator")
     if allocator is not None:
         from umbp_sim.profiles import ProfileError, canonical_profile
 
         try:
-            allocator = canonical_profile(_string(p, "[scenario].allocator", allocator))
+            allocator = canonical_profile(allocator)
         except ProfileError as e:
             raise _err(p, "[scenario].allocator", str(e)) from None
     sglang = meta.get("sglang")
-    if sglang is not None:
-        from umbp_sim.sglang.release import SGLANG_RELEASES
-
-        if sglang not in SGLANG_RELEASES:
-            raise _err(p, "[scenario].sglang", f"must be one of {', '.join(SGLANG_RELEASES)}")
 
     machine = dict(_table(p, doc, "machine", required=True))
-    _check_keys(p, "[machine]", machine, MACHINE_KEYS | {"dump"})
+    _checked(p, MACHINE_TYPES, machine, "[machine]")
     if "dump" in machine:
-        raw = _string(p, "[machine].dump", machine["dump"])
-        machine["dump"] = _dump_path(p, raw, scenario_tree(p, root))
+        machine["dump"] = _dump_path(p, machine["dump"], scenario_tree(p, root))
 
     faults = doc.get("faults", [])
-    if not isinstance(faults, list) or not all(isinstance(f, dict) for f in faults):
-        raise _err(p, "[[faults]]", "must be an array of tables")
+    _checked(p, _FAULTS, faults, "[[faults]]")  # the rules' values: FaultRule.from_dict
     if faults:
         from umbp_sim.faults import FaultPlan, FaultPlanError  # lazy: needs the native module
 
@@ -335,14 +370,14 @@ def load_scenario(path: str | Path, root: str | Path | None = None) -> Scenario:
             raise ScenarioError(f"{p}: {e}") from None
 
     env = _table(p, doc, "env", required=False)
-    for key, value in env.items():
+    _checked(p, ENV_TYPES, env, "[env]")
+    for key in env:
         if not key.startswith("SGLANG_HICACHE_HOST_") and key not in ENV_KEYS:
             raise _err(
                 p,
-                f"[env].{key}",
+                f"[env].{keyname(key)}",
                 "only SGLANG_HICACHE_HOST_* and " + ", ".join(sorted(ENV_KEYS)) + " are read",
             )
-        _string(p, f"[env].{key}", value)
 
     kind, request = _load_request(p, _table(p, doc, "request", required=True))
     expect = _load_expect(p, _table(p, doc, "expect", required=True))

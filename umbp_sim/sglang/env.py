@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.units import SizeError, parse_size
+from umbp_sim.value_types import shown
 
 HUGEPAGE = "SGLANG_HICACHE_HOST_HUGEPAGE"
 HUGEPAGE_SIZE = "SGLANG_HICACHE_HOST_HUGEPAGE_SIZE"
@@ -109,7 +110,7 @@ def _int_error(name: str, raw: str) -> EnvVarError:
     return EnvVarError(
         name,
         raw,
-        f"{name}={raw!r} is not an integer: sglang parses it with int() and the server dies "
+        f"{name}={shown(raw)} is not an integer: sglang parses it with int() and the server dies "
         f"with ValueError at startup; use {hint}",
     )
 
@@ -119,7 +120,7 @@ def _bool_warning(name: str, raw: str) -> str | None:
     if v in TRUTHY or v in FALSY:
         return None
     return (
-        f"{name}={raw!r} is not one of {'/'.join(TRUTHY)} (or {'/'.join(FALSY)}): "
+        f"{name}={shown(raw)} is not one of {'/'.join(TRUTHY)} (or {'/'.join(FALSY)}): "
         f"sglang reads it as off"
     )
 

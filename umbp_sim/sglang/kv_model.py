@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from umbp_sim.value_types import shown
+
 MHA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_first_kv_split")
 
@@ -40,13 +42,13 @@ def dtype_itemsize(dtype: object) -> int:
     name = str(dtype).removeprefix("torch.")
     if name not in DTYPE_ITEMSIZE:
         known = ", ".join(sorted(DTYPE_ITEMSIZE))
-        raise SizingError(f"dtype: unknown dtype {dtype!r} (known: {known})")
+        raise SizingError(f"dtype: unknown dtype {shown(dtype)} (known: {known})")
     return DTYPE_ITEMSIZE[name]
 
 
 def _positive_int(value: object, what: str, *, allow_zero: bool = False) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SizingError(f"{what}: expected an integer, got {value!r}")
+        raise SizingError(f"{what}: expected an integer, got {shown(value)}")
     if value < 0 or (value == 0 and not allow_zero):
         raise SizingError(f"{what}: must be {'>= 0' if allow_zero else '> 0'}, got {value}")
     return value

@@ -46,6 +46,7 @@ from umbp_sim.sglang.kv_model import (
     mha_bytes_per_token,
     mla_bytes_per_token,
 )
+from umbp_sim.value_types import shown
 
 __all__ = [
     "DTYPE_ITEMSIZE",
@@ -96,7 +97,7 @@ def host_pool_tokens(
     _positive_int(bytes_per_token, "bytes_per_token")
     _positive_int(page_size, "page_size")
     if isinstance(hicache_size, bool) or not isinstance(hicache_size, (int, float)):
-        raise SizingError(f"hicache_size: expected a number of GB, got {hicache_size!r}")
+        raise SizingError(f"hicache_size: expected a number of GB, got {shown(hicache_size)}")
     if hicache_size < 0:
         raise SizingError(f"hicache_size: must be >= 0, got {hicache_size}")
     if hicache_size > 0:
@@ -109,7 +110,7 @@ def host_pool_tokens(
             )
         _positive_int(device_pool_tokens, "device_pool_tokens", allow_zero=True)
         if isinstance(hicache_ratio, bool) or not isinstance(hicache_ratio, (int, float)):
-            raise SizingError(f"hicache_ratio: expected a number, got {hicache_ratio!r}")
+            raise SizingError(f"hicache_ratio: expected a number, got {shown(hicache_ratio)}")
         if hicache_ratio < 0:
             raise SizingError(f"hicache_ratio: must be >= 0, got {hicache_ratio}")
         size = int(device_pool_tokens * hicache_ratio)
@@ -276,7 +277,7 @@ def largest_hicache_size_that_fits(
     _positive_int(bytes_per_token, "bytes_per_token")
     _positive_int(page_size, "page_size")
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int):
-        raise SizingError(f"budget_bytes: expected an integer, got {budget_bytes!r}")
+        raise SizingError(f"budget_bytes: expected an integer, got {shown(budget_bytes)}")
     if budget_bytes <= 0:
         return None
     max_tokens_allowed = (budget_bytes // bytes_per_token // page_size) * page_size

@@ -141,6 +141,9 @@ def start_host_pool(
             except RuntimeError as e:
                 result.outcome, result.error = "failed", f"RuntimeError: {e}"
                 return result
+            except MemoryError as e:  # mori lets std::bad_alloc escape alloc: the server dies
+                result.outcome, result.error = "failed", f"MemoryError: {e}"
+                return result
         result.handles = list(allocator.owned_handles)
         result.stage = "done"
         if allocator.demotions:
