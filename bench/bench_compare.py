@@ -36,13 +36,13 @@ BUILTIN_SLICE = "[[]* k6.8.0] *"  # 5,760 runs
 
 def build_tiny() -> Path:
     h = hashlib.sha256(TINY.read_bytes()).hexdigest()[:12]
-    out = BUILD / f"tiny_wrapped-{h}.so"
+    out = BUILD / f"tiny_wrapped_{h}.so"  # the module name is the file name's stem
     if not out.exists():
         BUILD.mkdir(parents=True, exist_ok=True)
         print(f"bench: building {out.name} ...", file=sys.stderr, flush=True)
         proc = subprocess.run(
             [sys.executable, "-P", "-m", "umbp_sim.cli", "build-allocator", str(TINY),
-             "-D", f"TINY_MODULE_NAME={out.name.split('.')[0].replace('-', '_')}",
+             "-D", f"TINY_MODULE_NAME={out.name.split('.')[0]}",
              "-o", str(out)],
             capture_output=True, text=True,
         )  # fmt: skip

@@ -7,6 +7,6 @@ cd "$(dirname "$0")/.."
 ruff check .
 ruff format --check .
 mypy umbp_sim
-mapfile -t cxx < <(find csrc bench \( -name '*.cpp' -o -name '*.h' \) | sort)
+mapfile -t cxx < <(find csrc bench umbp_sim/bindings \( -name '*.cpp' -o -name '*.h' \) | sort)
 clang-format --dry-run -Werror "${cxx[@]}"
 echo "lint: ruff, mypy and clang-format (${#cxx[@]} C++ files) clean"

@@ -1,4 +1,10 @@
-"""``umbp-sim build-allocator SRC... [-I DIR] [-D NAME[=V]] [--link-arg ARG] -o OUT``."""
+"""``umbp-sim build-allocator (SRC... | --mori CHECKOUT) [-I DIR] [-D NAME[=V]] [--link-arg ARG]
+-o OUT [--print-command]``.
+
+With ``--mori``, a mori checkout's allocator is built with umbp-sim's binding of its header
+(``umbp_sim/external/mori_build.py``). Every build is loaded in a child process before "built"
+is said; an output that cannot be written is exit 73 before anything is compiled.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,11 @@ import shlex
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("sources", nargs="+", metavar="SRC", help="C++ sources (allocator + binding)")
+    p.add_argument("sources", nargs="*", metavar="SRC", help="C++ sources (allocator + binding)")
+    p.add_argument(
+        "--mori", metavar="CHECKOUT",
+        help="a mori checkout: its host_mem_allocator.cpp with umbp-sim's Python binding",
+    )  # fmt: skip
     p.add_argument("-I", dest="includes", action="append", default=[], metavar="DIR")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
     p.add_argument("-o", dest="output", required=True, metavar="OUT")
@@ -16,16 +26,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="one more compiler/linker argument (-lnuma, -O0, ...); repeatable",
     )  # fmt: skip
     p.add_argument("--cxx", default=None, help="compiler (default: $CXX or c++)")
-    p.add_argument("--print-command", action="store_true", help="print the command line")
+    p.add_argument(
+        "--print-command", action="store_true",
+        help="print the compiler command line and build nothing",
+    )  # fmt: skip
+    p.set_defaults(_build_parser=p)
 
 
 def run(args: argparse.Namespace) -> int:
-    from umbp_sim.external.build import build_allocator
+    from umbp_sim.external.build import build_allocator, compile_command
+    from umbp_sim.external.mori_build import check_loads, check_output_writable, mori_build
 
-    cmd = build_allocator(
-        args.sources, args.output, args.includes, args.defines, args.extra, args.cxx
-    )
+    if bool(args.sources) == bool(args.mori):
+        args._build_parser.error("give the sources (SRC ...) or --mori CHECKOUT, not both")
+    sources, includes, defines, extra = args.sources, args.includes, args.defines, args.extra
+    if args.mori:
+        plan = mori_build(args.mori, args.output, args.cxx)
+        sources = plan.sources
+        includes = [*plan.includes, *includes]
+        defines = [*plan.defines, *defines]
+        extra = [*plan.extra, *extra]
     if args.print_command:
-        print(shlex.join(cmd))
+        print(shlex.join(compile_command(sources, args.output, includes, defines, extra, args.cxx)))
+        return 0
+    check_output_writable(args.output)
+    build_allocator(sources, args.output, includes, defines, extra, args.cxx)
+    check_loads(args.output)
     print(f"built {args.output}")
     return 0

@@ -1,0 +1,180 @@
+"""``umbp-sim build-allocator --mori CHECKOUT -o OUT``: mori's allocator in one command.
+
+A mori checkout's ``src/umbp/local/host_mem_allocator.cpp`` is compiled with umbp-sim's own
+binding of its public header (``umbp_sim/bindings/mori_umbp_pybind.cpp``: the Python surface
+mori's pybind module gives the allocator), against the interposer, into an importable module
+named after OUT's stem. mori logs through spdlog (``include/mori/utils/mori_log.hpp``): its
+headers are looked up with the compiler, and what the installed spdlog needs at link time (an
+external fmt: ``-lfmt``; a compiled spdlog: ``-lspdlog``) is read from its configuration
+macros. ``check_loads`` then loads the result in a child process, so "built" is only said of a
+module that imports.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from umbp_sim.external.build import BuildError, compiler_env, include_dirs
+
+SOURCE = "src/umbp/local/host_mem_allocator.cpp"
+HEADER = "src/umbp/include/umbp/local/host_mem_allocator.h"
+INCLUDES = ("src/umbp/include", "include")
+LOG_HEADER = "include/mori/utils/mori_log.hpp"
+SPDLOG_PACKAGES = "apt-get install libspdlog-dev (Debian, Ubuntu) or dnf install spdlog-devel"
+
+
+@dataclass
+class MoriBuild:
+    """What ``build_allocator`` is given for a mori checkout."""
+
+    sources: list[str]
+    includes: list[str]
+    defines: list[str]
+    extra: list[str] = field(default_factory=list)
+
+
+def binding_source() -> str:
+    """umbp-sim's binding of mori's allocator header (shipped in the package)."""
+    return str(resources.files("umbp_sim.bindings").joinpath("mori_umbp_pybind.cpp"))
+
+
+def module_name(output: str) -> str:
+    """The Python module name OUT's file name gives (``mori_umbp.so``, ``x.cpython-311-...so``)."""
+    name = Path(output).name.split(".")[0]
+    if not name.isidentifier():
+        raise BuildError(
+            f"-o {output}: {name!r} is not a Python module name (name it like mori_umbp.so)"
+        )
+    return name
+
+
+def mori_build(checkout: str, output: str, cxx: str | None = None) -> MoriBuild:
+    """The sources, include directories, defines and link arguments of a mori checkout."""
+    root = Path(checkout)
+    if not root.is_dir():
+        raise BuildError(f"--mori {checkout}: no such directory")
+    for rel in (SOURCE, HEADER):
+        if not (root / rel).is_file():
+            raise BuildError(f"--mori {checkout}: not a mori checkout (no {rel})")
+    includes = [str(root / d) for d in INCLUDES if (root / d).is_dir()]
+    defines = [f"UMBP_SIM_MODULE_NAME={module_name(output)}"]
+    extra: list[str] = []
+    log_header = root / LOG_HEADER
+    if log_header.is_file() and "spdlog" in log_header.read_text(errors="replace"):
+        extra = spdlog_link_args(cxx or os.environ.get("CXX") or "c++", includes)
+    return MoriBuild([str(root / SOURCE), binding_source()], includes, defines, extra)
+
+
+def spdlog_link_args(cxx: str, includes: list[str]) -> list[str]:
+    """What the installed spdlog needs at link time, from its configuration macros; a
+    BuildError naming the packages that bring it when its headers are not found."""
+    macros = _preprocess_macros(cxx, "#include <spdlog/spdlog.h>\n", includes)
+    if macros is None:
+        raise BuildError(
+            f"mori logs through spdlog ({LOG_HEADER}) and the compiler finds no spdlog/spdlog.h: "
+            f"{SPDLOG_PACKAGES}; or -I the directory holding spdlog/"
+        )
+    args = []
+    if re.search(r"^#define SPDLOG_COMPILED_LIB\b", macros, re.M):
+        args.append("-lspdlog")
+    if re.search(r"^#define SPDLOG_FMT_EXTERNAL\b", macros, re.M):
+        args.append("-lfmt")
+    return args
+
+
+def _preprocess_macros(cxx: str, text: str, includes: list[str]) -> str | None:
+    """The macros defined after preprocessing ``text`` (``-dM -E``), None when it fails."""
+    if shutil.which(cxx) is None:
+        raise BuildError(f"{cxx}: compiler not found (set CXX)")
+    cmd = [cxx, "-std=c++17", "-x", "c++", "-dM", "-E", "-"]
+    cmd += [f"-I{d}" for d in [*includes, *include_dirs()]]
+    proc = subprocess.run(
+        cmd, input=text, capture_output=True, text=True, env=compiler_env(), timeout=120
+    )
+    return proc.stdout if proc.returncode == 0 else None
+
+
+# Run in the child: load the module as `--allocator OUT` does (external/child.py), every symbol
+# resolved now.
+_LOAD = """
+import sys
+from umbp_sim.external.child import load_allocator
+module = load_allocator({"kind": "path", "path": sys.argv[1]})
+missing = [n for n in ("UMBPHostMemAllocator", "UMBPHostBufferBacking") if not hasattr(module, n)]
+if missing:
+    sys.exit("no " + " or ".join(missing) + " in it (not mori's Python surface)")
+"""
+
+
+def check_loads(output: str) -> None:
+    """Import the built module in a child process; a BuildError saying why it does not load
+    (an undefined symbol demangled, with the package or flag that brings it when known)."""
+    env = compiler_env()
+    env["PYTHONSAFEPATH"] = "1"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _LOAD, os.path.abspath(output)],
+            capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"{output} was built but importing it did not end in 120 s") from None
+    if proc.returncode == 0:
+        return
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+    why = lines[-1] if lines else f"exit {proc.returncode}"
+    why = re.sub(r"^\w*(Error|Exception): ", "", why)
+    m = re.search(r"undefined symbol: ([\w.$@]+)", why)
+    if m:
+        symbol = _demangle(m.group(1))
+        hint = ""
+        if symbol.startswith("fmt::"):
+            hint = " (spdlog on an external fmt: --link-arg=-lfmt)"
+        elif symbol.startswith("spdlog::"):
+            hint = " (a compiled spdlog: --link-arg=-lspdlog)"
+        why = f"undefined symbol {symbol}{hint}"
+    raise BuildError(f"{output} was built but does not load: {why}")
+
+
+def _demangle(symbol: str) -> str:
+    tool = shutil.which("c++filt")
+    if tool is None:
+        return symbol
+    proc = subprocess.run([tool, symbol], capture_output=True, text=True, timeout=30)
+    return proc.stdout.strip() or symbol if proc.returncode == 0 else symbol
+
+
+def check_output_writable(output: str) -> None:
+    """OUT can be written: checked before any compiling (exit 73 otherwise)."""
+    path = Path(output)
+    parent = path.parent if str(path.parent) else Path(".")
+    problem = None
+    if path.is_dir():
+        problem = "is a directory"
+    elif not parent.is_dir():
+        problem = f"its directory {parent} does not exist"
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        problem = f"its directory {parent} is not writable"
+    elif path.exists() and not os.access(path, os.W_OK):
+        problem = "is not writable"
+    if problem is None:
+        try:  # what access() cannot see: a read-only file system
+            fd, probe = tempfile.mkstemp(dir=parent, prefix=".umbp-sim-probe-")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            problem = f"cannot be created: {e.strerror}"
+    if problem:
+        raise OutputError(f"-o {output}: {problem}")
+
+
+class OutputError(BuildError):
+    exit_code = 73  # EX_CANTCREAT
+    multiline = False
