@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from umbp_sim.cli import main
+from umbp_sim.commands import probe as probe_cmd
 
 
 def rows(out: str) -> dict[str, list[str]]:
@@ -25,7 +26,8 @@ def rows(out: str) -> dict[str, list[str]]:
 
 def test_probe_table_with_empty_pool(nr_hugepages, capsys):
     assert nr_hugepages(0) == 0
-    assert main(["probe", "--size", "4097", "--numa-node", "0"]) == 0
+    # hugetlb was demoted: not what was asked for (README's exit table: 1)
+    assert main(["probe", "--size", "4097", "--numa-node", "0"]) == 1
     out = capsys.readouterr().out
     assert rows(out) == {
         "Anonymous": ["4097B", "Anonymous", "4KiB", "8KiB", "0", "-"],
@@ -67,6 +69,24 @@ def test_probe_bad_size_is_one_line_exit_64(capsys, argv, message):
     assert captured.out == ""
     assert captured.err.startswith(message)
     assert captured.err.count("\n") == 1
+
+
+ROW = {"requested": "AnonymousHugetlb", "ok": True, "actual_backing": "AnonymousHugetlb", "node": 0}
+
+
+@pytest.mark.parametrize(
+    ("row", "numa_node", "verdict"),
+    [
+        ({}, -1, True),
+        ({}, 0, True),
+        ({"actual_backing": "Anonymous"}, -1, False),  # demoted
+        ({"ok": False, "actual_backing": None, "node": None}, -1, False),
+        ({"node": 1}, 0, False),  # not on the node asked for
+        ({"requested": "Anonymous", "actual_backing": "Anonymous", "node": -1}, -1, True),
+    ],
+)
+def test_probe_exit_is_whether_each_backing_got_what_it_asked(row, numa_node, verdict):
+    assert probe_cmd.got_what_it_asked({**ROW, **row}, numa_node) is verdict
 
 
 def test_probe_bad_node_is_argparse_exit_64(capsys):

@@ -1,7 +1,8 @@
 """``umbp-sim probe``: allocate and free one buffer of each backing on this host, show the result.
 
-Runs on a fresh LinuxKernel so every once-only warning shows. Exit 0 when every backing gave a
-buffer (demoted or not), 1 when one came back invalid, 64 for a bad option.
+Runs on a fresh LinuxKernel so every once-only warning shows. Exit 0 when every backing got what
+it asked for, 1 when one did not: an invalid handle, hugetlb demoted to 4 KiB pages, or a buffer
+not on the ``--numa-node`` asked for; 64 for a bad option.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from umbp_sim.backing import BACKINGS
+from umbp_sim.backing import BACKINGS, is_demoted
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.flag_types import node_flag
 from umbp_sim.log_capture import LogCapture
@@ -113,8 +114,15 @@ def _table(rows: list[dict[str, object]]) -> str:
     return "\n".join(out)
 
 
+def got_what_it_asked(row: dict[str, object], numa_node: int) -> bool:
+    """A valid buffer of the backing asked for, on the node asked for (when one was)."""
+    if not row["ok"] or is_demoted(str(row["requested"]), str(row["actual_backing"])):
+        return False
+    return numa_node == -1 or row["node"] == numa_node
+
+
 def run(args: argparse.Namespace) -> int:
     size, hugepage_size = _sizes(args)
     rows = probe(size, hugepage_size, args.numa_node)
     print(_table(rows))
-    return 0 if all(row["ok"] for row in rows) else 1
+    return 0 if all(got_what_it_asked(row, args.numa_node) for row in rows) else 1
