@@ -78,7 +78,7 @@ def test_case3_page_cache_is_reclaimed_before_the_oom_killer() -> None:
         "free and 0 GiB of reclaimable page cache and slab; after 6 GiB the kernel's OOM killer "
         "ends the process (SIGKILL)"
     )
-    assert commands(d) == [(["--size 5798203392"], "ok: Anonymous")]
+    assert commands(d) == [(["--size 5529MiB"], "ok: Anonymous")]
 
 
 @pytest.mark.torch  # start_host_pool makes torch tensors

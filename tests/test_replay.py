@@ -324,7 +324,7 @@ def test_fixture_32intel64_100gb_does_not_fit_in_ram(capsys) -> None:  # type: i
     ) in doc["causes"]
     fixes = [(f["commands"], f["outcome_after"]) for f in doc["fixes"]]
     assert fixes == [
-        (["--size 8589934592", "--numa-node -1"], "ok: AnonymousHugetlb"),
+        (["--size 8GiB", "--numa-node -1"], "ok: AnonymousHugetlb"),
     ]
     assert not_helping(doc)["sysctl -w vm.nr_hugepages=47684"].startswith(
         "crashed: killed by SIGKILL"

@@ -128,6 +128,28 @@ def format_size(n: int, unit: str | None = None) -> str:
     return f"{int(n)}B"
 
 
+def size_at_most(n: int, like: int) -> tuple[str, int]:
+    """The largest size not above ``n`` bytes, written in ``like``'s unit, and its bytes: a
+    size for a command line, never an approximation nor a long byte count. A decimal unit (a
+    ``Size`` written in GB or MB: sglang's and a user's) keeps it, to 3 decimals; otherwise
+    (binary units, or bytes as an error line gives them) whole MiB in their shortest exact
+    binary spelling (bytes below 1 MiB).
+
+    >>> size_at_most(55_296_000_123, Size(100 * 10**9, "GB"))
+    ('55.296GB', 55296000000)
+    >>> size_at_most(3 << 30, 100), size_at_most(5798203392, Size(8 << 30, "GiB"))
+    (('3GiB', 3221225472), ('5529MiB', 5797576704))
+    """
+    unit = like.unit if isinstance(like, Size) else ""
+    per = unit_bytes(unit) if unit else None
+    if per and per > 1 and 10 ** (len(str(per)) - 1) == per:  # a power of ten: GB, MB, ...
+        milli = n * 1000 // per  # thousandths of the unit, rounded down: whole bytes
+        text = f"{milli // 1000}.{milli % 1000:03d}".rstrip("0").rstrip(".")
+        return f"{text}{unit}", milli * per // 1000
+    floored = n // (1 << 20) * (1 << 20) if n >= 1 << 20 else n
+    return format_size(floored), floored
+
+
 def size_key(size: int) -> str:
     """A size as a TOML table key: its exact binary spelling (``2MiB``, ``1536B``), else the
     plain byte count (a ``Size`` whose own unit does not divide it: ``1.5GB`` -> ``1500000000``).

@@ -38,7 +38,7 @@ from umbp_sim.machine import Machine
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.sizing import HICACHE_HOST_MEMORY_RESERVE_BYTES, largest_hicache_size_that_fits
 from umbp_sim.sim import Reason, SimHost, host_view
-from umbp_sim.units import SizeError, parse_size
+from umbp_sim.units import SizeError, parse_size, size_at_most
 
 HostChange = Callable[[SimHost], "str | None"]
 RequestChange = Callable[[Request], Request]
@@ -525,12 +525,14 @@ def _smaller(
     """Ask for what fits: a raw buffer of ``fits`` bytes, or the hicache size whose pool does."""
     page = unit or machine.page_size
     if request.kind == "raw":
-        size = fits // page * page
+        # in the unit the size was written in: the allocator rounds it up to whole pages,
+        # which still fit
+        text, size = size_at_most(fits // page * page, request.raw.size)
         if 0 < size < request.raw.size:
             return [
                 Fix(
-                    f"ask for a buffer that fits: {why} = {size} bytes ({gib(size)})",
-                    [f"--size {size}"],
+                    f"ask for a buffer that fits: {why} = {text}",
+                    [f"--size {text}"],
                     "buffer",
                     request_change=_set_size(size),
                 )
