@@ -43,3 +43,22 @@ class SimulatedCrash(RuntimeError):
         if detail:
             msg += f": {detail}"
         super().__init__(msg)
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP reached a command that starts processes (an external allocator's
+    server, compare's workers): raised in its main thread so that its ``finally`` blocks end
+    them; the command exits ``128 + signal`` (143, 129). A BaseException, as KeyboardInterrupt:
+    no ``except Exception`` swallows it."""
+
+    def __init__(self, sig: int) -> None:
+        import signal
+
+        self.signal = sig
+        self.exit_code = 128 + sig
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        self.name = name
+        super().__init__(f"terminated by {name}")
