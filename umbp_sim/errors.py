@@ -55,7 +55,8 @@ class Terminated(BaseException):
         import signal
 
         self.signal = sig
-        self.exit_code = 128 + sig
+        # 128 + the signal, as a shell reports a death by it (the two README's table lists)
+        self.exit_code = {signal.SIGTERM: 143, signal.SIGHUP: 129}.get(sig, 128 + sig)
         try:
             name = signal.Signals(sig).name
         except ValueError:

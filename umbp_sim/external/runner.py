@@ -223,7 +223,7 @@ class ExternalRunner:
         if self.proc is None:
             self._start()  # the last one did not answer in time and was killed
         limit = self.run_timeout + SERVER_GRACE
-        self._busy = True
+        self._busy = True  # until the reply: an interrupted exchange leaves the server busy
         try:
             self._send(message, limit)
             reply: dict[str, Any] = self._recv(limit)
@@ -237,8 +237,7 @@ class ExternalRunner:
                 "result": None, "stages": ["the allocator's server"], "partial": {},
                 "signal": None, "code": None, "log": "", "timed_out": limit, "stopped": None,
             }  # fmt: skip
-        finally:
-            self._busy = False
+        self._busy = False
         return reply
 
     # ---- the end ----
@@ -266,6 +265,7 @@ class ExternalRunner:
         self._end()
 
     def _end(self) -> None:
+        self._busy = False
         assert self.proc is not None
         kill_group(self.proc.pid)  # not reaped yet: the group id is still the server's
         self.proc.wait()
