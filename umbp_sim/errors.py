@@ -56,7 +56,7 @@ class Terminated(BaseException):
 
         self.signal = sig
         # 128 + the signal, as a shell reports a death by it (the two README's table lists)
-        self.exit_code = {signal.SIGTERM: 143, signal.SIGHUP: 129}.get(sig, 128 + sig)
+        self.exit_code = {int(signal.SIGTERM): 143, int(signal.SIGHUP): 129}.get(sig, 128 + sig)
         try:
             name = signal.Signals(sig).name
         except ValueError:
