@@ -65,6 +65,30 @@ def parse_allocator_spec(text: str, arg: str = "--allocator") -> AllocatorSpec:
     )
 
 
+def module_location(name: str) -> str | None:
+    """Where the module ``name`` (``pkg.sub.mod``) would be imported from, found without
+    importing anything: the top-level name through ``sys.meta_path``'s finders (which import
+    nothing for a top-level name), each further part in its package's directories
+    (``PathFinder``), so no package's ``__init__`` runs in this process. None: not found (or a
+    package whose ``__init__`` would have to run to tell)."""
+    import importlib.machinery
+    import importlib.util
+
+    parts = name.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError):
+        return None
+    for i in range(1, len(parts)):
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        locations = list(spec.submodule_search_locations)
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), locations)
+    if spec is None:
+        return None
+    return spec.origin or ".".join(parts)
+
+
 def is_external(name: str) -> bool:
     """Whether ``name`` (an ``--allocator`` value) is an external build, not a built-in profile."""
     t = name.strip()

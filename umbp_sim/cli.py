@@ -18,12 +18,13 @@ import os
 import sys
 import textwrap
 
-from umbp_sim.errors import UmbpSimError
+from umbp_sim.errors import Terminated, UmbpSimError
 
 EX_USAGE = 64
 EX_DATAERR = 65
 EX_SOFTWARE = 70
 EX_CANTCREAT = 73
+EX_TEMPFAIL = 75
 
 # Every exit status of every command (tests/test_package_fit.py checks that the code uses
 # no other and that the README's table says the same).
@@ -44,7 +45,11 @@ EXIT_CODES: dict[int, str] = {
     "no dump)",
     EX_CANTCREAT: "an output file cannot be written (collect's tarball, an --html page) or is "
     "refused (collect -o at a link, directory or device)",
+    EX_TEMPFAIL: "replay, preflight: an external --allocator's run (or its import) went past "
+    "--run-timeout (one line names the stage)",
+    129: "run, replay, preflight, compare: ended by SIGHUP (every process it started ended first)",
     130: "interrupted (Ctrl-C)",
+    143: "run, replay, preflight, compare: ended by SIGTERM (every process it started ended first)",
 }
 
 
@@ -190,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    except Terminated as e:  # SIGTERM, SIGHUP: what it started is ended (the finally blocks)
+        print(f"umbp-sim {args.command}: {e}", file=sys.stderr)
+        return e.exit_code
     except Exception as e:  # a bug, not an answer: never exit 1 (preflight's "demoted")
         return internal_error(args.command, e)
 

@@ -43,3 +43,23 @@ class SimulatedCrash(RuntimeError):
         if detail:
             msg += f": {detail}"
         super().__init__(msg)
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP reached a command that starts processes (an external allocator's
+    server, compare's workers): raised in its main thread so that its ``finally`` blocks end
+    them; the command exits ``128 + signal`` (143, 129). A BaseException, as KeyboardInterrupt:
+    no ``except Exception`` swallows it."""
+
+    def __init__(self, sig: int) -> None:
+        import signal
+
+        self.signal = sig
+        # 128 + the signal, as a shell reports a death by it (the two README's table lists)
+        self.exit_code = {int(signal.SIGTERM): 143, int(signal.SIGHUP): 129}.get(sig, 128 + sig)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        self.name = name
+        super().__init__(f"terminated by {name}")

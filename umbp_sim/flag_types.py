@@ -7,6 +7,7 @@ hold, or one line naming the problem (argparse prefixes the flag; exit 64).
     parser.add_argument("--hicache-size", type=gb_flag)    # finite GB >= 0, below 2**62 bytes
     parser.add_argument("--hicache-ratio", type=ratio_flag)
     parser.add_argument("--model-layers", type=count_flag)  # 0 .. 2**31-1
+    parser.add_argument("--run-timeout", type=seconds_flag)  # seconds > 0, finite
 
 Limits: ``umbp_sim.dump.limits`` (MAX_BYTES = 2**62: byte counts the SimKernel adds together
 stay in 64 bits; MAX_INT: the C ints of node ids).
@@ -110,3 +111,18 @@ def shown(value: object) -> str:
     from umbp_sim.value_types import shown as bounded
 
     return bounded(value)
+
+
+def seconds_flag(value: str) -> float:
+    """``--run-timeout``: a positive, finite number of seconds (at most a year)."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value.strip()[:20]!r} is not a number of seconds"
+        ) from None
+    if not math.isfinite(x) or x <= 0 or x > 365 * 86400:
+        raise argparse.ArgumentTypeError(
+            f"{value.strip()[:20]} is not a positive number of seconds (at most a year)"
+        )
+    return x

@@ -31,8 +31,10 @@ class Outcome:
     """What an allocator did in one run, as data.
 
     ``result`` is "ok" (a valid handle), "invalid" (a falsy handle), "error" (alloc raised:
-    ``error`` holds the exception), "crash" (the process died: ``crash`` holds signal and stage)
-    or "could-not-run" (the harness failed: ``error`` says why).
+    ``error`` holds the exception), "crash" (the process died: ``crash`` holds signal and stage;
+    or stopped, SIGSTOP, and was ended), "timeout" (an external run went past its time limit:
+    ``error`` says "timed out after 60 s in alloc", the last stage the run reported) or
+    "could-not-run" (the harness failed: ``error`` says why).
     """
 
     result: str

@@ -82,9 +82,9 @@ def test_replay_text_names_the_allocator_and_one_server_runs_every_simulation(
     started: list[str] = []
     real_init = runner_mod.ExternalRunner.__init__
 
-    def counting_init(self, spec, env=None):  # type: ignore[no-untyped-def]
+    def counting_init(self, spec, *args, **kwargs):  # type: ignore[no-untyped-def]
         started.append(spec.name)
-        real_init(self, spec, env)
+        real_init(self, spec, *args, **kwargs)
 
     monkeypatch.setattr(runner_mod.ExternalRunner, "__init__", counting_init)
     tiny = tiny_builds["preload"]

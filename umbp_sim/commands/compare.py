@@ -3,9 +3,11 @@
 Both allocators run the bundled scenarios (one-alloc requests) and a request matrix, each run on
 a fresh simulated host (an external build in a fresh process); the differences are grouped by
 class. ``--jobs N`` spreads the runs over N worker processes (umbp_sim/external/parallel.py; the
-result is the serial one, byte for byte). Exit 0: no difference, 1: differences, 2: an
-allocator could not run (or a worker died, or Ctrl-C). ``--html FILE`` also writes the
-differences as a page (umbp_sim/external/compare_html.py).
+result is the serial one, byte for byte). Each run of an external build, and its import, is
+bounded by ``--run-timeout`` (a run past it is the outcome "timed out after N s in STAGE"; the
+next run goes on). Exit 0: no difference, 1: differences, 2: an allocator could not run (or a
+worker died, or Ctrl-C), 143/129: SIGTERM/SIGHUP (every worker and server ended first).
+``--html FILE`` also writes the differences as a page (umbp_sim/external/compare_html.py).
 """
 
 from __future__ import annotations
@@ -29,11 +31,15 @@ EX_USAGE = 64
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from umbp_sim.flag_types import seconds_flag
+
     p.epilog = (
         "Classes of difference: outcome, backing, mapped_size, alignment, numa binding (the "
         "policy on the buffer's VMA and the nodes its hugepages came from), crash, leak, warning "
-        "count, warning text. Exit status: 0 no difference, 1 differences, 2 could not run (an "
-        "allocator failed to load, a worker died, Ctrl-C), 64 bad usage or nothing to compare."
+        "count, warning text; a run of an external build past --run-timeout differs in outcome "
+        "(timed out after N s in alloc). Exit status: 0 no difference, 1 differences, 2 could "
+        "not run (an allocator failed to load, a worker died, Ctrl-C), 64 bad usage or nothing "
+        "to compare, 143/129 SIGTERM/SIGHUP."
     )
     p.add_argument("spec_a", metavar="SPEC_A", help="umbp-sim | mori | MODULE | PATH.so")
     p.add_argument("spec_b", metavar="SPEC_B", help="umbp-sim | mori | MODULE | PATH.so")
@@ -53,6 +59,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--jobs", "-j", type=int, default=None, metavar="N",
         help="worker processes (default: the number of CPUs; 1: every run in this process, "
         "one after the other); the result is the same for any N",
+    )  # fmt: skip
+    p.add_argument(
+        "--run-timeout", type=seconds_flag, default=None, metavar="SECONDS",
+        help="the time limit of each run of an external build and of its import (default 60): "
+        "a run past it is the outcome 'timed out after N s in STAGE', the next run goes on",
     )  # fmt: skip
     p.add_argument(
         "--env", action="append", default=[], metavar="NAME=VALUE",
@@ -90,11 +101,19 @@ def _recorded(
 
 
 def run(args: argparse.Namespace) -> int:
+    from umbp_sim.external.procs import ended_by_signals
+
+    with ended_by_signals():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from umbp_sim.allocator_spec import parse_allocator_spec
+    from umbp_sim.errors import Terminated
     from umbp_sim.external import matrix
     from umbp_sim.external.compare import compare_differences, serial_differences
     from umbp_sim.external.parallel import parallel_differences
-    from umbp_sim.external.runner import CouldNotRun, open_allocator
+    from umbp_sim.external.runner import DEFAULT_RUN_TIMEOUT, CouldNotRun, open_allocator
     from umbp_sim.profiles import with_mori_warnings
     from umbp_sim.progress import Progress
 
@@ -130,16 +149,19 @@ def run(args: argparse.Namespace) -> int:
     lines_a: dict[str, str] = {}
     lines_b: dict[str, str] = {}
     progress = Progress("compare: runs", total=len(runs))
+    timeout = args.run_timeout or DEFAULT_RUN_TIMEOUT
     outcomes: Any = None
     try:
         with progress:
             if jobs == 1:
                 for spec in (spec_a, spec_b):
-                    opened.append(open_allocator(spec, env))
+                    opened.append(open_allocator(spec, env, timeout))
                 outcomes = serial_differences(opened[0], opened[1], runs)
                 count: Any = lambda _i: progress.advance()  # noqa: E731
             else:
-                outcomes = parallel_differences(spec_a, spec_b, runs, jobs, env, progress.advance)
+                outcomes = parallel_differences(
+                    spec_a, spec_b, runs, jobs, env, progress.advance, timeout
+                )
                 count = None
             if page is not None:
                 outcomes = _recorded(outcomes, lines_a, lines_b)
@@ -158,6 +180,12 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EX_COULD_NOT_RUN
+    except Terminated as e:
+        print(
+            f"umbp-sim compare: {e} after {progress.done} of {len(runs)} runs (nothing compared)",
+            file=sys.stderr,
+        )
+        return e.exit_code
     finally:
         if outcomes is not None:
             outcomes.close()  # the workers end here, even when the comparison stopped early

@@ -54,12 +54,9 @@ def live_host():  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from umbp_sim.commands.replay import close_external_allocators
+    from umbp_sim.commands.replay import with_external_allocator
 
-    try:
-        return _run(args)
-    finally:
-        close_external_allocators()
+    return with_external_allocator(args, _run)
 
 
 def _run(args: argparse.Namespace) -> int:

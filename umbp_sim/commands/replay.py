@@ -33,8 +33,26 @@ def print_diagnosis(d, as_json: bool, mode: str = "replay") -> None:  # type: ig
 
 
 def run(args: argparse.Namespace) -> int:
+    return with_external_allocator(args, _run)
+
+
+def with_external_allocator(args: argparse.Namespace, body) -> int:  # type: ignore[no-untyped-def]
+    """``body(args)`` with ``--run-timeout`` set for an external ``--allocator``'s runs and
+    SIGTERM/SIGHUP ending its processes (exit 143/129); its server ended afterwards."""
+    from umbp_sim.allocator_spec import is_external
+
+    if not is_external(args.allocator):
+        try:
+            return int(body(args))
+        finally:
+            close_external_allocators()
+    from umbp_sim.external.observe import set_run_timeout
+    from umbp_sim.external.procs import ended_by_signals
+
+    set_run_timeout(args.run_timeout)
     try:
-        return _run(args)
+        with ended_by_signals():
+            return int(body(args))
     finally:
         close_external_allocators()
 

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from umbp_sim.flag_types import seconds_flag
+
     p.add_argument("paths", nargs="*", metavar="PATH", help="scenario files or directories")
     p.add_argument("-k", dest="pattern", help="only scenarios whose name or file matches (glob)")
     p.add_argument("--json", action="store_true", help="one JSON document instead of a table")
@@ -28,6 +30,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "which runs each scenario in its own process (at MORI_UMBP_LOG_LEVEL=warn unless a "
         "mori level is set) except steps using umbp-sim's registry API and scenarios written "
         "for umbp-sim: those are listed as not run",
+    )
+    p.add_argument(
+        "--run-timeout",
+        type=seconds_flag,
+        default=None,
+        metavar="SECONDS",
+        help="an external --allocator: the time limit of each scenario's run and of the "
+        "allocator's import (default 60); a run past it fails its scenario ('timed out after N "
+        "s in STAGE') and the next one runs",
     )
 
 
@@ -65,11 +76,14 @@ def run(args: argparse.Namespace) -> int:
     if spec.kind == "builtin":
         results = [run_scenario(s, spec.name) for s in scenarios]
     else:
-        from umbp_sim.external.observe import close_runners
+        from umbp_sim.external.observe import close_runners, set_run_timeout
+        from umbp_sim.external.procs import ended_by_signals
         from umbp_sim.external.scenario import run_scenario_external
 
+        set_run_timeout(args.run_timeout)
         try:
-            results = [run_scenario_external(s, str(spec)) for s in scenarios]
+            with ended_by_signals():
+                results = [run_scenario_external(s, str(spec)) for s in scenarios]
         finally:
             close_runners()
     not_run = [r for r in results if r.not_run is not None]

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import argparse
 
-from umbp_sim.flag_types import count_flag, gb_flag, node_flag, ratio_flag, size_flag
+from umbp_sim.flag_types import (
+    count_flag,
+    gb_flag,
+    node_flag,
+    ratio_flag,
+    seconds_flag,
+    size_flag,
+)
 from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, ProfileError, canonical_profile
 from umbp_sim.sglang.release import SGLANG_RELEASES
 
@@ -37,9 +44,7 @@ def _backing_arg(value: str) -> str:
 
 def _profile_arg(value: str) -> str:
     """A built-in profile's canonical name, or an external build's SPEC (a path, a module)."""
-    import importlib.util
-
-    from umbp_sim.allocator_spec import AllocatorSpecError, parse_allocator_spec
+    from umbp_sim.allocator_spec import AllocatorSpecError, module_location, parse_allocator_spec
 
     try:
         return canonical_profile(value)
@@ -50,16 +55,12 @@ def _profile_arg(value: str) -> str:
             raise argparse.ArgumentTypeError(
                 str(e) if "/" not in value and ".so" not in value else str(spec_error)
             ) from None
-        if spec.kind == "module":
-            try:
-                found = importlib.util.find_spec(spec.name) is not None
-            except (ImportError, ValueError):
-                found = False
-            if not found:
-                raise argparse.ArgumentTypeError(
-                    f"{e}, a path to a built .so, or an importable module (no module named "
-                    f"{shown(spec.name)})"
-                ) from None
+        # Found without importing it (nor its package) here: the allocator's process does.
+        if spec.kind == "module" and module_location(spec.name) is None:
+            raise argparse.ArgumentTypeError(
+                f"{e}, a path to a built .so, or an importable module (no module named "
+                f"{shown(spec.name)})"
+            ) from None
         return spec.path or spec.name
 
 
@@ -82,6 +83,14 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         f"{FIXED_PROFILE} (mori plus umbp-sim's fixes); or an external build: a built .so with "
         "mori's Python API, or an importable module such as mori.umbp (runs in its own "
         "process under the interposer)",
+    )
+    model.add_argument(
+        "--run-timeout",
+        type=seconds_flag,
+        default=None,
+        metavar="SECONDS",
+        help="an external --allocator: the time limit of each run and of its import (default "
+        "60); past it the command stops with one line naming the stage (exit 75)",
     )
     model.add_argument(
         "--sglang",

@@ -1,14 +1,20 @@
 """The process that hosts an external allocator: ``python -m umbp_sim.external.child SPEC``.
 
 It imports the allocator once (a module with mori's Python API, or an extension module at a
-path), then serves runs: for each ``Run`` read from stdin it forks, and the forked child, a fresh
-process as far as the allocator's once-flags and registries are concerned, builds the simulated
-host, activates the interposer on it and calls the allocator; its stdout and stderr (the
-allocator's log) go to a file, its progress and result to a pipe. The server waits for it and
-answers with what it saw, the exit status included, so a real SIGBUS is data.
+path), then serves runs: for each ``Run`` read from its owner it forks, and the forked child, a
+fresh process as far as the allocator's once-flags and registries are concerned, builds the
+simulated host, activates the interposer on it and calls the allocator; its stdout and stderr
+(the allocator's log) go to a file, its progress and result to a pipe. The server waits for it,
+at most the run's time limit (``--run-timeout``), and answers with what it saw: the exit status
+(a real SIGBUS is data), a stop (SIGSTOP: ended at once), or the time limit and the last stage
+the child reported ("alloc", "free", ...), the run's process group then killed.
 
-Protocol on stdin/stdout: 4-byte big-endian length + pickle, both ways. The first message from
-the server is ``{"ready": True, "mode": ..., "objects": [...]}`` or ``{"error": "..."}``.
+Protocol: on two private pipe fds passed at start (SPEC's ``fds``), never on stdin/stdout: the
+server's stdin is /dev/null and its stdout goes to its stderr (a file its owner reads when it
+fails), so what the allocator prints or reads can neither carry nor corrupt a message. Each
+message is a 4-byte big-endian length + pickle. The server says ``{"stage": ...}`` as it starts
+("import": the allocator's import, "setup"), then ``{"ready": True, "mode": ..., "objects":
+[...]}`` or ``{"error": "..."}``. The processes: ``umbp_sim.external.procs``.
 """
 
 from __future__ import annotations
@@ -16,14 +22,29 @@ from __future__ import annotations
 import importlib
 import importlib.machinery
 import importlib.util
+import json
 import os
 import pickle
 import re
-import struct
+import signal
 import sys
 import tempfile
+import time
 import traceback
-from typing import Any, BinaryIO
+from typing import Any
+
+from umbp_sim.external.procs import (
+    QUIT,
+    FrameReader,
+    die_with_parent,
+    frame,
+    kill_group,
+    pidfd,
+    start_keeper,
+    tell_keeper,
+    wait_readable,
+    write_all,
+)
 
 _SYSTEM_LIB = re.compile(
     r"/(ld-linux[^/]*|libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libpython[^/]*|"
@@ -31,18 +52,27 @@ _SYSTEM_LIB = re.compile(
 )
 
 
-def send(out: BinaryIO, obj: Any) -> None:
-    data = pickle.dumps(obj)
-    out.write(struct.pack(">I", len(data)) + data)
-    out.flush()
+LOG_LIMIT = 8 << 20  # bytes of a run's log read back: its head and its tail past that
 
 
-def recv(inp: BinaryIO) -> Any:
-    head = inp.read(4)
-    if len(head) < 4:
-        raise EOFError
-    (n,) = struct.unpack(">I", head)
-    return pickle.loads(inp.read(n))
+def send(fd: int, obj: Any) -> None:
+    write_all(fd, frame(pickle.dumps(obj)))
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        data = os.read(fd, n - len(out))
+        if not data:
+            raise EOFError
+        out += data
+    return bytes(out)
+
+
+def recv(fd: int) -> Any:
+    """The next message on ``fd`` (blocking: the server's read of its owner's next job)."""
+    n = int.from_bytes(_read_exact(fd, 4), "big")
+    return pickle.loads(_read_exact(fd, n))
 
 
 def loaded_objects() -> list[str]:
@@ -88,21 +118,24 @@ def allocator_objects(before: list[str], after: list[str], interposer: str) -> l
     ]
 
 
-def serve(spec: dict[str, str]) -> int:
+def serve(spec: dict[str, Any]) -> int:
     from umbp_sim.capi import interposer_path
     from umbp_sim.external.interposer import Interposer
 
-    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    inp, out = spec["fds"]
+    keeper_fd = spec.get("keeper_fd")
     interposer = interposer_path()
     before = loaded_objects()
+    send(out, {"stage": "import"})
     try:
         module = load_allocator(spec)
         for attr in ("UMBPHostMemAllocator", "UMBPHostBufferBacking"):
             if not hasattr(module, attr):
                 raise ImportError(f"{spec.get('name') or spec.get('path')}: no {attr}")
     except BaseException as e:  # noqa: BLE001 - reported to the parent as one line
-        send(out, {"error": f"{type(e).__name__}: {e}"})
+        send(out, {"error": _one_line(f"{type(e).__name__}: {e}")})
         return 2
+    send(out, {"stage": "setup"})
     after = loaded_objects()
     wrapped = any(os.path.realpath(p) == os.path.realpath(interposer) for p in after) and (
         interposer not in os.environ.get("LD_PRELOAD", "")
@@ -113,7 +146,10 @@ def serve(spec: dict[str, str]) -> int:
         env = dict(os.environ)
         # After what is preloaded already (a sanitizer runtime must come first).
         env["LD_PRELOAD"] = (env.get("LD_PRELOAD", "") + " " + interposer).strip()
-        argv = [sys.executable, "-m", "umbp_sim.external.child", *sys.argv[1:]]
+        for fd in (inp, out, keeper_fd):
+            if fd is not None:
+                os.set_inheritable(fd, True)  # the protocol and the keeper's pipe go along
+        argv = [sys.executable, "-m", "umbp_sim.external.child", json.dumps(spec)]
         os.execve(sys.executable, argv, env)
     ip = Interposer(interposer)
     problem = ip.fault_path_problem()
@@ -130,16 +166,31 @@ def serve(spec: dict[str, str]) -> int:
     for p in objects:
         ip.add_caller_object(p)
     send(out, {"ready": True, "mode": "wrap" if wrapped else "preload", "objects": objects})
+    timeout = float(spec["timeout"])
+    private = tuple(fd for fd in (inp, out, keeper_fd) if fd is not None)
     while True:
         try:
             run = recv(inp)
         except EOFError:
             return 0
-        send(out, fork_run(module, ip, run))
+        send(out, fork_run(module, ip, run, timeout, keeper_fd, private))
 
 
-def fork_run(module: Any, ip: Any, run: Any) -> dict[str, Any]:
-    """Run in a forked child; collect its result, log, stages and exit status.
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:500]
+
+
+def fork_run(
+    module: Any,
+    ip: Any,
+    run: Any,
+    timeout: float = 60.0,
+    keeper_fd: int | None = None,
+    private: tuple[int, ...] = (),
+) -> dict[str, Any]:
+    """Run in a forked child (a process group of its own), at most ``timeout`` seconds; collect
+    its result, log, stages and exit status. The run's group is killed when it ends, so what
+    the allocator forked ends with it. ``private``: the server's own fds, closed in the child.
 
     ``run`` is an ``ObserveJob``: compare's alloc, write, free (kind "run", answered by
     ``run_job.run_in_child``) or a replay's request (answered as the scenario runner's
@@ -155,58 +206,161 @@ def fork_run(module: Any, ip: Any, run: Any) -> dict[str, Any]:
 
     log = tempfile.TemporaryFile()
     rfd, wfd = os.pipe()
+    server = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: never returns
         code = 0
         try:
+            die_with_parent(server)
+            os.setpgid(0, 0)
             os.close(rfd)
+            for fd in private:
+                os.close(fd)
             os.dup2(log.fileno(), 1)
             os.dup2(log.fileno(), 2)
-            out = os.fdopen(wfd, "wb", buffering=0)
 
             def report(stage: str, **extra: Any) -> None:
-                send(out, {"stage": stage, **extra})
+                send(wfd, {"stage": stage, **extra})
 
-            send(out, {"result": job(module, ip, run, report)})
+            send(wfd, {"result": job(module, ip, run, report)})
         except BaseException:  # noqa: BLE001
             traceback.print_exc()
             code = 70
         finally:
             os._exit(code)
     os.close(wfd)
-    stages: list[str] = []
-    partial: dict[str, Any] = {}  # what the child reported on its way (kept if it dies)
-    result: dict[str, Any] | None = None
-    with os.fdopen(rfd, "rb") as pipe:
-        while True:
-            try:
-                msg = recv(pipe)  # type: ignore[arg-type]
-            except (EOFError, pickle.UnpicklingError, struct.error):
-                break
-            if "stage" in msg:
-                stages.append(msg.pop("stage"))
-                partial.update(msg)
-            else:
-                result = msg["result"]
+    try:
+        os.setpgid(pid, pid)  # as the child does: whichever comes first
+    except OSError:
+        pass
+    tell_keeper(keeper_fd, pid)
+    try:
+        seen = _watch_run(pid, rfd, timeout)
+    finally:
+        kill_group(pid)  # what the allocator forked (the child is not reaped yet: pid is ours)
+        tell_keeper(keeper_fd, 0)
+        os.close(rfd)
     _, status = os.waitpid(pid, 0)
     log.seek(0)
-    text = log.read().decode(errors="replace")
+    text = _read_log(log)
     log.close()
+    ended = seen["ended"]
     return {
-        "result": result,
-        "stages": stages,
-        "partial": partial,
-        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        "result": seen["result"],
+        "stages": seen["stages"],
+        "partial": seen["partial"],
+        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) and not ended else None,
         "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
         "log": text,
+        "timed_out": timeout if ended == "timeout" else None,
+        "stopped": seen["stopped"],
     }
 
 
-def main() -> int:
-    import json
+def _watch_run(pid: int, rfd: int, timeout: float) -> dict[str, Any]:
+    """Read the child's messages until it exits, stops or runs out of time (not reaped: its
+    pid, the run's group id, stays ours until the caller has killed the group)."""
+    deadline = time.monotonic() + timeout
+    reader = FrameReader()
+    seen: dict[str, Any] = {
+        "stages": [], "partial": {}, "result": None, "ended": None, "stopped": None,
+    }  # fmt: skip
+    watch = pidfd(pid)
+    fds = [rfd] + ([watch] if watch is not None else [])
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                seen["ended"] = "timeout"
+                break
+            # A slice: a stop (SIGSTOP) wakes nothing; nor, without a pidfd, an exit while
+            # the allocator's fork holds the pipe open.
+            wake = 0.25 if watch is not None or rfd in fds else 0.005
+            ready = wait_readable(fds, min(left, wake))
+            if rfd in ready:
+                data = os.read(rfd, 1 << 16)
+                if not data:
+                    fds.remove(rfd)
+                _take(reader.feed(data), seen)
+                if data and watch not in ready:
+                    continue
+            state = os.waitid(os.P_PID, pid, os.WEXITED | os.WSTOPPED | os.WNOHANG | os.WNOWAIT)
+            if state is None:
+                continue
+            if state.si_code == os.CLD_STOPPED:
+                seen["ended"] = "stopped"
+                seen["stopped"] = _signal_name(state.si_status)
+                break
+            # Exited: what it wrote before is still in the pipe.
+            if rfd in fds:
+                os.set_blocking(rfd, False)
+                while time.monotonic() < deadline:
+                    try:
+                        data = os.read(rfd, 1 << 16)
+                    except BlockingIOError:
+                        break
+                    if not data:
+                        break
+                    _take(reader.feed(data), seen)
+            break
+    finally:
+        if watch is not None:
+            os.close(watch)
+    return seen
 
+
+def _take(frames: Any, seen: dict[str, Any]) -> None:
+    for f in frames:
+        try:
+            msg = pickle.loads(f)
+        except Exception:  # noqa: BLE001 - not the child's: the allocator wrote on its pipe
+            continue
+        if not isinstance(msg, dict):
+            continue
+        if "stage" in msg:
+            seen["stages"].append(msg.pop("stage"))
+            seen["partial"].update(msg)
+        elif "result" in msg:
+            seen["result"] = msg["result"]
+
+
+def _read_log(log: Any) -> str:
+    size = os.fstat(log.fileno()).st_size
+    if size <= LOG_LIMIT:
+        return log.read().decode(errors="replace")
+    half = LOG_LIMIT // 2
+    head = log.read(half)
+    log.seek(size - half)
+    tail = log.read(half)
+    cut = f"\n[umbp-sim: {size - 2 * half} bytes of the log left out]\n".encode()
+    return (head + cut + tail).decode(errors="replace")
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def main() -> int:
     spec = json.loads(sys.argv[1])
-    return serve(spec)
+    die_with_parent(spec["owner"])  # SIGKILL when the owner (a command, a worker) dies
+    if os.getpgrp() != os.getpid():
+        os.setpgid(0, 0)
+    if "keeper" not in spec:  # the first start (not the start again with the interposer)
+        spec["keeper"], spec["keeper_fd"] = start_keeper(os.getpid())
+    for fd in (*spec["fds"], spec["keeper_fd"]):
+        os.set_inheritable(fd, False)  # a process the allocator starts does not get them
+    code = serve(spec)
+    # An end as it should be (the owner closed our pipe): the keeper goes first, reaped here;
+    # the owner then kills what is left in our group (what the allocator's import forked).
+    tell_keeper(spec["keeper_fd"], QUIT)
+    try:
+        os.waitpid(spec["keeper"], 0)
+    except ChildProcessError:
+        pass
+    return code
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ def _summary(o: Outcome) -> str:
         return f"crash {o.crash['signal']} in {o.crash['stage']}"
     if o.result == "ok" and o.handle:
         return f"ok {o.handle['backing']}"
+    if o.result == "timeout":
+        return str(o.error)  # "timed out after 60 s in alloc"
     if o.result in ("error", "could-not-run"):
         return f"{o.result}: {o.error}"
     return o.result

@@ -99,16 +99,31 @@ class ObserveJob:
 
 
 _RUNNERS: dict[str, Any] = {}
+_RUN_TIMEOUT: list[float] = []  # --run-timeout, when a command gave one
+
+
+def set_run_timeout(seconds: float | None) -> None:
+    """Each run's time limit (and the allocator's import's) for the servers started from now
+    on (``None``: the default, ``runner.DEFAULT_RUN_TIMEOUT``)."""
+    _RUN_TIMEOUT[:] = [] if seconds is None else [seconds]
 
 
 def runner_for(spec: AllocatorSpec) -> Any:
     """The server process of ``spec``'s allocator, started on first use."""
-    from umbp_sim.external.runner import CouldNotRun, ExternalRunner
+    from umbp_sim.external.runner import (
+        DEFAULT_RUN_TIMEOUT,
+        CouldNotRun,
+        ExternalRunner,
+        RunTimedOut,
+    )
 
     runner = _RUNNERS.get(spec.name)
     if runner is None:
+        timeout = _RUN_TIMEOUT[0] if _RUN_TIMEOUT else DEFAULT_RUN_TIMEOUT
         try:
-            runner = _RUNNERS[spec.name] = ExternalRunner(spec)
+            runner = _RUNNERS[spec.name] = ExternalRunner(spec, run_timeout=timeout)
+        except RunTimedOut as e:  # its import did not end: exit 75, as a run past the limit
+            raise RunTimedOut(f"--allocator {e}") from None
         except CouldNotRun as e:  # the SPEC names nothing that runs: a usage error here
             why = str(e).removeprefix(f"{spec}: ")
             raise AllocatorSpecError(f"--allocator {spec}: cannot run it: {why}") from None
@@ -161,8 +176,13 @@ def observe_external(
         scenario=scn if counters or scn.request_kind == "steps" else None,
         counters=counters,
     )
+    from umbp_sim.external.runner import RunTimedOut
+
     runner = runner_for(parse_allocator_spec(allocator))
-    return observed_from_reply(runner.observe(job))
+    try:
+        return observed_from_reply(runner.observe(job))
+    except RunTimedOut as e:
+        raise RunTimedOut(f"--allocator {allocator}: a run {e} (--run-timeout)") from None
 
 
 # What mori's Python surface has: steps of these ops run on any build with it.
@@ -222,10 +242,19 @@ def reasons_from_report(text: str) -> list[Reason]:
 
 def observed_from_reply(reply: dict[str, Any]) -> Observed:
     """The scenario runner's ``Observed`` from what the server saw of one forked run."""
+    from umbp_sim.external.runner import RunTimedOut, timed_out_text
+
     log = reply["log"]
     allocator_lines = warning_lines(log)
     result = reply["result"]
-    if reply["signal"] is not None:
+    if reply.get("timed_out") is not None:
+        raise RunTimedOut(timed_out_text(reply))
+    if reply.get("stopped") is not None:
+        stage = reply["stages"][-1] if reply["stages"] else "start"
+        obs = Observed(outcome="crashed", signal=reply["stopped"])
+        obs.error = f"stopped by {reply['stopped']} during {stage} (umbp-sim ended the process)"
+        obs.warnings = list(allocator_lines)
+    elif reply["signal"] is not None:
         import signal as _signal
 
         try:

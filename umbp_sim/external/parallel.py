@@ -9,9 +9,11 @@ its report) is the serial one, byte for byte. ``on_done`` is called once per fin
 whichever worker finished it (the progress bar).
 
 A worker that cannot run an allocator reports why (``CouldNotRun``, compare's exit 2); a worker
-that dies, or leaving the iteration early (Ctrl-C, an error), ends every worker: each closes its
-allocator servers (their stdin closes, they exit), and the parent waits for all of them, so no
-process is left behind.
+that dies, or leaving the iteration early (Ctrl-C, SIGTERM, an error), ends every worker: each
+closes its allocator servers (an idle one exits when its pipe closes, a busy one is killed with
+its process group), and the parent waits for all of them, so no process is left behind. A worker
+takes SIGTERM when its parent dies (``PR_SET_PDEATHSIG``), and its servers SIGKILL when it does
+(``umbp_sim.external.procs``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from typing import Any
 from umbp_sim.allocator_spec import AllocatorSpec
 from umbp_sim.external.compare import Compared, compared
 from umbp_sim.external.outcome import Run
-from umbp_sim.external.runner import CouldNotRun, open_allocator
+from umbp_sim.external.procs import die_with_parent
+from umbp_sim.external.runner import DEFAULT_RUN_TIMEOUT, CouldNotRun, open_allocator
 
 MAX_CHUNK = 64  # runs handed to a worker at a time: about 1/20 of its share, 1..64
 _GRACE = 15.0  # seconds a worker gets to close its allocator servers once told to stop
@@ -41,14 +44,18 @@ def _worker(
     specs: tuple[AllocatorSpec, AllocatorSpec],
     env: dict[str, str],
     runs: Sequence[Run],
+    parent: int,
+    run_timeout: float,
 ) -> None:
     """In a worker: open both runners, then run each chunk of indices the parent sends."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it ends us on Ctrl-C
+    for sig in (signal.SIGINT, signal.SIGHUP):  # the parent decides; it ends us on these
+        signal.signal(sig, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _terminate)
+    die_with_parent(parent, signal.SIGTERM)  # a SIGKILLed parent still ends us (and ours)
     opened: list[Any] = []
     try:
         for spec in specs:
-            opened.append(open_allocator(spec, env))
+            opened.append(open_allocator(spec, env, run_timeout))
         a, b = opened
         conn.send(("idle",))
         while (chunk := conn.recv()) is not None:
@@ -79,6 +86,7 @@ def parallel_differences(
     jobs: int,
     env: dict[str, str] | None = None,
     on_done: Callable[[], None] | None = None,
+    run_timeout: float = DEFAULT_RUN_TIMEOUT,
 ) -> Iterator[Compared]:
     """``compare.compared(run, outcome on A, outcome on B)`` for each of ``runs``, in order,
     from ``jobs`` worker processes (each compares its runs). Raises ``CouldNotRun`` when an
@@ -91,7 +99,8 @@ def parallel_differences(
         for _ in range(jobs):
             parent_end, child_end = ctx.Pipe()
             proc = ctx.Process(
-                target=_worker, args=(child_end, (spec_a, spec_b), dict(env or {}), runs),
+                target=_worker,
+                args=(child_end, (spec_a, spec_b), dict(env or {}), runs, os.getpid(), run_timeout),
                 daemon=True,
             )  # fmt: skip
             proc.start()

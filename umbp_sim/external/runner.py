@@ -3,22 +3,28 @@
 ``open_allocator(spec)`` gives an object with ``run(run) -> Outcome`` and ``close()``, the same
 for every kind of SPEC. An external allocator lives in a server process
 (``umbp_sim.external.child``) that forks once per run: each run is a fresh process, as in the
-field, and its death by a real signal is reported, not suffered.
+field, and its death by a real signal is reported, not suffered. Every wait here is bounded
+(``run_timeout``, ``--run-timeout``): the allocator's import, each run (the server ends a run past
+it and reports the stage it was in), and the server itself (a server that does not answer within
+the limit and ``SERVER_GRACE`` is killed with its process group and started again for the next
+run). The processes and their groups: ``umbp_sim.external.procs``.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import pickle
+import signal
 import subprocess
 import sys
 import tempfile
+import time
+from collections import deque
 from typing import Any, Protocol
 
 from umbp_sim.allocator_spec import AllocatorSpec
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.external.builtin import run_builtin
-from umbp_sim.external.child import recv, send
 from umbp_sim.external.outcome import (
     Outcome,
     Run,
@@ -26,12 +32,28 @@ from umbp_sim.external.outcome import (
     trace_from_report,
     warning_lines,
 )
+from umbp_sim.external.procs import FrameReader, frame, kill_group, pidfd, wait_readable
+
+DEFAULT_RUN_TIMEOUT = 60.0  # seconds a run (or the allocator's import) may take
+SERVER_GRACE = 60.0  # beyond a run's limit: the server's own work (torch's import for sglang)
+CLOSE_GRACE = 5.0  # seconds an idle server gets to exit once its pipe is closed
+
+
+def seconds(t: float) -> str:
+    return f"{t:g} s"
 
 
 class CouldNotRun(UmbpSimError):
     """The allocator could not be loaded or its server died (compare: exit 2)."""
 
     exit_code = 2
+
+
+class RunTimedOut(CouldNotRun):
+    """An external allocator's run (or its import) went past ``--run-timeout`` (replay,
+    preflight: exit 75; compare: the allocator could not run, exit 2)."""
+
+    exit_code = 75
 
 
 class AllocatorRunner(Protocol):
@@ -59,37 +81,130 @@ class BuiltinRunner:
 class ExternalRunner:
     """An allocator build in a server process under the interposer; one fork per run."""
 
-    def __init__(self, spec: AllocatorSpec, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        spec: AllocatorSpec,
+        env: dict[str, str] | None = None,
+        run_timeout: float = DEFAULT_RUN_TIMEOUT,
+    ) -> None:
         self.spec = spec
-        payload = {"kind": spec.kind, "name": spec.name, "path": spec.path or ""}
+        self.env = dict(env or {})
+        self.run_timeout = run_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._busy = False
+        self._start()
+
+    # ---- the server process ----
+
+    def _start(self) -> None:
+        spec = self.spec
+        to_server, self._to = os.pipe()
+        self._from, from_server = os.pipe()
+        payload = {
+            "kind": spec.kind, "name": spec.name, "path": spec.path or "",
+            "fds": [to_server, from_server], "owner": os.getpid(), "timeout": self.run_timeout,
+        }  # fmt: skip
         child_env = dict(os.environ)
-        child_env.update(env or {})
-        # The server's own stderr (the allocator's import) goes to a file: a pipe nobody reads
-        # could fill up and stop it.
+        child_env.update(self.env)
+        # Its stdout and stderr (the allocator's import) go to a file: a pipe nobody reads
+        # could fill up and stop it. Its stdin is /dev/null. The protocol has its own fds.
         self._stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "umbp_sim.external.child", json.dumps(payload)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            env=child_env,
-        )
         try:
-            hello = recv(self.proc.stdout)  # type: ignore[arg-type]
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "umbp_sim.external.child", _json(payload)],
+                stdin=subprocess.DEVNULL,
+                stdout=self._stderr,
+                stderr=self._stderr,
+                env=child_env,
+                pass_fds=(to_server, from_server),
+                **_own_group(),
+            )
+        except BaseException:
+            os.close(self._to)
+            os.close(self._from)
+            self._stderr.close()
+            raise
+        finally:
+            os.close(to_server)
+            os.close(from_server)
+        os.set_blocking(self._to, False)
+        self._reader = FrameReader()
+        self._pending: deque[Any] = deque()
+        self._watch = pidfd(self.proc.pid)
+        stage = "start"
+        try:
+            while True:
+                hello = self._recv(self.run_timeout)
+                if "stage" not in hello:
+                    break
+                stage = hello["stage"]  # each stage of its start gets the whole limit
+        except TimeoutError:
+            self.kill()
+            raise RunTimedOut(
+                f"{spec}: timed out after {seconds(self.run_timeout)} in {stage} (--run-timeout)"
+            ) from None
         except EOFError:
-            self.proc.wait()
-            self._stderr.seek(0)
-            err = self._stderr.read().decode(errors="replace")
-            self.close()
-            last = err.strip().splitlines()[-1] if err.strip() else "no output"
+            self.kill()
             raise CouldNotRun(
-                f"{spec}: the allocator's process exited before it was ready ({last})"
+                f"{spec}: the allocator's process exited before it was ready ({self._last_err()})"
             ) from None
         if "error" in hello:
             self.close()
             raise CouldNotRun(f"{spec}: {hello['error']}")
         self.mode: str = hello["mode"]
         self.objects: list[str] = hello["objects"]
+
+    def _last_err(self) -> str:
+        self._stderr.seek(0)
+        err = self._stderr.read().decode(errors="replace").strip()
+        return err.splitlines()[-1] if err else "no output"
+
+    def _alive(self) -> bool:
+        assert self.proc is not None
+        if self._watch is not None:
+            return not wait_readable([self._watch], 0)
+        return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+
+    def _recv(self, timeout: float) -> Any:
+        """The server's next message; TimeoutError past ``timeout`` seconds, EOFError when it
+        died (its pipe may stay open: a fork of the allocator can hold it)."""
+        deadline = time.monotonic() + timeout
+        while not self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            fds = [self._from] + ([self._watch] if self._watch is not None else [])
+            ready = wait_readable(fds, min(left, 0.25))
+            if self._from in ready:
+                data = os.read(self._from, 1 << 16)
+                if not data:
+                    raise EOFError
+                for f in self._reader.feed(data):
+                    try:
+                        self._pending.append(pickle.loads(f))
+                    except Exception as e:  # noqa: BLE001 - the server wrote nothing else
+                        raise EOFError(f"a garbled message ({type(e).__name__})") from None
+            elif not self._alive() and not wait_readable([self._from], 0):
+                raise EOFError
+        return self._pending.popleft()
+
+    def _send(self, message: Any, timeout: float) -> None:
+        data = memoryview(frame(pickle.dumps(message)))
+        deadline = time.monotonic() + timeout
+        while data:
+            try:
+                data = data[os.write(self._to, data) :]
+            except BlockingIOError:
+                pass
+            if data:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                select_write(self._to, min(left, 0.25))
+                if not self._alive():
+                    raise EOFError
+
+    # ---- runs ----
 
     def run(self, run: Run) -> Outcome:
         from umbp_sim.external.observe import ObserveJob
@@ -105,30 +220,82 @@ class ExternalRunner:
         return self.exchange(job)
 
     def exchange(self, message: Any) -> dict[str, Any]:
+        if self.proc is None:
+            self._start()  # the last one did not answer in time and was killed
+        limit = self.run_timeout + SERVER_GRACE
+        self._busy = True  # until the reply: an interrupted exchange leaves the server busy
         try:
-            send(self.proc.stdin, message)  # type: ignore[arg-type]
-            reply: dict[str, Any] = recv(self.proc.stdout)  # type: ignore[arg-type]
-        except (EOFError, BrokenPipeError) as e:
-            raise CouldNotRun(f"{self.spec}: the allocator's server died ({e})") from None
+            self._send(message, limit)
+            reply: dict[str, Any] = self._recv(limit)
+        except (EOFError, OSError) as e:
+            self.kill()
+            why = str(e) or "it exited"
+            raise CouldNotRun(f"{self.spec}: the allocator's server died ({why})") from None
+        except TimeoutError:
+            self.kill()  # with its group and its run's (the keeper's part)
+            return {
+                "result": None, "stages": ["the allocator's server"], "partial": {},
+                "signal": None, "code": None, "log": "", "timed_out": limit, "stopped": None,
+            }  # fmt: skip
+        self._busy = False
         return reply
 
+    # ---- the end ----
+
     def close(self) -> None:
-        if self.proc.poll() is None:
-            if self.proc.stdin:
-                self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for f in (self.proc.stdout, self.proc.stdin, self._stderr):
-            if f and not f.closed:
-                f.close()
+        """End the server: told by its pipe when idle (it exits), killed with its process group
+        when busy or past ``CLOSE_GRACE``; either way its group is killed before it is reaped."""
+        if self.proc is None:
+            return
+        os.close(self._to)
+        if not self._busy:
+            deadline = time.monotonic() + CLOSE_GRACE
+            while self._alive() and time.monotonic() < deadline:
+                if self._watch is not None:
+                    wait_readable([self._watch], deadline - time.monotonic())
+                else:
+                    time.sleep(0.01)
+        self._end()
+
+    def kill(self) -> None:
+        """End the server and its process group now."""
+        if self.proc is None:
+            return
+        os.close(self._to)
+        self._end()
+
+    def _end(self) -> None:
+        self._busy = False
+        assert self.proc is not None
+        kill_group(self.proc.pid)  # not reaped yet: the group id is still the server's
+        self.proc.wait()
+        os.close(self._from)
+        if self._watch is not None:
+            os.close(self._watch)
+        self._stderr.close()
+        self.proc = None
+
+
+def select_write(fd: int, timeout: float) -> None:
+    import select
+
+    select.select([], [fd], [], timeout)
+
+
+def _json(payload: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(payload)
+
+
+def _own_group() -> dict[str, Any]:
+    """Popen's arguments that start the child as the leader of a new process group."""
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"preexec_fn": os.setpgrp}  # pragma: no cover - Python 3.10
 
 
 def _signal_name(sig: int) -> str:
-    import signal
-
     try:
         return signal.Signals(sig).name
     except ValueError:
@@ -141,6 +308,19 @@ def outcome_from_reply(reply: dict[str, Any]) -> Outcome:
     res = reply["result"]
     stages = reply["stages"]
     warnings = warning_lines(log)
+    if reply.get("timed_out") is not None:
+        return Outcome(result="timeout", error=timed_out_text(reply), warnings=warnings)
+    if reply.get("stopped") is not None:
+        return Outcome(
+            result="crash",
+            crash={
+                "signal": reply["stopped"],
+                "stage": stages[-1] if stages else "start",
+                "simulated": False,
+                "detail": "the process stopped; umbp-sim ended it",
+            },
+            warnings=warnings,
+        )
     if reply["signal"] is not None:
         sig_name, detail = crash_report(log)
         stage = stages[-1] if stages else "start"
@@ -178,7 +358,17 @@ def outcome_from_reply(reply: dict[str, Any]) -> Outcome:
     )
 
 
-def open_allocator(spec: AllocatorSpec, env: dict[str, str] | None = None) -> AllocatorRunner:
+def timed_out_text(reply: dict[str, Any]) -> str:
+    """The text of a run past its limit: "timed out after 60 s in alloc" (the last stage)."""
+    stage = reply["stages"][-1] if reply["stages"] else "start"
+    return f"timed out after {seconds(reply['timed_out'])} in {stage}"
+
+
+def open_allocator(
+    spec: AllocatorSpec,
+    env: dict[str, str] | None = None,
+    run_timeout: float = DEFAULT_RUN_TIMEOUT,
+) -> AllocatorRunner:
     if spec.kind == "builtin":
         return BuiltinRunner(spec)
-    return ExternalRunner(spec, env)
+    return ExternalRunner(spec, env, run_timeout)

@@ -10,6 +10,9 @@ one forked child of the allocator's server per run, sglang's host pool included)
   expected fallbacks and warning texts are that allocator's. Those that name none or the field's
   allocator (mori-624002c) describe what mori does, and run.
 
+A run past its time limit (``--run-timeout``) fails the scenario with "timed out after N s in
+alloc" (the stage it was in); the next scenario runs.
+
 mori prints its warnings only at log level warn, so a run sets ``MORI_UMBP_LOG_LEVEL=warn``
 unless the scenario's ``[env]`` or the environment sets a mori level
 (``profiles.with_mori_warnings``).
@@ -19,7 +22,9 @@ from __future__ import annotations
 
 import os
 
-from umbp_sim.external.observe import observe_external, steps_not_runnable
+from umbp_sim.allocator_spec import parse_allocator_spec
+from umbp_sim.external.observe import observe_external, runner_for, steps_not_runnable
+from umbp_sim.external.runner import RunTimedOut
 from umbp_sim.profiles import FIELD_PROFILE, canonical_profile, with_mori_warnings
 from umbp_sim.scenario.observed import Observed, ScenarioResult, compare, read_counters
 from umbp_sim.scenario.runner import build_machine
@@ -46,7 +51,12 @@ def run_scenario_external(scn: Scenario, spec: str) -> ScenarioResult:
     if scn.expect.get("counters"):
         read_counters(scn, SimHost(machine))  # a bad key is the file's error, said here
     env = with_mori_warnings(dict(scn.env), os.environ)
-    obs = observe_external(scn, machine, None, spec, env=env, counters=True)
+    runner_for(parse_allocator_spec(spec))  # an allocator that cannot start ends the command
+    try:
+        obs = observe_external(scn, machine, None, spec, env=env, counters=True)
+    except RunTimedOut as e:
+        text = str(e).removeprefix(f"--allocator {spec}: a run ")
+        return ScenarioResult(scn, Observed(outcome="timed out", error=text), [text])
     expect = scn.expect
     mismatches = []
     if obs.outcome == "crashed" and expect.get("counters"):

@@ -1,0 +1,211 @@
+"""The processes an external run starts, owned: bounded waits, process groups, a keeper.
+
+The tree (``umbp_sim/external/``): the command (or a ``compare --jobs`` worker) starts an
+allocator server in a process group of its own (``runner.ExternalRunner``); the server forks
+each run into a process group of its own (``child.fork_run``); what the allocator forks stays in
+that run's group. So:
+
+- a run is ended with its group (``kill_group``): whatever the allocator forked goes with it;
+- the server and what it started are ended by its owner with the server's group;
+- a server, a run child and a worker die with their parent (``die_with_parent``:
+  ``PR_SET_PDEATHSIG``, set first thing, then ``getppid()`` checked for a parent that died
+  before it was set);
+- the *keeper*, a small process the server forks at start (``start_keeper``, in a group of its
+  own so that killing the server's group leaves it), waits for the server's death however it
+  comes (closed, killed, its owner SIGKILLed) and then ends the current run's group and the
+  server's group: the allocator's forks do not outlive it.
+
+A process that leaves its group on purpose (``setsid``, ``setpgid``) is out of reach of all of
+this; only a cgroup or a PID namespace would hold it.
+
+The waits here never block without a deadline: ``wait_readable`` bounds every read of a pipe
+that someone else's fork may hold open.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from umbp_sim.errors import Terminated
+
+PR_SET_PDEATHSIG = 1
+
+_libc: Any = None
+
+
+def _prctl(option: int, arg: int) -> int:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return int(_libc.prctl(option, arg, 0, 0, 0))
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
+    """In a child, first thing: ``sig`` when the parent (the thread that forked us) dies. A
+    parent already gone (it died before the prctl) ends this process now."""
+    _prctl(PR_SET_PDEATHSIG, int(sig))
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL every process of group ``pgid`` (nothing if it has none left)."""
+    if pgid > 1:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid`` (readable once it has exited), or None where the kernel has none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def wait_readable(fds: list[int], timeout: float) -> list[int]:
+    """The fds of ``fds`` readable within ``timeout`` seconds (``[]``: none)."""
+    try:
+        ready, _, _ = select.select(fds, [], [], max(0.0, timeout))
+    except InterruptedError:  # pragma: no cover - select retries on EINTR since 3.5
+        return []
+    return ready
+
+
+# ---- framing: 4-byte big-endian length + payload ---------------------------------------------
+
+
+class FrameReader:
+    """Frames out of the bytes of a pipe, read as they come (``os.read``), never blocking."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        self._buf += data
+        while len(self._buf) >= 4:
+            (n,) = struct.unpack(">I", self._buf[:4])
+            if len(self._buf) < 4 + n:
+                break
+            frame = bytes(self._buf[4 : 4 + n])
+            del self._buf[: 4 + n]
+            yield frame
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload)) + payload
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+# ---- the keeper --------------------------------------------------------------------------------
+
+
+def start_keeper(server: int) -> tuple[int, int]:
+    """Fork the keeper of ``server`` (this process, the leader of its own group). Returns (its
+    pid, the fd to tell it the current run's group on: ``tell_keeper``). A server that ends
+    as it should tells it ``QUIT`` and reaps it; one that dies leaves it to do its work (and to
+    be reaped by init)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the keeper: never returns
+        try:
+            os.setpgid(0, 0)  # out of the server's group: its owner's kill leaves us to clean up
+            _keep(server, r)
+        finally:
+            os._exit(0)
+    os.close(r)
+    return pid, w
+
+
+def _keep(server: int, r: int) -> None:
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    watch = pidfd(server)
+    keep = {0, 1, 2, r, watch}
+    for fd in _open_fds():  # the server's pipes among them: nobody waits on us for an EOF
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)  # only the server's death ends us
+    run = 0
+    reader = FrameReader()
+    fds = [r] + ([watch] if watch is not None else [])
+    while True:
+        ready = wait_readable(fds, 0.5)
+        if watch is not None and watch in ready:
+            break
+        if r in ready:
+            data = os.read(r, 4096)
+            if not data:
+                fds.remove(r)
+            for f in reader.feed(data):
+                (run,) = struct.unpack(">i", f)
+            if run == QUIT:
+                return  # the server is ending as it should: nothing is left to us
+        if watch is None and os.getppid() != server:
+            break
+    kill_group(run)
+    kill_group(server)
+
+
+def _open_fds() -> list[int]:
+    try:
+        return [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        return list(range(3, 256))
+
+
+QUIT = -1  # told to the keeper by a server that ends as it should (it reaps the keeper)
+
+
+def tell_keeper(fd: int | None, run_group: int) -> None:
+    """Tell the keeper the current run's group (0: none; ``QUIT``: exit now)."""
+    if fd is not None:
+        try:
+            write_all(fd, frame(struct.pack(">i", run_group)))
+        except OSError:
+            pass
+
+
+# ---- SIGTERM and SIGHUP in a command's process ------------------------------------------------
+
+
+@contextmanager
+def ended_by_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``Terminated`` in this process (its ``finally`` blocks end the
+    workers and servers it started; the command exits 128 + the signal). A process forked from
+    it meanwhile takes the signal's default action."""
+    owner = os.getpid()
+
+    def handler(sig: int, _frame: Any) -> None:
+        if os.getpid() != owner:
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+            return
+        raise Terminated(sig)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
