@@ -115,7 +115,9 @@ def allocators(tmp_path: Path) -> dict[str, str]:
 
 def _env(allocators: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([allocators["dir"], str(ROOT), env.get("PYTHONPATH", "")])
+    # the test allocators' directory; umbp_sim itself is the installed package (never the
+    # source tree, which has no compiled _native)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (allocators["dir"], env.get("PYTHONPATH")) if p)
     env["FORKED_PIDS"] = allocators["forked"]
     env.pop("UMBP_SIM_TRACEBACK", None)
     return env
