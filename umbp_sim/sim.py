@@ -17,7 +17,7 @@ from pathlib import Path
 
 from umbp_sim import _context, _native
 from umbp_sim.errors import SimulatedCrash, UmbpSimError
-from umbp_sim.machine import MACHINE_FIELDS, Machine
+from umbp_sim.machine import MACHINE_FIELDS, Machine, task_size
 from umbp_sim.meminfo import file_units
 
 __all__ = [
@@ -231,6 +231,7 @@ def to_sim_config(machine: Machine) -> _native.SimConfig:
             value = resolve(machine) if resolve else _plain(getattr(machine, spec.name))
             setattr(cfg, spec.cxx, value)
     cfg.kernel_major, cfg.kernel_minor, _ = machine.kernel_tuple()
+    cfg.task_size = task_size(machine.arch)
     return cfg
 
 

@@ -108,7 +108,8 @@ SimKernel::SimKernel(const SimConfig& cfg) : cfg_(cfg) {
 }
 
 SimKernel::~SimKernel() {
-  for (auto& [s, v] : vmas_) ::munmap(reinterpret_cast<void*>(v.start), v.end - v.start);
+  real_cache_ok_ = false;  // every range really goes now (or back to the unbacked space)
+  for (auto& [s, v] : vmas_) real_unmap(v.start, v.end);
   for (auto& [len, starts] : real_cache_)
     for (uintptr_t start : starts) ::munmap(reinterpret_cast<void*>(start), len);
 }
