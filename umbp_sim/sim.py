@@ -359,6 +359,15 @@ _MAX_VIEWS = 8
 _VIEWS_LOCK = threading.Lock()
 
 
+def _new_lock_in_child() -> None:
+    # A thread of the parent may have held it at fork(): the child's copy would stay taken.
+    global _VIEWS_LOCK
+    _VIEWS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 def host_view(machine: Machine) -> SimHost:
     """A SimHost of ``machine`` in its starting state, for questions only (counters, files):
     one SimKernel per machine state, shared by every caller asking about that state (a replay
@@ -376,7 +385,9 @@ def host_view(machine: Machine) -> SimHost:
 
 @contextlib.contextmanager
 def simulate(machine: Machine) -> Iterator[SimHost]:
-    """Run allocators created inside the block on a SimKernel built from ``machine``."""
+    """Run allocators created inside the block, on this thread, on a SimKernel built from
+    ``machine``. Per thread: other threads (also those started inside the block) stay on the
+    real kernel; give them ``UMBPHostMemAllocator(kernel=host.kernel)`` to share the host."""
     host = SimHost(machine)
     _context.push_kernel(host.kernel)
     try:

@@ -117,6 +117,8 @@ bool SimKernel::backed(uintptr_t addr) {
   return addr < it->second.end && it->second.real_rw;
 }
 
+void SimKernel::register_fork_handlers() { unbacked_space(); }
+
 int SimKernel::reserve_real(uintptr_t hint, uint64_t len, uint64_t align, bool fixed,
                             uintptr_t* out, bool* writable) {
   const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
