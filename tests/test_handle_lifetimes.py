@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import logging
 import os
@@ -154,3 +155,109 @@ def test_random_faults_and_exceptions_from_threads_leak_nothing_on_the_real_kern
     assert len(os.listdir("/proc/self/fd")) == fds
     with open("/proc/self/maps") as f:
         assert "umbp_host_buffer" not in f.read()
+
+
+# ---- issue 26, point 8: a handle that outlives its host; fork while another thread allocates
+
+
+GONE = (
+    r"UMBPHostBufferHandle\(serial=\d+, requested_size=1048576\)\.ptr: the simulated host this "
+    r"buffer was allocated on is gone \(its SimKernel was destroyed, and the buffer's memory "
+    r"with it\); keep the host, or an allocator on it, alive while the buffer is in use"
+)
+
+
+def test_a_handle_that_outlives_its_host_raises_on_use():
+    import gc
+
+    from umbp_sim.errors import HostGoneError
+
+    with umbp_sim.simulate(Machine.x86_64()):
+        h = UMBPHostMemAllocator().alloc(1 << 20)
+        alive = h.ptr  # while the host lives, the address is usable
+        ctypes.memset(alive, 1, 4096)
+    gc.collect()
+    with pytest.raises(HostGoneError, match="^" + GONE + "$"):
+        h.ptr  # noqa: B018 - the use under test
+    with pytest.raises(HostGoneError, match=GONE):
+        copy.copy(h).ptr  # noqa: B018
+    assert h and h.serial and h.mapped_size == 1 << 20  # what it was stays readable
+    assert repr(h).endswith("(its simulated host is gone)>")
+    # Freeing it anywhere is the usual refusal (a warning), never an unmap.
+    UMBPHostMemAllocator(kernel=_native.LinuxKernel()).free(h)
+    assert h
+
+
+def test_a_handle_whose_host_is_alive_stays_usable_after_its_wrappers_go():
+    host = SimHost(Machine.x86_64())
+    st = instrument(host.kernel)
+    h = UMBPHostMemAllocator(st.kernel).alloc(1 << 20)
+    del st
+    ctypes.memset(h.ptr, 1, 4096)  # the SimKernel (and the memory) is still there
+    real = UMBPHostMemAllocator(kernel=_native.LinuxKernel()).alloc(4096)
+    ctypes.memset(real.ptr, 1, 4096)  # a real buffer's memory never goes with its kernel object
+    assert host.mappings()
+
+
+def _wait_all(pids: list[int], timeout: float) -> list[object]:
+    import time
+
+    deadline = time.monotonic() + timeout
+    status: dict[int, object] = {}
+    while len(status) < len(pids) and time.monotonic() < deadline:
+        for pid in pids:
+            if pid not in status:
+                done, st = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    status[pid] = os.waitstatus_to_exitcode(st)
+        time.sleep(0.01)
+    for pid in pids:
+        if pid not in status:  # hung: ours to end
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            status[pid] = "hung"
+    return [status[p] for p in pids]
+
+
+@pytest.mark.parametrize("backing", [AnonymousHugetlb, AnonymousShm], ids=lambda b: b.name)
+def test_fork_while_another_thread_allocates_leaves_the_child_able_to_allocate(backing):
+    import warnings
+
+    host = SimHost(Machine.x86_64(nodes=2, hugepages={"2MiB": 64}))
+    st = instrument(host.kernel)
+    alloc = UMBPHostMemAllocator(st.kernel)
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            h = alloc.alloc(2 * MiB, backing, numa_node=1)
+            alloc.free(h)
+
+    threads = [threading.Thread(target=churn) for _ in range(2)]
+    for t in threads:
+        t.start()
+    pids = []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork with threads
+            for _ in range(8):
+                pid = os.fork()
+                if pid == 0:  # the child: allocate on the inherited host, then on the real one
+                    code = 3
+                    try:
+                        h = alloc.alloc(2 * MiB, backing, numa_node=0)
+                        got = bool(h)
+                        alloc.free(h)
+                        r = UMBPHostMemAllocator(kernel=_native.LinuxKernel()).alloc(4096)
+                        with umbp_sim.simulate(Machine.x86_64()):
+                            s = UMBPHostMemAllocator().alloc(4096)
+                        code = 0 if (got and r and s) else 1
+                    finally:
+                        os._exit(code)
+                pids.append(pid)
+                threading.Event().wait(0.02)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert _wait_all(pids, timeout=30) == [0] * 8

@@ -103,3 +103,51 @@ def test_threads_alloc_free_under_faults_balance() -> None:
     assert host.mappings() == []
     assert host.open_fds() == []
     assert collect_leaks(host, allocator, stack.kernel) == []
+
+
+def test_simulate_is_per_thread_and_leaves_nothing_behind() -> None:
+    """Two threads inside simulate() at once, leaving in the other order than they entered
+    (issue 26, point 8): each allocator stands on its own thread's host, a thread outside any
+    block (the main one) stays on the real kernel, and nothing is left once both are out."""
+    from umbp_sim import _context, simulate
+    from umbp_sim.allocator import real_kernel
+
+    both_in = threading.Barrier(3)
+    first_out = threading.Event()
+    seen: dict[str, object] = {}
+    errors: list[BaseException] = []
+
+    def worker(name: str, leave_first: bool) -> None:
+        try:
+            with simulate(Machine.x86_64(name=name)) as host:
+                both_in.wait(timeout=30)
+                a = UMBPHostMemAllocator()
+                seen[name] = a.kernel is host.kernel
+                h = a.alloc(1 << 20, B.AnonymousShm)
+                seen[name + "_mapped"] = len(host.mappings())
+                a.free(h)
+                if not leave_first:
+                    assert first_out.wait(timeout=30)
+            if leave_first:
+                first_out.set()
+            seen[name + "_after"] = _context.current_kernel()
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [
+        threading.Thread(target=worker, args=("a", False)),
+        threading.Thread(target=worker, args=("b", True)),
+    ]
+    for t in threads:
+        t.start()
+    both_in.wait(timeout=30)
+    main_allocator = UMBPHostMemAllocator()  # on the main thread, outside any block
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert seen == {
+        "a": True, "b": True, "a_mapped": 1, "b_mapped": 1, "a_after": None, "b_after": None,
+    }  # fmt: skip
+    assert main_allocator.kernel is real_kernel()
+    assert _context.current_kernel() is None
+    assert UMBPHostMemAllocator().kernel is real_kernel()

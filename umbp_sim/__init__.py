@@ -63,6 +63,7 @@ _LAZY: dict[str, str] = {
     "UMBPShmAllocation": "allocator",
     "get_include": "capi",
     "interposer_path": "capi",
+    "HostGoneError": "errors",
     "SimulatedCrash": "errors",
     "UmbpSimError": "errors",
     "FaultPlan": "faults",
@@ -88,7 +89,7 @@ if TYPE_CHECKING:
         UMBPShmAllocation,
     )
     from umbp_sim.capi import get_include, interposer_path
-    from umbp_sim.errors import SimulatedCrash, UmbpSimError
+    from umbp_sim.errors import HostGoneError, SimulatedCrash, UmbpSimError
     from umbp_sim.faults import FaultPlan
     from umbp_sim.machine import HugePool, Machine, Node
     from umbp_sim.sim import HugePages, Mapping, SimHost, simulate
@@ -130,6 +131,7 @@ __all__ = [
     "AnonymousShm",
     "AnonymousShmHugetlb",
     "FaultPlan",
+    "HostGoneError",
     "HugePages",
     "HugePool",
     "Machine",

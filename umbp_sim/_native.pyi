@@ -170,6 +170,7 @@ class LinuxKernel(Kernel):
 class SimConfig:
     admin_reserve_kbytes: int
     base_vm: int
+    task_size: int
     committed_as: int
     default_hugepage_size: int
     hugepage_sizes: list[int]
@@ -234,6 +235,7 @@ class SimKernel(Kernel):
         nodes: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex],
     ) -> None: ...
     def total_vm(self) -> int: ...
+    def backed(self, addr: typing.SupportsInt | typing.SupportsIndex) -> bool: ...
 
 class SimNodeConfig:
     cpulist: str

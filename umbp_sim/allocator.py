@@ -2,7 +2,13 @@
 
 ``UMBPHostMemAllocator`` is a drop-in for ``mori.umbp.UMBPHostMemAllocator``: same methods,
 argument names and defaults. It runs on the kernel of the innermost ``umbp_sim.simulate(...)``
-host when one is active, else on the real kernel, or on the kernel passed explicitly.
+host active on the thread that creates it, else on the real kernel, or on the kernel passed
+explicitly.
+
+A handle's address (``ptr``) of a simulated buffer is the simulated host's memory: once the host
+is gone (its SimHost, allocators and traced wrappers all dropped), ``ptr`` raises
+``umbp_sim.errors.HostGoneError``. ``fork()`` is safe while other threads allocate: it waits for
+the native calls in flight, and the child can allocate.
 
 ``profile`` chooses the allocator's behaviour where mori and umbp-sim differ
 (``umbp_sim.profiles``): ``"umbp-sim"`` (default here: mori plus umbp-sim's fixes) or
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
 import signal as _signal
 import threading
 from typing import Any
@@ -44,6 +51,15 @@ _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 
 _real_kernel: Any = None
 _real_kernel_lock = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    # A thread of the parent may have held it at fork(): the child's copy would stay taken.
+    global _real_kernel_lock
+    _real_kernel_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def real_kernel() -> Any:

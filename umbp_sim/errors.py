@@ -63,3 +63,12 @@ class Terminated(BaseException):
             name = f"signal {sig}"
         self.name = name
         super().__init__(f"terminated by {name}")
+
+
+class HostGoneError(RuntimeError):
+    """A buffer handle was used after the simulated host it was allocated on was destroyed.
+
+    A simulated buffer lives in its SimKernel's memory, which goes with the SimKernel (when the
+    last of the SimHost, its allocators and their wrappers is gone): the handle's address then
+    points to nothing. Raised by ``UMBPHostBufferHandle.ptr`` instead of a segmentation fault.
+    """

@@ -463,9 +463,15 @@ def _specs() -> tuple[FieldSpec, ...]:
 
 
 MACHINE_FIELDS: tuple[FieldSpec, ...] = _specs()
-# SimConfig fields Python fills that are no Machine field: parts of kernel_version, and the VM
-# the simulated process already has (left 0: the allocator's mappings are all it has).
-SIM_CONFIG_DERIVED = {"kernel_major": "int", "kernel_minor": "int", "base_vm": "int"}
+# SimConfig fields Python fills that are no Machine field: parts of kernel_version, the VM
+# the simulated process already has (left 0: the allocator's mappings are all it has) and the
+# size of its address space (``task_size``, from arch).
+SIM_CONFIG_DERIVED = {
+    "kernel_major": "int",
+    "kernel_minor": "int",
+    "base_vm": "int",
+    "task_size": "int",
+}
 _FIELD_NAMES = {f.name for f in MACHINE_FIELDS}
 # Sizes given as "2MiB" strings: bytes-valued numbers, and {size: ...} tables.
 _SIZE_FIELDS = {
@@ -595,6 +601,17 @@ def pmd_size(arch: str, page_size: int) -> int:
     if arch == "s390x":
         return MiB
     return 2 * MiB
+
+
+def task_size(arch: str) -> int:
+    """The size of a process's user address space (TASK_SIZE; docs/kernel-model.md section 6):
+    what a mmap without an address hint can reach. x86_64 with 4-level paging (a 5-level kernel
+    maps above it only on request), arm64 with 48-bit VA, s390x 2^53, others 2^47."""
+    if arch == "arm64":
+        return 1 << 48
+    if arch == "s390x":
+        return 1 << 53
+    return (1 << 47) - 4096 if arch == "x86_64" else 1 << 47
 
 
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from umbp_sim import _context, _native
 from umbp_sim.errors import SimulatedCrash, UmbpSimError
-from umbp_sim.machine import MACHINE_FIELDS, Machine
+from umbp_sim.machine import MACHINE_FIELDS, Machine, task_size
 from umbp_sim.meminfo import file_units
 
 __all__ = [
@@ -231,6 +231,7 @@ def to_sim_config(machine: Machine) -> _native.SimConfig:
             value = resolve(machine) if resolve else _plain(getattr(machine, spec.name))
             setattr(cfg, spec.cxx, value)
     cfg.kernel_major, cfg.kernel_minor, _ = machine.kernel_tuple()
+    cfg.task_size = task_size(machine.arch)
     return cfg
 
 
@@ -358,6 +359,15 @@ _MAX_VIEWS = 8
 _VIEWS_LOCK = threading.Lock()
 
 
+def _new_lock_in_child() -> None:
+    # A thread of the parent may have held it at fork(): the child's copy would stay taken.
+    global _VIEWS_LOCK
+    _VIEWS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 def host_view(machine: Machine) -> SimHost:
     """A SimHost of ``machine`` in its starting state, for questions only (counters, files):
     one SimKernel per machine state, shared by every caller asking about that state (a replay
@@ -375,7 +385,9 @@ def host_view(machine: Machine) -> SimHost:
 
 @contextlib.contextmanager
 def simulate(machine: Machine) -> Iterator[SimHost]:
-    """Run allocators created inside the block on a SimKernel built from ``machine``."""
+    """Run allocators created inside the block, on this thread, on a SimKernel built from
+    ``machine``. Per thread: other threads (also those started inside the block) stay on the
+    real kernel; give them ``UMBPHostMemAllocator(kernel=host.kernel)`` to share the host."""
     host = SimHost(machine)
     _context.push_kernel(host.kernel)
     try:

@@ -939,6 +939,9 @@ int do_munmap(const umbp_sim_kernel* k, void* addr, size_t len) {
   return r.error || r.signal ? fail(k, r, "munmap") : 0;
 }
 
+// The nodemask goes to the Kernel as the allocator passed it: umbp-sim's kernels read it as
+// copy_from_user does, in Linux's order of checks (a maxnode above PAGE_SIZE*8 is EINVAL unread,
+// a mask that cannot be read EFAULT: kernel/user_memory.h), never with a SIGSEGV of this process.
 long do_mbind(const umbp_sim_kernel* k, void* addr, unsigned long len, int mode,
               const unsigned long* mask, unsigned long maxnode, unsigned flags) {
   umbp_sim_result r = k->ops->mbind(k->self, addr, len, mode, mask, maxnode, flags);

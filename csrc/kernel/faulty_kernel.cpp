@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "kernel/crash_record.h"
+#include "kernel/memory_lifetimes.h"
 
 namespace umbp {
 
@@ -126,6 +127,8 @@ bool FaultRule::matches(const SyscallArgs& c) const {
   }
 }
 
+FaultyKernel::~FaultyKernel() { note_kernel_gone(id()); }
+
 FaultyKernel::FaultyKernel(KernelPtr inner, std::vector<FaultRule> rules)
     : inner_(std::move(inner)), rules_(std::move(rules)) {
   if (!inner_) throw std::invalid_argument("FaultyKernel: inner kernel is null");
@@ -139,6 +142,7 @@ FaultyKernel::FaultyKernel(KernelPtr inner, std::vector<FaultRule> rules)
   }
   calls_.assign(rules_.size(), 0);
   fires_.assign(rules_.size(), 0);
+  note_wrapper(id(), inner_->id());
 }
 
 std::vector<FaultRecord> FaultyKernel::records() const {

@@ -92,6 +92,7 @@ class FaultyKernel final : public Kernel {
  public:
   // Throws std::invalid_argument naming the rule for an unusable rule.
   FaultyKernel(KernelPtr inner, std::vector<FaultRule> rules);
+  ~FaultyKernel() override;
 
   const KernelPtr& inner() const { return inner_; }
   const std::vector<FaultRule>& rules() const { return rules_; }

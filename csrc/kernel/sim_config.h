@@ -53,7 +53,10 @@ struct SimConfig {
   uint64_t user_reserve_kbytes = 131072;
   uint64_t rlimit_as = UINT64_MAX;  // UINT64_MAX: unlimited
   uint64_t base_vm = 0;             // VM the simulated process already has (counts for RLIMIT_AS)
-  uint64_t memcg_max = UINT64_MAX;  // UINT64_MAX: "max"
+  // The simulated process's user address space (TASK_SIZE): x86_64 0x7ffffffff000 (4-level
+  // paging), arm64 2^48 (48-bit VA). More than fits is ENOMEM from mmap, on any analyst's host.
+  uint64_t task_size = (uint64_t{1} << 47) - 4096;
+  uint64_t memcg_max = UINT64_MAX;                       // UINT64_MAX: "max"
   std::map<uint64_t, uint64_t> hugetlb_cgroup_max;       // size -> bytes (fault-time limit)
   std::map<uint64_t, uint64_t> hugetlb_cgroup_rsvd_max;  // size -> bytes (mmap-time limit)
   std::string kernel_release = "6.18.0";

@@ -10,6 +10,7 @@
 #include <cerrno>
 
 #include "kernel/crash_record.h"
+#include "kernel/memory_lifetimes.h"
 
 namespace umbp {
 
@@ -105,12 +106,15 @@ SimKernel::SimKernel(const SimConfig& cfg) : cfg_(cfg) {
     h.max_persistent = persistent(h);
     hstates_[size] = h;
   }
+  note_simulated_memory(id());
 }
 
 SimKernel::~SimKernel() {
-  for (auto& [s, v] : vmas_) ::munmap(reinterpret_cast<void*>(v.start), v.end - v.start);
+  real_cache_ok_ = false;  // every range really goes now (or back to the unbacked space)
+  for (auto& [s, v] : vmas_) real_unmap(v.start, v.end);
   for (auto& [len, starts] : real_cache_)
     for (uintptr_t start : starts) ::munmap(reinterpret_cast<void*>(start), len);
+  note_kernel_gone(id());  // handles of its buffers now point to nothing (memory_lifetimes.h)
 }
 
 size_t SimKernel::page_size() { return static_cast<size_t>(cfg_.page_size); }

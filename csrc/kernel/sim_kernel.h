@@ -97,6 +97,7 @@ struct SimVma {
   uint64_t pgoff = 0;      // first object page (in obj->page units) mapped at start
   bool noreserve = false;  // VM_NORESERVE (no hugetlb reservation)
   bool accounted = false;  // charged to Committed_AS
+  bool real_rw = true;     // its real range is read-write memory (SimKernel::backed)
   SimPolicy policy;
   SimFaultBase fault_base;
   bool hugetlb() const { return obj && obj->h; }
@@ -169,6 +170,13 @@ class SimKernel : public Kernel {
   void clear_reasons();
   // Reclaimable memory (page cache + SReclaimable) left on a node, and in total.
   uint64_t node_reclaimable(int node);
+  // Whether `addr` is in a simulated mapping with real read-write memory behind it (Python can
+  // write through the pointer); false outside any mapping and for a mapping the analyst's own
+  // process had no room for (an unbacked range, or PROT_NONE on a strict-overcommit host).
+  bool backed(uintptr_t addr);
+  // The pthread_atfork handlers of the process-wide table of unbacked ranges, registered now
+  // (see memory_lifetimes.h register_fork_handlers).
+  static void register_fork_handlers();
 
  private:
   friend struct SimFaulter;
@@ -234,7 +242,9 @@ class SimKernel : public Kernel {
                      bool is_madvise);
   std::map<uintptr_t, SimVma>::iterator split_vma(uintptr_t at);
   void real_unmap(uintptr_t start, uintptr_t end);
-  int reserve_real(uintptr_t hint, uint64_t len, uint64_t align, bool fixed, uintptr_t* out);
+  // 0 or an errno; *writable: the range is real read-write memory (not PROT_NONE, not unbacked).
+  int reserve_real(uintptr_t hint, uint64_t len, uint64_t align, bool fixed, uintptr_t* out,
+                   bool* writable);
   int commit_check(uint64_t bytes, uint64_t new_vm_bytes);
   SysResult munmap_locked(uintptr_t start, uintptr_t end);
   SysResult do_mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset);

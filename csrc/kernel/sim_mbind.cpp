@@ -6,10 +6,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <iterator>
+#include <string>
+#include <vector>
 
 #include "kernel/crash_record.h"
 #include "kernel/sim_kernel.h"
+#include "kernel/user_memory.h"
 
 namespace umbp {
 
@@ -47,13 +51,27 @@ SysResult SimKernel::do_mbind(void* addr, size_t length, int mode, const unsigne
       return SysResult::Err(EINVAL);
   }
 
-  // get_nodes: the kernel reads maxnode-1 bits.
+  // get_nodes: the kernel reads maxnode-1 bits (BITS_TO_LONGS of them, copy_from_user: a mask
+  // that cannot be read is EFAULT).
   std::vector<int> user_nodes;
   if (nodemask && maxnode != 0) {
     unsigned long bits = maxnode - 1;
     if (bits > ps * 8) return SysResult::Err(EINVAL);
+    std::vector<unsigned long> mask((bits + kBitsPerLong - 1) / kBitsPerLong);
+    const size_t bytes = mask.size() * sizeof(unsigned long);
+    if (!read_user_memory(nodemask, mask.data(), bytes)) {
+      char at[32];
+      std::snprintf(at, sizeof at, "0x%lx",
+                    static_cast<unsigned long>(reinterpret_cast<uintptr_t>(nodemask)));
+      return fail(
+          EFAULT, "mbind", "mbind_mask_unreadable",
+          "the nodemask at " + std::string(at) + " cannot be read (maxnode " +
+              std::to_string(maxnode) + ": " + std::to_string(bytes) +
+              " bytes): mbind fails with EFAULT",
+          {{"maxnode", static_cast<int64_t>(maxnode)}, {"bytes", static_cast<int64_t>(bytes)}});
+    }
     for (unsigned long b = 0; b < bits; ++b) {
-      if (!(nodemask[b / kBitsPerLong] >> (b % kBitsPerLong) & 1UL)) continue;
+      if (!(mask[b / kBitsPerLong] >> (b % kBitsPerLong) & 1UL)) continue;
       if (b >= kMaxNumNodes) return SysResult::Err(EINVAL);
       user_nodes.push_back(static_cast<int>(b));
     }

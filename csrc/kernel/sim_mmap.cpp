@@ -155,9 +155,20 @@ SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int
     SysResult r = munmap_locked(hint, hint + len);
     if (!r.ok()) return r;
   }
-  // RLIMIT_AS counts every VMA, hugetlb and NORESERVE included.
+  // get_unmapped_area: the simulated process's address space (TASK_SIZE) must hold it (the
+  // model adds sizes: no fragmentation, no stack gap). Never the analyst's own address space,
+  // which only decides where the simulated mapping really lives (sim_address_space.cpp).
   uint64_t vm = cfg_.base_vm;
   for (const auto& [s, v] : vmas_) vm += v.len();
+  if (!fixed && (vm > cfg_.task_size || len > cfg_.task_size - vm))
+    return fail(ENOMEM, "mmap", "address_space",
+                "no room for " + str(i64(len)) +
+                    " bytes in the address space: the simulated process's user address space "
+                    "(TASK_SIZE) is " +
+                    str(i64(cfg_.task_size)) + " bytes, it maps " + str(i64(vm)) +
+                    " and asks for " + str(i64(len)) + " more",
+                {{"length", i64(len)}, {"vm", i64(vm)}, {"task_size", i64(cfg_.task_size)}});
+  // RLIMIT_AS counts every VMA, hugetlb and NORESERVE included.
   if (cfg_.rlimit_as != UINT64_MAX && vm + len > cfg_.rlimit_as)
     return fail(ENOMEM, "mmap", "rlimit_as",
                 "RLIMIT_AS (Max address space) is " + str(i64(cfg_.rlimit_as)) +
@@ -265,7 +276,8 @@ SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int
   }
 
   uintptr_t start = 0;
-  int err = reserve_real(hint, len, std::max<uint64_t>(unit, 4096), fixed, &start);
+  bool real_rw = true;
+  int err = reserve_real(hint, len, std::max<uint64_t>(unit, 4096), fixed, &start, &real_rw);
   if (err) {
     if (delta > 0) return_unused_surplus(*h, delta);
     if (accounted) committed_ -= len;
@@ -292,6 +304,7 @@ SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int
   v.pgoff = pgoff;
   v.noreserve = noreserve;
   v.accounted = accounted;
+  v.real_rw = real_rw;
   obj->vma_refs++;
   vmas_.emplace(start, v);
 

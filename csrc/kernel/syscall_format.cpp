@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "kernel/user_memory.h"
+
 namespace umbp {
 
 namespace {
@@ -204,8 +206,11 @@ SyscallArgs mbind(void* addr, size_t length, int mode, const unsigned long* node
                   unsigned long maxnode, unsigned flags) {
   SyscallArgs a = at(SysOp::Mbind, addr, length);
   a.mode = mode;
-  a.nodes = mask_nodes(nodemask, maxnode);
+  bool readable = true;
+  a.nodes = mask_nodes(nodemask, maxnode, &readable);
   a.null_mask = nodemask == nullptr;
+  a.mask_unreadable = !readable;
+  a.mask_addr = reinterpret_cast<uintptr_t>(nodemask);
   a.maxnode = maxnode;
   a.flags = static_cast<int>(flags);
   return a;
@@ -243,14 +248,20 @@ SyscallArgs touch(void* addr, size_t length, size_t stride) {
 }
 }  // namespace call_args
 
-std::vector<unsigned> mask_nodes(const unsigned long* mask, unsigned long maxnode) {
+std::vector<unsigned> mask_nodes(const unsigned long* mask, unsigned long maxnode, bool* readable) {
   std::vector<unsigned> nodes;
+  if (readable) *readable = true;
   if (!mask || maxnode < 2) return nodes;
   constexpr unsigned long kBits = sizeof(unsigned long) * CHAR_BIT;
-  unsigned long n = maxnode - 1;  // the kernel reads maxnode-1 bits
-  if (n > (1UL << 20)) n = 1UL << 20;
+  const unsigned long n = maxnode - 1;  // the kernel reads maxnode-1 bits
+  if (n > kMaxMaskBits) return nodes;   // no kernel reads it: EINVAL before get_nodes reads
+  std::vector<unsigned long> words((n + kBits - 1) / kBits);
+  if (!read_user_memory(mask, words.data(), words.size() * sizeof(unsigned long))) {
+    if (readable) *readable = false;
+    return nodes;
+  }
   for (unsigned long i = 0; i < n; ++i)
-    if (mask[i / kBits] & (1UL << (i % kBits))) nodes.push_back(static_cast<unsigned>(i));
+    if (words[i / kBits] & (1UL << (i % kBits))) nodes.push_back(static_cast<unsigned>(i));
   return nodes;
 }
 
@@ -418,8 +429,12 @@ std::string format_call(const SyscallArgs& a) {
       break;
     case SysOp::Mbind:
       out += addr_text(a.addr) + ", " + std::to_string(a.length) + ", " + format_mpol_mode(a.mode) +
-             ", " + (a.null_mask ? "NULL" : format_nodes(a.nodes)) + ", " +
-             std::to_string(a.maxnode) + ", " + format_mbind_flags(static_cast<unsigned>(a.flags));
+             ", " +
+             (a.null_mask         ? "NULL"
+              : a.mask_unreadable ? addr_text(a.mask_addr)
+                                  : format_nodes(a.nodes)) +
+             ", " + std::to_string(a.maxnode) + ", " +
+             format_mbind_flags(static_cast<unsigned>(a.flags));
       break;
     case SysOp::MemfdCreate:
       out += quoted(a.text) + ", " + format_memfd_flags(static_cast<unsigned>(a.flags));

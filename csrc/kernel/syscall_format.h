@@ -42,12 +42,14 @@ struct SyscallArgs {
   int fd = -1;
   long offset = 0;  // mmap offset; ftruncate length lives in `length`
   int advice = 0;
-  int mode = 0;                 // mbind mode incl. MPOL_F_* mode flags
-  std::vector<unsigned> nodes;  // mbind: the set bits among the maxnode-1 the kernel reads
-  bool null_mask = false;       // mbind: nodemask == NULL
-  unsigned long maxnode = 0;    // mbind
-  size_t stride = 0;            // touch
-  std::string text;             // memfd name or read_file path
+  int mode = 0;                  // mbind mode incl. MPOL_F_* mode flags
+  std::vector<unsigned> nodes;   // mbind: the set bits among the maxnode-1 the kernel reads
+  bool null_mask = false;        // mbind: nodemask == NULL
+  bool mask_unreadable = false;  // mbind: the nodemask cannot be read (the call is EFAULT)
+  uintptr_t mask_addr = 0;       // mbind: where the nodemask is (shown when unreadable)
+  unsigned long maxnode = 0;     // mbind
+  size_t stride = 0;             // touch
+  std::string text;              // memfd name or read_file path
 };
 
 // One call's SyscallArgs, from the call's own arguments: what FaultyKernel's rules match and
@@ -65,8 +67,12 @@ SyscallArgs read_file(const std::string& path);
 SyscallArgs touch(void* addr, size_t length, size_t stride);
 }  // namespace call_args
 
-// The set bits of an mbind mask as the kernel reads it (maxnode-1 bits), capped at 1<<20 bits.
-std::vector<unsigned> mask_nodes(const unsigned long* mask, unsigned long maxnode);
+// The set bits of an mbind mask as the kernel reads it (maxnode-1 bits), read as the kernel
+// does (kernel/user_memory.h: never a SIGSEGV): none when it cannot be read (*readable false)
+// or when maxnode-1 exceeds kMaxMaskBits (every kernel refuses that with EINVAL unread).
+constexpr unsigned long kMaxMaskBits = 65536UL * 8;  // PAGE_SIZE*8 of the largest base page
+std::vector<unsigned> mask_nodes(const unsigned long* mask, unsigned long maxnode,
+                                 bool* readable = nullptr);
 
 // Symbolic decoders; unknown bits come out as hex (e.g. "PROT_READ|0x80").
 std::string format_prot(int prot);

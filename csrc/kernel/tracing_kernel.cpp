@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "kernel/faulty_kernel.h"
+#include "kernel/memory_lifetimes.h"
 
 namespace umbp {
 
@@ -20,7 +21,11 @@ const KernelPtr& non_null(const KernelPtr& inner) {
 }  // namespace
 
 TracingKernel::TracingKernel(KernelPtr inner, size_t limit)
-    : inner_(non_null(inner)), limit_(limit), ledger_(inner_->page_size()) {}
+    : inner_(non_null(inner)), limit_(limit), ledger_(inner_->page_size()) {
+  note_wrapper(id(), inner_->id());
+}
+
+TracingKernel::~TracingKernel() { note_kernel_gone(id()); }
 
 std::vector<TraceRecord> TracingKernel::records() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -34,6 +34,7 @@ class TracingKernel final : public Kernel {
  public:
   // Keeps at most `limit` records (the oldest are dropped and counted); 0 = no limit.
   explicit TracingKernel(KernelPtr inner, size_t limit = 100000);
+  ~TracingKernel() override;
 
   const KernelPtr& inner() const { return inner_; }
   std::vector<TraceRecord> records() const;

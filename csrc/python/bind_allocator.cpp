@@ -13,7 +13,9 @@
 
 #include "allocator/host_mem_allocator.h"
 #include "kernel/crash_record.h"
+#include "kernel/memory_lifetimes.h"
 #include "python/bindings.h"
+#include "python/native_call.h"
 
 namespace py = pybind11;
 
@@ -71,12 +73,28 @@ template <typename Query, typename ToDict>
 py::list records(Query&& query, ToDict&& to_dict) {
   decltype(query()) recs;
   {
-    py::gil_scoped_release nogil;
+    NativeCall nogil;
     recs = query();
   }
   py::list out;
   for (const auto& r : recs) out.append(to_dict(r));
   return out;
+}
+
+// A valid handle whose buffer's memory went with its simulated host (memory_lifetimes.h).
+bool host_gone(const HostBufferHandle& h) { return h.valid() && memory_gone(h.kernel_id); }
+
+// Using the address of such a handle: umbp_sim.errors.HostGoneError instead of a SIGSEGV.
+[[noreturn]] void raise_host_gone(const HostBufferHandle& h, const char* what) {
+  const std::string text =
+      "UMBPHostBufferHandle(serial=" + std::to_string(h.serial) +
+      ", requested_size=" + std::to_string(h.requested_size) + ")." + what +
+      ": the simulated host this buffer was allocated on is gone (its SimKernel was destroyed, "
+      "and the buffer's memory with it); keep the host, or an allocator on it, alive while the "
+      "buffer is in use";
+  py::object cls = py::module_::import("umbp_sim.errors").attr("HostGoneError");
+  PyErr_SetString(cls.ptr(), text.c_str());
+  throw py::error_already_set();
 }
 
 py::object shm_to_py(const std::optional<HostMemAllocator::ShmAllocation>& a) {
@@ -124,7 +142,12 @@ void bind_allocator(py::module_& m) {
   py::class_<HostBufferHandle>(m, "UMBPHostBufferHandle", "A host buffer (mori.umbp)")
       .def(py::init<>())
       .def_property_readonly(
-          "ptr", [](const HostBufferHandle& h) { return reinterpret_cast<uintptr_t>(h.ptr); })
+          "ptr",
+          [](const HostBufferHandle& h) {
+            if (host_gone(h)) raise_host_gone(h, "ptr");
+            return reinterpret_cast<uintptr_t>(h.ptr);
+          },
+          "the buffer's address; umbp_sim.errors.HostGoneError once its simulated host is gone")
       .def_readonly("requested_size", &HostBufferHandle::requested_size)
       .def_readonly("mapped_size", &HostBufferHandle::mapped_size)
       .def_readonly("actual_backing", &HostBufferHandle::actual_backing)
@@ -141,7 +164,8 @@ void bind_allocator(py::module_& m) {
       .def("__repr__", [](const HostBufferHandle& h) {
         return "<UMBPHostBufferHandle ptr=" + hex(h.ptr) +
                " requested_size=" + std::to_string(h.requested_size) +
-               " mapped_size=" + std::to_string(h.mapped_size) + ">";
+               " mapped_size=" + std::to_string(h.mapped_size) +
+               (host_gone(h) ? " (its simulated host is gone)>" : ">");
       });
 
   py::class_<HostMemAllocator::ShmAllocation>(m, "UMBPShmAllocation",
@@ -183,7 +207,7 @@ void bind_allocator(py::module_& m) {
             Collect c;
             HostBufferHandle h;
             {
-              py::gil_scoped_release nogil;
+              NativeCall nogil;
               h = a.Alloc(size, backing, hugepage_size, numa_node, prefault);
             }
             const py::tuple o = c.outcome();
@@ -196,7 +220,7 @@ void bind_allocator(py::module_& m) {
           [](HostMemAllocator& a, HostBufferHandle& h) {
             Collect c;
             {
-              py::gil_scoped_release nogil;
+              NativeCall nogil;
               a.Free(h);
             }
             return c.outcome();
@@ -207,7 +231,7 @@ void bind_allocator(py::module_& m) {
           [](HostMemAllocator& a, uintptr_t ptr, size_t size) {
             std::optional<HostMemAllocator::ShmAllocation> r;
             {
-              py::gil_scoped_release nogil;
+              NativeCall nogil;
               r = a.LookupShmAllocation(ptr, size);
             }
             return shm_to_py(r);
@@ -218,7 +242,7 @@ void bind_allocator(py::module_& m) {
           [](HostMemAllocator& a, uintptr_t ptr, size_t size) {
             std::optional<HostMemAllocator::ShmAllocation> r;
             {
-              py::gil_scoped_release nogil;
+              NativeCall nogil;
               r = a.AcquireShmAllocation(ptr, size);
             }
             return shm_to_py(r);
@@ -229,7 +253,7 @@ void bind_allocator(py::module_& m) {
           [](HostMemAllocator& a, uintptr_t base) {
             Collect c;
             {
-              py::gil_scoped_release nogil;
+              NativeCall nogil;
               a.ReleaseShmAllocation(base);
             }
             return c.outcome();

@@ -15,6 +15,7 @@
 #include "kernel/kernel.h"
 #include "kernel/syscall_format.h"
 #include "python/bindings.h"
+#include "python/native_call.h"
 
 namespace py = pybind11;
 
@@ -50,7 +51,7 @@ void bind_kernel(py::module_& m) {
       .def(
           "mmap",
           [](Kernel& k, uintptr_t addr, size_t length, int prot, int flags, int fd, long offset) {
-            py::gil_scoped_release nogil;
+            NativeCall nogil;
             return k.mmap(as_ptr(addr), length, prot, flags, fd, static_cast<off_t>(offset));
           },
           py::arg("addr"), py::arg("length"), py::arg("prot"), py::arg("flags"), py::arg("fd") = -1,
@@ -58,14 +59,14 @@ void bind_kernel(py::module_& m) {
       .def(
           "munmap",
           [](Kernel& k, uintptr_t addr, size_t length) {
-            py::gil_scoped_release nogil;
+            NativeCall nogil;
             return k.munmap(as_ptr(addr), length);
           },
           py::arg("addr"), py::arg("length"))
       .def(
           "madvise",
           [](Kernel& k, uintptr_t addr, size_t length, int advice) {
-            py::gil_scoped_release nogil;
+            NativeCall nogil;
             return k.madvise(as_ptr(addr), length, advice);
           },
           py::arg("addr"), py::arg("length"), py::arg("advice"))
@@ -83,7 +84,7 @@ void bind_kernel(py::module_& m) {
               mask.assign((bits + kBitsPerLong - 1) / kBitsPerLong + 1, 0UL);
               for (unsigned n : *nodes) mask[n / kBitsPerLong] |= 1UL << (n % kBitsPerLong);
             }
-            py::gil_scoped_release nogil;
+            NativeCall nogil;
             return k.mbind(as_ptr(addr), length, mode, nodes ? mask.data() : nullptr, maxnode,
                            flags);
           },
@@ -92,21 +93,21 @@ void bind_kernel(py::module_& m) {
       .def(
           "memfd_create",
           [](Kernel& k, const std::string& name, unsigned flags) {
-            py::gil_scoped_release nogil;
+            NativeCall nogil;
             return k.memfd_create(name.c_str(), flags);
           },
           py::arg("name"), py::arg("flags"))
       .def(
           "ftruncate",
           [](Kernel& k, int fd, long length) {
-            py::gil_scoped_release nogil;
+            NativeCall nogil;
             return k.ftruncate(fd, static_cast<off_t>(length));
           },
           py::arg("fd"), py::arg("length"))
       .def(
           "close",
           [](Kernel& k, int fd) {
-            py::gil_scoped_release nogil;
+            NativeCall nogil;
             return k.close(fd);
           },
           py::arg("fd"))
@@ -116,7 +117,7 @@ void bind_kernel(py::module_& m) {
           [](Kernel& k, const std::string& path) {
             FileResult r;
             {
-              py::gil_scoped_release nogil;
+              NativeCall nogil;
               r = k.read_file(path);
             }
             if (!r.ok()) {
@@ -130,7 +131,7 @@ void bind_kernel(py::module_& m) {
       .def(
           "touch",
           [](Kernel& k, uintptr_t addr, size_t length, size_t stride) {
-            py::gil_scoped_release nogil;
+            NativeCall nogil;
             return k.touch(as_ptr(addr), length, stride);
           },
           py::arg("addr"), py::arg("length"), py::arg("stride"));

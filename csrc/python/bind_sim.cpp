@@ -78,6 +78,7 @@ void bind_sim(py::module_& m) {
       .def_readwrite("user_reserve_kbytes", &SimConfig::user_reserve_kbytes)
       .def_readwrite("rlimit_as", &SimConfig::rlimit_as)
       .def_readwrite("base_vm", &SimConfig::base_vm)
+      .def_readwrite("task_size", &SimConfig::task_size)
       .def_readwrite("memcg_max", &SimConfig::memcg_max)
       .def_readwrite("hugetlb_cgroup_max", &SimConfig::hugetlb_cgroup_max)
       .def_readwrite("hugetlb_cgroup_rsvd_max", &SimConfig::hugetlb_cgroup_rsvd_max)
@@ -151,6 +152,9 @@ void bind_sim(py::module_& m) {
       .def("committed_as", &SimKernel::committed_as)
       .def("commit_limit", &SimKernel::commit_limit)
       .def("total_vm", &SimKernel::total_vm)
+      .def("backed", &SimKernel::backed, py::arg("addr"),
+           "whether addr is in a simulated mapping with real memory behind it (writable through "
+           "the pointer); False for a mapping this process had no room to reserve (RLIMIT_AS)")
       .def("open_fds", &SimKernel::open_fds)
       .def("mappings", [](SimKernel& k) {
         py::list out;

@@ -1,7 +1,9 @@
 #include "python/bindings.h"
+#include "python/native_call.h"
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "umbp-sim native core: the allocator and the kernels it stands on";
+  umbp::bindings::install_fork_gate();
   umbp::bindings::bind_kernel(m);
   umbp::bindings::bind_linux(m);
   umbp::bindings::bind_allocator(m);

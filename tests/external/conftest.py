@@ -58,3 +58,12 @@ def no_userfaultfd(tmp_path_factory: pytest.TempPathFactory) -> str:
     cmd = ["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]
     cmd += [str(HERE / "no_userfaultfd.c"), "-o", out, "-ldl"]
     return cached_build(cmd, out)
+
+
+@pytest.fixture(scope="session")
+def mbind_probe(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A library whose probe_mbind() is syscall(SYS_mbind, ...) and returns the errno (0: ok)."""
+    out = str(tmp_path_factory.mktemp("mbind") / "mbind_probe.so")
+    cmd = ["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]
+    cmd += [str(HERE / "mbind_probe.c"), "-o", out]
+    return cached_build(cmd, out)

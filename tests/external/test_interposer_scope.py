@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -461,3 +462,82 @@ def test_the_resolver_thread_serves_a_wrapped_build(tiny_builds: dict[str, str])
     )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout) == ["uffd", [0, 7, 0, 7, 0, 7], [3, (8 << 30) // 4096], True, 0]
+
+
+def test_bad_mbind_arguments_are_errnos_as_on_linux(mbind_probe: str) -> None:
+    """A huge maxnode is EINVAL, a nodemask that cannot be read EFAULT (Linux's get_nodes;
+    docs/kernel-model.md section 3), as they are for the Kernel itself, never a SIGSEGV of the
+    process, also with a traced and fault-injecting Kernel that formats the mask."""
+    p = _run(
+        """
+        import errno, mmap
+        from umbp_sim.faults import FaultPlan
+        lib = ctypes.CDLL(sys.argv[1])
+        lib.probe_mbind.argtypes = [ctypes.c_void_p, ctypes.c_ulong, ctypes.c_int,
+                                    ctypes.c_void_p, ctypes.c_ulong, ctypes.c_uint]
+        ip.add_caller_object(sys.argv[1])
+        m = Machine.x86_64(nodes=2)
+        plan = FaultPlan.from_rules([{"op": "mbind", "errno": "EIO", "nth": 1000}])
+        sim = build_kernel(m)
+        stack = instrument(sim, plan)
+        ip.activate(stack.kernel)
+        addr = stack.kernel.mmap(0, 1 << 20, 3, 0x22).value
+        # One word of mask on the last 8 bytes before a page that is not mapped.
+        guard = mmap.mmap(-1, 2 * 4096)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(guard))
+        tail = base + 4096 - 8
+        ctypes.c_ulong.from_address(tail).value = 1 << 1
+        ctypes.CDLL(None).mprotect(ctypes.c_void_p(base + 4096), 4096, 0)
+        word = (ctypes.c_ulong * 1)(1 << 1)
+        cases = {
+            "node1": (word, 3),
+            "maxnode_2_64": (word, 1 << 64 - 1),
+            "maxnode_max": (word, (1 << 64) - 1),
+            "maxnode_32770": (word, 32770),
+            "maxnode_32769_one_word": (tail, 32769),
+            "mask_16": (16, 3),
+            "mask_unmapped_page": (base + 4096, 65),
+            "mask_null_empty_bind": (None, 3),
+            "maxnode_0": (word, 0),
+        }
+        out = {}
+        with ip.scope():
+            for name, (mask, maxnode) in cases.items():
+                rc = lib.probe_mbind(addr, 1 << 20, 2, mask, maxnode, 0)  # MPOL_BIND
+                out[name] = errno.errorcode.get(rc, rc)
+            rc = lib.probe_mbind(addr, 1 << 20, 99, 16, 3, 0)  # a bad mode is checked first
+            out["bad_mode_and_mask"] = errno.errorcode.get(rc, rc)
+        lines = [r.text() for r in stack.tracing.records() if "mbind" in r.text()]
+        out["traced"] = len(lines)
+        out["trace_mask_16"] = [x.split(", ", 3)[3] for x in lines if ", 0x10, 3, " in x]
+        out["reasons"] = [r["text"] for r in sim.reasons() if r["rule"] == "mbind_mask_unreadable"]
+        print(json.dumps(out))
+        """,
+        mbind_probe,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout)
+    reasons = out.pop("reasons")
+    assert len(reasons) == 3
+    assert re.fullmatch(
+        r"the nodemask at 0x[0-9a-f]+ cannot be read \(maxnode 32769: 4096 bytes\): mbind fails "
+        r"with EFAULT",
+        reasons[0],
+    ), reasons[0]
+    assert out == {
+        "node1": 0,
+        "maxnode_2_64": "EINVAL",
+        "maxnode_max": "EINVAL",
+        "maxnode_32770": "EINVAL",
+        "maxnode_32769_one_word": "EFAULT",
+        "mask_16": "EFAULT",
+        "mask_unmapped_page": "EFAULT",
+        "mask_null_empty_bind": "EINVAL",
+        "maxnode_0": "EINVAL",
+        "bad_mode_and_mask": "EINVAL",
+        "traced": 10,
+        "trace_mask_16": [  # the mask's address, as strace shows one it cannot read
+            "0x10, 3, 0) = -1 EFAULT (Bad address)",
+            "0x10, 3, 0) = -1 EINVAL (Invalid argument)",
+        ],
+    }
