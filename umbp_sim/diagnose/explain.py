@@ -273,10 +273,11 @@ def _sentence(r: Reason, reserved: Reason | None, run: Run) -> str | None:
 
 
 def _notes(facts: DumpFacts | None, request: Request) -> list[Cause]:
-    """Dump notes that change the answer: guessed kernel version, pools, MemAvailable."""
+    """Dump notes that change the answer: guessed kernel version, pools, MemAvailable, an
+    architecture umbp-sim does not model."""
     if facts is None:
         return []
-    keys = ["kernel version", "MemAvailable", "MemTotal add up"]
+    keys = ["kernel version", "MemAvailable", "MemTotal add up", "is not modelled"]
     if request.wants_hugepages():
         keys += ["pages", "hugepage", "reserved"]
     if request.settings()[2] >= 0:  # bound to a node: a dump without NUMA files says one node
