@@ -15,7 +15,9 @@ Every guess the reader makes is written to ``notes`` in plain words; the rules a
   it does not register is noted and kept. An architecture umbp-sim does not model (ia64,
   32-bit arm...) keeps its name and a note says so.
 - hugepage sizes: the ``sys/kernel/mm/hugepages/hugepages-<N>kB`` directories; without them,
-  meminfo's ``Hugepagesize`` alone; with neither, none (a kernel without CONFIG_HUGETLB_PAGE).
+  the nodes' ``nodeN/hugepages/hugepages-<N>kB``, else meminfo's ``Hugepagesize`` alone, else
+  (node files with ``HugePages_*`` lines, no size) the architecture's default size; with none
+  of these, none (a kernel without CONFIG_HUGETLB_PAGE).
   A meminfo ``Hugepagesize`` missing from the directories is added. Default size: meminfo's
   ``Hugepagesize``; without it, the architecture's PMD size if that size exists, else the
   smallest size.
@@ -130,6 +132,12 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
         f.page_cache = max(0, mi["Cached"] - mi.get("Shmem", 0))
         f.notes.append(
             "meminfo has no Active(file)/Inactive(file): page cache taken as Cached - Shmem"
+        )
+    elif "FilePages" in mi:  # node files only (hwloc.py), of a kernel without the file LRU lines
+        f.page_cache = max(0, mi["FilePages"] - mi.get("Shmem", 0))
+        f.notes.append(
+            "the nodes' meminfo has no Active(file)/Inactive(file): page cache taken as their "
+            f"FilePages - Shmem ({f.page_cache // KiB} kB)"
         )
     f.slab_reclaimable = mi.get("SReclaimable")
 

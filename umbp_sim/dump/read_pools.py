@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from umbp_sim.dump.arch import ArchEvidence, ArchReading, read_arch, recorded
 from umbp_sim.dump.errors import DumpError
-from umbp_sim.dump.host_facts import HUGEPAGES, NODES, GlobalPool, KiB, NodeFacts, NodePool, _Reader
+from umbp_sim.dump.host_facts import (
+    _NODE_DIR_RE,
+    HUGEPAGES,
+    NODES,
+    GlobalPool,
+    KiB,
+    NodeFacts,
+    NodePool,
+    _Reader,
+)
 from umbp_sim.dump.manifest import MANIFEST
 from umbp_sim.dump.parse import hugepage_dir_size
 
@@ -24,6 +33,12 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
         sizes.append(size)
     if not sizes and not r.src.bare_meminfo:
         f.missing.append(HUGEPAGES)
+        sizes = _node_sizes(r)
+        if sizes:
+            f.notes.append(
+                f"no {HUGEPAGES}: the hugepage sizes are the nodes' "
+                f"({NODES}/nodeN/hugepages: {', '.join(f'{s // KiB} kB' for s in sizes)})"
+            )
     default = mi.get("Hugepagesize")
     if default is not None and (default == 0 or default & (default - 1)):
         raise DumpError(
@@ -36,6 +51,16 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
         reading.arch, reading.page_size, reading.modelled, reading.mmu
     )  # fmt: skip
     f.notes.append(reading.note)
+    if not sizes and default is None and "HugePages_Total" in mi:
+        from umbp_sim.machine import default_hugepage_sizes, pmd_size
+
+        registered = default_hugepage_sizes(f.arch, f.page_size, f.mmu or "radix")
+        default = pmd_size(f.arch, f.page_size, registered)
+        sizes = [default]
+        f.notes.append(
+            "no hugepage size in the dump, but the nodes' meminfo has HugePages_* lines "
+            f"(hugetlb is built in): the default size taken as {f.arch}'s, {default // KiB} kB"
+        )
     if not sizes and default is not None:
         sizes = [default]
         f.notes.append(
@@ -65,6 +90,19 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
     if not f.hugepage_sizes:
         f.notes.append("no hugepage sizes: kernel without CONFIG_HUGETLB_PAGE")
     f.default_hugepage_size = default
+
+
+def _node_sizes(r: _Reader) -> list[int]:
+    """The sizes of the ``nodeN/hugepages/hugepages-<N>kB`` directories (a dump without
+    ``sys/kernel/mm/hugepages``)."""
+    found: set[int] = set()
+    for name in r.src.listdir(NODES):
+        if _NODE_DIR_RE.match(name):
+            for d in r.src.listdir(f"{NODES}/{name}/hugepages"):
+                size = hugepage_dir_size(d)
+                if size is not None and size & (size - 1) == 0:
+                    found.add(size)
+    return sorted(found)
 
 
 def _evidence(r: _Reader, sizes: list[int]) -> ArchEvidence:
