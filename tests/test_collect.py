@@ -59,6 +59,11 @@ def test_round_trip_describes_this_host(tmp_path: Path) -> None:
         assert f"here/{rel}" in names
     # this host's memory cgroup limit (v2, or v1 translated) is recorded or said missing
     assert "sys/fs/cgroup/memory.max" in res.collected + list(res.missing)
+    # the architecture and page size are recorded, and the reader takes them (issue 28)
+    assert manifest["machine"] == os.uname().machine
+    assert manifest["page_size"] == os.sysconf("SC_PAGESIZE") == machine.page_size
+    (arch_note,) = [n for n in facts.notes if n.startswith("page size")]
+    assert f"uname -m '{os.uname().machine}' and page size" in arch_note
 
 
 def test_collect_from_a_fake_root_with_cgroup_v2_limits(tmp_path: Path) -> None:
@@ -73,6 +78,8 @@ def test_collect_from_a_fake_root_with_cgroup_v2_limits(tmp_path: Path) -> None:
     assert m.pool_total(2 << 20) == 3 and m.kernel_version == "5.15.0"
     assert "proc/self/limits" in res.missing and "proc/sys/vm/overcommit_memory" in res.missing
     assert any("binding level /job" in n for n in res.notes)
+    manifest = json.loads(tarfile.open(out).extractfile("fake/umbp-sim-collect.json").read())  # type: ignore[union-attr]
+    assert "machine" not in manifest and "page_size" not in manifest  # not this host's tree
 
 
 def test_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

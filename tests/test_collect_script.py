@@ -123,6 +123,8 @@ def test_script_dump_is_the_same_machine_as_collect(
     assert m["missing"] == dict(sorted(res.missing.items()))
     assert m["notes"] == res.notes
     assert m["tool"] == f"umbp-sim collect.{kind}" and m["pid"] is None
+    assert (m["machine"], m["page_size"]) == (os.uname().machine, os.sysconf("SC_PAGESIZE"))
+    assert (machine.arch, machine.page_size) == (ref_machine.arch, ref_machine.page_size)
     assert m["left_out"] == [
         "environment variables (/proc/*/environ): never read",
         "command lines (/proc/*/cmdline): never read",
@@ -204,6 +206,7 @@ def test_fake_root_with_cgroup_v2_limits_matches_collect(tmp_path: Path, kind: s
     assert m.hugetlb_cgroup_max == {2 << 20: 1 << 20}  # the root's is smaller
     assert m.hugetlb_cgroup_rsvd_max == {2 << 20: 4 << 20}  # rsvd.max: collected, then loaded
     man = manifest(out)
+    assert "machine" not in man and "page_size" not in man  # a --root tree is not this host
     assert man["collected"] == sorted(res.collected)
     assert man["notes"] == res.notes
     assert set(man["missing"]) == set(res.missing)

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from fake_dumps import tar_bytes
 from hypothesis import given, settings, strategies as st
-from test_dump_fixtures import DATA, FIXTURES, G, M
+from test_dump_fixtures import DATA, FIXTURES, G, K, M
 
-from umbp_sim.dump import DumpError, load_dump
+from umbp_sim.dump import DumpError, load_dump, parse_meminfo
 from umbp_sim.dump.hwloc import MISSING_FIGURES
 from umbp_sim.dump.source import relevant
 
@@ -186,3 +186,77 @@ def test_generated_node_only_dumps_sum_their_files(nodes: list[dict], sysfs_pool
             assert machine.nodes[i].hugepages[2 * M].total == (n["pages"] or 0)
     assert machine.pool_total(2 * M) == sum(n["pages"] or 0 for n in nodes if n["meminfo"])
     assert facts.notes[0].startswith(f"no proc/meminfo: MemTotal {sum(known) // 1024} kB")
+
+
+# ---- issue 28 point 4: hugetlb, page cache and MemAvailable from the node files -------------
+
+
+def node_dump(nodes: dict[int, str], extra: dict[str, str] | None = None) -> bytes:
+    """A dump of node files only: {node: its meminfo lines without the 'Node N ' prefix}."""
+    files = {
+        f"H/sys/devices/system/node/node{n}/meminfo": "".join(
+            f"Node {n} {line}\n" for line in text.strip().splitlines()
+        ).encode()
+        for n, text in nodes.items()
+    }
+    files["H/proc/cpuinfo"] = b"processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu lm\n"
+    files.update({f"H/{k}": v.encode() for k, v in (extra or {}).items()})
+    return tar_bytes(files)
+
+
+def test_node_hugepages_lines_mean_a_kernel_with_hugetlb() -> None:
+    pages = "HugePages_Total: 16\nHugePages_Free: 10\nHugePages_Surp: 0"
+    m, f = load_dump(
+        node_dump({n: f"MemTotal: 8388608 kB\nMemFree: 4194304 kB\n{pages}" for n in (0, 1)})
+    )
+    assert (m.hugepage_sizes, m.default_hugepage_size) == ([2 * M], 2 * M)
+    assert m.pool_total(2 * M) == 32 and m.pool_free(2 * M) == 20
+    assert [n.hugepages[2 * M].total for n in m.nodes] == [16, 16]
+    assert not any("CONFIG_HUGETLB_PAGE" in n for n in f.notes)
+    assert (
+        "no hugepage size in the dump, but the nodes' meminfo has HugePages_* lines (hugetlb is "
+        "built in): the default size taken as x86_64's, 2048 kB"
+    ) in f.notes
+
+
+def test_node_hugepages_directories_give_the_sizes() -> None:
+    d = "sys/devices/system/node/node{}/hugepages/hugepages-{}kB/nr_hugepages"
+    extra = {d.format(n, kb): "2\n" for n in (0, 1) for kb in (2048, 1048576)}
+    m, f = load_dump(
+        node_dump({n: "MemTotal: 8388608 kB\nMemFree: 4194304 kB" for n in (0, 1)}, extra)
+    )
+    assert m.hugepage_sizes == [2 * M, G] and m.default_hugepage_size == 2 * M
+    assert m.pool_total(G) == 4 and not any("CONFIG_HUGETLB_PAGE" in n for n in f.notes)
+
+
+def test_page_cache_from_the_nodes_filepages() -> None:
+    # old kernels' node files: FilePages, no Active(file)/Inactive(file); 2 x 387840 = 775680 kB
+    m, f = load_dump(
+        node_dump(
+            {n: "MemTotal: 8388608 kB\nMemFree: 4194304 kB\nFilePages: 387840 kB" for n in (0, 1)}
+        )
+    )
+    assert f.page_cache == m.page_cache == 775680 * 1024
+    assert [n.page_cache for n in m.nodes] == [387840 * 1024] * 2
+    assert (
+        "the nodes' meminfo has no Active(file)/Inactive(file): page cache taken as their "
+        "FilePages - Shmem (775680 kB)"
+    ) in f.notes
+    (note,) = [n for n in f.notes if "so no MemAvailable" in n]
+    assert "page cache 775680 kB" in note
+
+
+def test_one_memavailable_when_the_nodes_give_no_memfree() -> None:
+    # hwloc's 4fake-4gr1nu1pu: four 1 GiB nodes, MemTotal only
+    from umbp_sim.sglang.host_memory import host_available_bytes
+    from umbp_sim.sim import simulate
+
+    m, f = load_dump(node_dump({n: "MemTotal: 1048576 kB" for n in range(4)}))
+    (note,) = [n for n in f.notes if "so no MemAvailable" in n]
+    assert m.mem_available == 4 * G - 10240 * K  # MemTotal above the low watermarks
+    assert f"at {m.mem_available // K} kB from MemFree {4 * G // K} kB (not in the dump:" in note
+    with simulate(m) as host:
+        meminfo = parse_meminfo(host.read("/proc/meminfo"))
+    assert meminfo["MemAvailable"] == m.mem_available  # the simulated host shows the same
+    kb = {k: v // 1024 for k, v in meminfo.items()}
+    assert host_available_bytes(kb) == m.mem_available  # and sglang reads the same

@@ -229,3 +229,26 @@ def test_two_writes_of_one_pool_file_are_not_a_combination() -> None:
     m = machine_of("pool-100-overcommit-1000-request-512")
     host = host_after(m, combine([shrink, node]))
     assert host.hugepages(size).total == host.node_hugepages(0, size).total == 50
+
+
+def test_node_63_on_mori_names_its_maxnode_rule() -> None:
+    # issue 28 point 4: the cause read "mbind rejects these arguments on kernel 3.13.0 (EINVAL)"
+    from umbp_sim.machine import Machine
+
+    m = Machine.x86_64(nodes=64, mem_per_node="4GiB", kernel_version="3.13.0")
+    d = diagnose(m, None, Request(AllocRequest(1 << 30, "Anonymous", numa_node=63)))
+    assert d.run.unbound is not None
+    assert d.causes[0] == (
+        "mori passes maxnode = 64 (the bits of its 1-word node mask) and the kernel reads "
+        "maxnode - 1 = 63 bits, nodes 0-62: node 63 is outside them, so the mask mbind sees is "
+        "empty and it fails with EINVAL (mori's maxnode rule, docs/deployed-behaviour.md row 4; "
+        "umbp-sim's allocator passes node + 2 and binds)"
+    )
+    assert not any("rejects these arguments" in c for c in d.causes)
+    # node 127: a 2-word mask, maxnode 128
+    m = Machine.x86_64(nodes=128, mem_per_node="1GiB")
+    d = diagnose(m, None, Request(AllocRequest(1 << 20, "Anonymous", numa_node=127)))
+    assert d.causes[0].startswith(
+        "mori passes maxnode = 128 (the bits of its 2-word node mask) and the kernel reads "
+        "maxnode - 1 = 127 bits, nodes 0-126: node 127 is outside them"
+    )

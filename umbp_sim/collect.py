@@ -6,7 +6,9 @@ meminfo, the vm sysctls, the kernel release (as ``proc/sys/kernel/osrelease``), 
 each ``nodeN/{meminfo,cpulist,distance,hugepages/**}``, and the current cgroup's limits under
 their cgroup v2 names (``sys/fs/cgroup/memory.max``, ``sys/fs/cgroup/hugetlb.<size>.max``,
 ``hugetlb.<size>.rsvd.max``).
-A file that cannot be read is listed in ``NAME/umbp-sim-collect.json`` and never fatal.
+A file that cannot be read is listed in ``NAME/umbp-sim-collect.json`` and never fatal. The
+manifest also records this host's ``uname -m`` (``machine``) and base page size
+(``page_size``), which the dump reader takes over inferring them (``umbp_sim/dump/arch.py``).
 
 Cgroup limits: the effective limit is the smallest along the path from the current cgroup to
 the root (a parent's ``memory.max`` binds the child). The cgroup v2 path comes from the ``0::``
@@ -66,7 +68,7 @@ def collect(out: str, name: str | None = None, root: str = "/") -> CollectResult
     mountinfo = c.read("/proc/self/mountinfo")
     c.missing.pop("proc/self/mountinfo", None)
     standalone.cgroup_limits(c, cgroup, mountinfo, sizes)
-    standalone.add_manifest(c, "umbp-sim collect")
+    standalone.add_manifest(c, "umbp-sim collect", standalone.host_arch(c))
     _check(standalone.write_output, out, standalone.tar_bytes(out, name, c.files))
     return CollectResult(out, name, c.collected, c.missing, c.notes)
 

@@ -94,7 +94,8 @@ def _f(default: Any, unit: str, doc: str, cxx_type: str | None, dump: str | None
 class Machine:
     """A host as the allocator sees it: arch, page and hugepage sizes, NUMA nodes and their
     pools, overcommit settings, limits and kernel version. Build one with ``Machine.build``,
-    ``Machine.x86_64`` or ``Machine.arm64``, or load a dumped host (``umbp_sim.dump``).
+    ``Machine.x86_64``, ``Machine.arm64`` or ``Machine.ppc64le``, or load a dumped host
+    (``umbp_sim.dump``).
 
     >>> m = Machine.x86_64(nodes=2, mem_per_node="64GiB", hugepages={"2MiB": 1024})
     >>> m.pool_total(2 << 20), m.node_ids()
@@ -107,9 +108,9 @@ class Machine:
     # back; the scenario keys, to_sim_config, the binding check and the dump round trip use it.
     # fmt: off
     arch: str = _f("x86_64", "", "architecture; with page_size picks the hugepage sizes", None,
-                   "sys/kernel/mm/hugepages (the sizes; proc/cpuinfo for i386)")
+                   "umbp-sim-collect.json machine, proc/cpuinfo, the kernel string, the sizes")
     page_size: int = _f(4096, "bytes", "base page size", "int",
-                        "sys/kernel/mm/hugepages (the sizes)")
+                        "umbp-sim-collect.json page_size, else from the arch and the sizes")
     # Hugepage sizes registered at boot (directories under /sys/kernel/mm/hugepages).
     hugepage_sizes: list[int] = _f(lambda: [2 * MiB, GiB], "bytes",
                                    "hugepage sizes; empty: a kernel without CONFIG_HUGETLB_PAGE",
@@ -375,7 +376,7 @@ class Machine:
         default = (
             parse_size(default_hugepage_size, "default_hugepage_size")
             if default_hugepage_size is not None
-            else (pmd_size(arch, ps) if sizes else None)
+            else (pmd_size(arch, ps, sizes) if sizes else None)
         )
         mem = parse_size(mem_per_node, "mem_per_node")
         node_list = [Node(i, mem) for i in range(nodes)]
@@ -423,6 +424,16 @@ class Machine:
     def x86_64(cls, **kw: object) -> Machine:
         """An x86_64 host: 4 KiB pages, 2 MiB and 1 GiB hugepage sizes, default 2 MiB."""
         return cls.build(arch="x86_64", page_size=4096, **kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def ppc64le(cls, mmu: str = "radix", **kw: object) -> Machine:
+        """A ppc64le (POWER) host: 64 KiB pages and the hugepage sizes of its MMU, ``radix``
+        (2 MiB and 1 GiB, default 2 MiB: POWER9 and later) or ``hash`` (16 MiB and 16 GiB,
+        default 16 MiB: POWER8 and earlier, and POWER9 LPARs)."""
+        if mmu not in PPC64_SIZES:
+            raise MachineError(f"mmu: ppc64le has a 'hash' or 'radix' MMU, not {mmu!r}")
+        kw.setdefault("hugepage_sizes", default_hugepage_sizes("ppc64le", 64 * KiB, mmu))
+        return cls.build(arch="ppc64le", page_size=64 * KiB, **kw)  # type: ignore[arg-type]
 
     @classmethod
     def arm64(cls, page_size: int | str = "4KiB", **kw: object) -> Machine:
@@ -581,25 +592,41 @@ _ARM64_SIZES = {
     16 * KiB: [2 * MiB, 32 * MiB, GiB],
     64 * KiB: [2 * MiB, 512 * MiB, 16 * GiB],
 }
+# ppc64 (book3s64): the sizes depend on the MMU, not the base page (arch/powerpc
+# check_and_get_huge_psize): hash 16M and 16G, radix 2M and 1G; the default is the first.
+PPC64_ARCHES = ("ppc64le", "ppc64")
+PPC64_SIZES = {"hash": [16 * MiB, 16 * GiB], "radix": [2 * MiB, GiB]}
 
 
-def default_hugepage_sizes(arch: str, page_size: int) -> list[int]:
-    """The hugepage sizes a kernel registers at boot for ``arch`` and base ``page_size``."""
+def ppc64_mmu(hugepage_sizes: list[int] | None) -> str:
+    """A ppc64 host's MMU as its hugepage sizes show it: hash when 16 MiB or 16 GiB is one of
+    them, else radix (POWER9 and later boot with radix when the firmware offers it)."""
+    return "hash" if set(hugepage_sizes or ()) & set(PPC64_SIZES["hash"]) else "radix"
+
+
+def default_hugepage_sizes(arch: str, page_size: int, mmu: str = "radix") -> list[int]:
+    """The hugepage sizes a kernel registers at boot for ``arch`` and base ``page_size``
+    (``mmu``: ppc64's, ``hash`` or ``radix``)."""
     if arch == "arm64":
         return list(_ARM64_SIZES.get(page_size, [2 * MiB]))
     if arch == "x86_64":
         return [2 * MiB, GiB]
     if arch == "s390x":
         return [MiB]
+    if arch in PPC64_ARCHES:
+        return list(PPC64_SIZES.get(mmu, PPC64_SIZES["radix"]))
     return [2 * MiB]
 
 
-def pmd_size(arch: str, page_size: int) -> int:
-    """The default hugepage size: the PMD size of the base page."""
+def pmd_size(arch: str, page_size: int, hugepage_sizes: list[int] | None = None) -> int:
+    """The default hugepage size: the PMD size of the base page; on ppc64 the MMU's default
+    (16 MiB on hash, 2 MiB on radix), which ``hugepage_sizes`` tells apart."""
     if arch == "arm64":
         return {4 * KiB: 2 * MiB, 16 * KiB: 32 * MiB, 64 * KiB: 512 * MiB}.get(page_size, 2 * MiB)
     if arch == "s390x":
         return MiB
+    if arch in PPC64_ARCHES:
+        return PPC64_SIZES[ppc64_mmu(hugepage_sizes)][0]
     return 2 * MiB
 
 

@@ -14,7 +14,8 @@ Public and usable from other projects' tests::
 ``machines(**pins)``
     Valid ``umbp_sim.Machine`` objects (every one passes ``validate()`` and renders: the SimHost
     built from it has a non-empty ``files()``). Drawn: ``preset`` (``"x86_64"``, ``"arm64-4k"``,
-    ``"arm64-16k"``, ``"arm64-64k"``: page size and hugepage sizes, docs/kernel-model.md section 8),
+    ``"arm64-16k"``, ``"arm64-64k"``, ``"ppc64le-radix"``, ``"ppc64le-hash"``: page size and
+    hugepage sizes, docs/kernel-model.md section 8),
     ``nodes`` (1-4), ``mem_per_node``, ``hugepages_per_node`` (one ``{size: pages}`` dict per node),
     ``nr_overcommit_hugepages`` (``{size: pages}``), ``overcommit_memory`` (0/1/2),
     ``hugepages_reserved`` (pages other processes hold, at most the pool), ``overcommit_ratio``,
@@ -38,6 +39,7 @@ Public and usable from other projects' tests::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
@@ -63,7 +65,10 @@ PRESETS: dict[str, tuple[str, int]] = {
     "arm64-4k": ("arm64", 4 * KiB),
     "arm64-16k": ("arm64", 16 * KiB),
     "arm64-64k": ("arm64", 64 * KiB),
+    "ppc64le-radix": ("ppc64le", 64 * KiB),
+    "ppc64le-hash": ("ppc64le", 64 * KiB),
 }
+PRESET_MMU = {"ppc64le-radix": "radix", "ppc64le-hash": "hash"}  # ppc64's sizes follow its MMU
 KERNEL_VERSIONS = (
     "6.18.0", "6.8.0", "6.1.0", "5.15.0", "5.14.0", "5.13.0", "5.10.0", "5.4.0",
     "4.18.0", "4.14.0", "4.13.0", "4.9.0", "3.17.0", "3.16.0", "3.10.0",
@@ -93,9 +98,10 @@ def _max_pages(size: int, cap: int) -> int:
 def _machine(draw: st.DrawFn, pins: dict[str, Any]) -> Machine:
     preset = draw(_pinned(pins, "preset", st.sampled_from(list(PRESETS))))
     arch, page = PRESETS[preset]
-    # 2 MiB first: every preset has it, so a pool drawn on arm64 keeps its place in the choice
-    # sequence when the preset shrinks to x86_64.
-    sizes = sorted(default_hugepage_sizes(arch, page), key=lambda s: (s != 2 * MiB, s))
+    mmu = PRESET_MMU.get(preset, "radix")
+    # 2 MiB first: every preset but ppc64le-hash has it, so a pool drawn on arm64 keeps its
+    # place in the choice sequence when the preset shrinks to x86_64.
+    sizes = sorted(default_hugepage_sizes(arch, page, mmu), key=lambda s: (s != 2 * MiB, s))
     nodes = draw(_pinned(pins, "nodes", st.integers(1, 4)))
     mem = draw(_pinned(pins, "mem_per_node", st.sampled_from(MEM_PER_NODE)))
     cap = draw(_pinned(pins, "max_pool_pages", st.just(8)))
@@ -138,8 +144,13 @@ def _machine(draw: st.DrawFn, pins: dict[str, Any]) -> Machine:
     )
     if any(resv.values()):
         kw["hugepages_reserved"] = {s: n for s, n in resv.items() if n}
-    build = Machine.x86_64 if arch == "x86_64" else Machine.arm64
-    extra = {"page_size": page} if arch == "arm64" else {}
+    builds: dict[str, Callable[..., Machine]] = {
+        "x86_64": Machine.x86_64, "arm64": Machine.arm64, "ppc64le": Machine.ppc64le
+    }  # fmt: skip
+    build = builds[arch]
+    extra: dict[str, Any] = {"page_size": page} if arch == "arm64" else {}
+    if arch == "ppc64le":
+        extra["mmu"] = mmu
     return build(
         nodes=nodes,
         mem_per_node=mem,

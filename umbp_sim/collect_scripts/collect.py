@@ -6,7 +6,8 @@
 Writes the tarball ``umbp-sim collect`` writes (``umbp-sim replay FILE`` reads it): /proc/meminfo,
 the vm sysctls, the kernel release, the limits, /sys/kernel/mm/hugepages, the NUMA nodes and the
 effective cgroup limits, under ``NAME/``, with ``NAME/umbp-sim-collect.json`` listing what was
-collected, what was missing and why, and what was left out.
+collected, what was missing and why, and what was left out, and recording the architecture
+(``machine``: ``uname -m``) and the base page size (``page_size``: ``sysconf(_SC_PAGESIZE)``).
 
 ``--pid PID``: the limits, cgroup and NUMA policy are the ones that process saw (its
 /proc/PID/limits, /proc/PID/cgroup, the Mems_allowed lines of /proc/PID/status and its
@@ -21,8 +22,8 @@ Exit 0 written, 64 bad usage, 73 the output cannot be written (or is refused). N
 fatal.
 
 umbp_sim/collect.py (``umbp-sim collect``) imports Collector, collect_host, cgroup_limits,
-add_manifest, check_output, tar_bytes and write_output from this file: one implementation for
-both collectors.
+host_arch, add_manifest, check_output, tar_bytes and write_output from this file: one
+implementation for both collectors.
 """
 
 import errno
@@ -296,6 +297,19 @@ def collect_host(c, proc, pid=None):
     return sorted(sizes)
 
 
+def host_arch(c):
+    """[("machine", uname -m), ("page_size", getconf PAGESIZE)] of this host, the manifest keys
+    the reader prefers to inferring them; none for a --root tree (not this host)."""
+    if c.root != "/":
+        return []
+    out = [("machine", os.uname().machine)]
+    try:
+        out.append(("page_size", os.sysconf("SC_PAGESIZE")))
+    except (ValueError, OSError):
+        c.notes.append("page_size: sysconf(_SC_PAGESIZE) failed")
+    return out
+
+
 def collect(out, name, root="/", pid=None):
     check_output(out)  # before any collecting work
     c = Collector(root, name)
@@ -312,7 +326,7 @@ def collect(out, name, root="/", pid=None):
             "proc/%d/status: all but %s" % (pid, ", ".join(STATUS_KEYS)),
             "proc/%d/numa_maps: file names" % pid,
         ]
-    add_manifest(c, TOOL, [("pid", pid)], left_out)
+    add_manifest(c, TOOL, [("pid", pid)] + host_arch(c), left_out)
     write_tar(out, name, c.files)
     return c
 

@@ -7,7 +7,8 @@
 # Writes the tarball `umbp-sim collect` writes (`umbp-sim replay FILE` reads it): /proc/meminfo,
 # the vm sysctls, the kernel release, the limits, /sys/kernel/mm/hugepages, the NUMA nodes and
 # the effective cgroup limits, under NAME/, with NAME/umbp-sim-collect.json listing what was
-# collected, what was missing and why, and what was left out.
+# collected, what was missing and why, and what was left out, and recording the architecture
+# ("machine": uname -m) and the base page size ("page_size": getconf PAGESIZE).
 #
 # --pid PID: the limits, cgroup and NUMA policy are the ones that process saw (its
 # /proc/PID/limits, /proc/PID/cgroup, the Mems_allowed lines of /proc/PID/status and its
@@ -364,6 +365,12 @@ list() {  # JSON array body from lines on stdin
     printf '{\n "tool": "umbp-sim collect.sh",\n "name": "%s",\n' "$(esc "$NAME")"
     printf ' "time": "%s",\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     printf ' "pid": %s,\n' "${PID:-null}"
+    if [ -z "$ROOT" ]; then  # this host's architecture and page size (not a --root tree's)
+        MACH=$(uname -m 2>/dev/null)
+        PAGE=$(getconf PAGESIZE 2>/dev/null)
+        [ -z "$MACH" ] || printf ' "machine": "%s",\n' "$(esc "$MACH")"
+        case $PAGE in '' | *[!0-9]*) ;; *) printf ' "page_size": %s,\n' "$PAGE" ;; esac
+    fi
     printf ' "collected": ['
     LC_ALL=C sort -u "$TMP/collected" | list
     printf '],\n "files": {'

@@ -16,6 +16,7 @@ puts their numbers into sentences.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from umbp_sim.diagnose.request import Request
@@ -264,19 +265,54 @@ def _sentence(r: Reason, reserved: Reason | None, run: Run) -> str | None:
             f"{n['surplus_allowed']} (surplus {n['surplus']}) allows no more: mmap(MAP_HUGETLB) "
             "fails with ENOMEM"
         )
+    if r.rule == "arguments" and r.call == "mbind" and r.errno == "EINVAL":
+        maxnode_rule = _mbind_maxnode(run)
+        if maxnode_rule is not None:
+            return maxnode_rule
     if r.errno or r.signal or r.rule == "hugetlb_surplus_gathered":
         return r.text if r.rule != "arguments" else f"{r.text} ({r.errno})"
     return None
+
+
+# mbind(addr, len, mode, [nodes the kernel reads], maxnode, flags) = -1 EINVAL, as the trace has it
+_MBIND_EINVAL = re.compile(
+    r"^mbind\(0x[0-9a-f]+, [0-9]+, MPOL_[A-Z_]+(?:\|[A-Z_]+)*, \[[0-9,\- ]*\], ([0-9]{1,10}), "
+    r"[0-9x]+\) = -1 EINVAL",
+    re.M,
+)
+
+
+def _mbind_maxnode(run: Run) -> str | None:
+    """An mbind EINVAL whose node is beyond the maxnode - 1 bits the kernel reads (the
+    maxnode the trace recorded): mori's maxnode rule when maxnode is its mask's bit count
+    (docs/deployed-behaviour.md row 4). None when the trace does not show that."""
+    node = run.request.settings()[2]
+    found = _MBIND_EINVAL.findall(run.observed.trace or "")
+    if node < 0 or not found:
+        return None
+    maxnode = int(found[-1])
+    if maxnode == 0 or node < maxnode - 1:
+        return None
+    read = f"maxnode - 1 = {maxnode - 1} bits, nodes 0-{maxnode - 2}"
+    tail = f"node {node} is outside them, so the mask mbind sees is empty and it fails with EINVAL"
+    if maxnode % 64 == 0 and node == maxnode - 1:
+        return (
+            f"mori passes maxnode = {maxnode} (the bits of its {maxnode // 64}-word node mask) and "
+            f"the kernel reads {read}: {tail} (mori's maxnode rule, docs/deployed-behaviour.md "
+            "row 4; umbp-sim's allocator passes node + 2 and binds)"
+        )
+    return f"the allocator passes maxnode = {maxnode} and the kernel reads {read}: {tail}"
 
 
 # ---- dump notes -------------------------------------------------------------------------------
 
 
 def _notes(facts: DumpFacts | None, request: Request) -> list[Cause]:
-    """Dump notes that change the answer: guessed kernel version, pools, MemAvailable."""
+    """Dump notes that change the answer: guessed kernel version, pools, MemAvailable, an
+    architecture umbp-sim does not model."""
     if facts is None:
         return []
-    keys = ["kernel version", "MemAvailable", "MemTotal add up"]
+    keys = ["kernel version", "MemAvailable", "MemTotal add up", "is not modelled"]
     if request.wants_hugepages():
         keys += ["pages", "hugepage", "reserved"]
     if request.settings()[2] >= 0:  # bound to a node: a dump without NUMA files says one node

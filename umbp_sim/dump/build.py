@@ -12,7 +12,10 @@ Rules (each one that fires adds a line to ``facts.notes``):
 - MemAvailable: the dump's line; a meminfo without one (kernels before 3.14) gets the kernel's
   own estimate (si_mem_available: MemFree above the low watermarks, plus page cache and
   SReclaimable less what reclaim cannot free); the low watermarks come from proc/zoneinfo, else
-  5/4 of vm.min_free_kbytes, else the kernel's default min_free_kbytes for MemTotal.
+  5/4 of vm.min_free_kbytes, else the kernel's default min_free_kbytes for MemTotal. The
+  estimate is ``umbp_sim.sim.mem_available`` of the built Machine, so a dump without MemFree
+  gets the MemFree the simulated host starts with, and the note, the simulated /proc/meminfo
+  and sglang's reading are one number.
 - Node MemTotal figures that do not add up to MemTotal are noted (the nodes' figures are used
   for the nodes, MemTotal for CommitLimit and the host-wide lines).
 - overcommit_memory 0, overcommit_ratio solved from CommitLimit (else 50) and overcommit_kbytes
@@ -83,37 +86,14 @@ def build_machine(f: DumpFacts) -> Machine:
         f.notes.append("overcommit_memory 0: the kernel default (not in the dump)")
 
     watermark_low = f.watermark_low
-    mem_available = f.mem_available
-    if mem_available is None:
-        from umbp_sim.sim import si_mem_available
-
+    estimate_at = None  # where the MemAvailable estimate's note goes, once the Machine is built
+    if f.mem_available is None:
         if watermark_low is None:
             watermark_low = default_watermark_low(f.mem_total)
             wm_from = f"the kernel's default for {f.mem_total // GiB} GiB (no proc/zoneinfo)"
         else:
             wm_from = "proc/zoneinfo" if "proc/zoneinfo" not in f.missing else "min_free_kbytes"
-        free = f.mem_free or 0
-        mem_available = si_mem_available(
-            free, f.page_cache or 0, f.slab_reclaimable or 0, watermark_low
-        )
-        why = (
-            "no proc/meminfo, so no MemAvailable"
-            if f.meminfo_source == "nodes"
-            else "meminfo has no MemAvailable (a kernel before 3.14 without the backport)"
-        )
-        f.notes.append(
-            f"{why}: estimated as the kernel does "
-            f"(si_mem_available) at {mem_available // 1024} kB from MemFree {free // 1024} kB, "
-            f"page cache {(f.page_cache or 0) // 1024} kB, SReclaimable "
-            f"{(f.slab_reclaimable or 0) // 1024} kB and low watermarks "
-            f"{watermark_low // 1024} kB ({wm_from})"
-            + (
-                "; the simulated /proc/meminfo shows it as its MemAvailable line (whether the "
-                "host's had one is not in the dump: 3.14+ and RHEL 7's 3.10 have it)"
-                if f.meminfo_source == "nodes"
-                else ""
-            )
-        )
+        estimate_at = len(f.notes)
     known_totals = [n.mem_total for n in f.nodes if n.mem_total is not None]
     if f.nodes and len(known_totals) == len(f.nodes):
         node_sum = sum(known_totals)
@@ -141,7 +121,7 @@ def build_machine(f: DumpFacts) -> Machine:
         swap_total=f.swap_total or 0,
         mem_total=f.mem_total,
         mem_free=f.mem_free,
-        mem_available=mem_available,
+        mem_available=f.mem_available,
         # A node-only dump cannot say whether /proc/meminfo had the line: shown (3.14+ and
         # RHEL 7's 3.10 have it), with the estimate, and said in a note.
         mem_available_line=f.mem_available is not None or f.meminfo_source == "nodes",
@@ -159,6 +139,8 @@ def build_machine(f: DumpFacts) -> Machine:
     for key in ("admin_reserve_kbytes", "user_reserve_kbytes"):
         if getattr(f, key) is not None:
             setattr(m, key, getattr(f, key))
+    if estimate_at is not None:
+        f.notes.insert(estimate_at, _estimate_mem_available(f, m, wm_from))
     for spec in MACHINE_FIELDS:
         if spec.dump is None:
             f.notes.append(
@@ -168,6 +150,40 @@ def build_machine(f: DumpFacts) -> Machine:
         return m.validate()
     except MachineError as e:  # a rule above missed a case: still the dump's fault
         raise DumpError(f.source, f"inconsistent dump: {e}") from None
+
+
+def _estimate_mem_available(f: DumpFacts, m: Machine, wm_from: str) -> str:
+    """Set ``m.mem_available`` the way the simulated host would start from it (sim.py's
+    ``mem_available``: one rule, so the note, the simulated /proc/meminfo and what sglang reads
+    agree) and return the note that says how."""
+    from umbp_sim.sim import mem_available, node_free
+
+    free = m.mem_free if m.mem_free is not None else sum(node_free(m))
+    m.mem_available = mem_available(m)
+    why = (
+        "no proc/meminfo, so no MemAvailable"
+        if f.meminfo_source == "nodes"
+        else "meminfo has no MemAvailable (a kernel before 3.14 without the backport)"
+    )
+    free_from = (
+        ""
+        if f.mem_free is not None
+        else " (not in the dump: the nodes' MemTotal less their hugepage pools, page cache and "
+        "SReclaimable)"
+    )
+    return (
+        f"{why}: estimated as the kernel does "
+        f"(si_mem_available) at {m.mem_available // 1024} kB from MemFree {free // 1024} kB"
+        f"{free_from}, page cache {m.page_cache // 1024} kB, SReclaimable "
+        f"{m.slab_reclaimable // 1024} kB and low watermarks "
+        f"{(m.watermark_low or 0) // 1024} kB ({wm_from})"
+        + (
+            "; the simulated /proc/meminfo shows it as its MemAvailable line (whether the "
+            "host's had one is not in the dump: 3.14+ and RHEL 7's 3.10 have it)"
+            if f.meminfo_source == "nodes"
+            else ""
+        )
+    )
 
 
 def _limits(table: dict[int, int | str]) -> dict[int, int]:

@@ -4,14 +4,20 @@
 ``umbp_sim.dump.build.build_machine`` turns it into a ``Machine`` (which has no unknowns).
 Every guess the reader makes is written to ``notes`` in plain words; the rules are:
 
-- arch/page size (``infer_arch``): hugepage sizes first, they are per-architecture and per base
-  page (docs/kernel-model.md section 8): 64kB -> arm64 with 4 KiB pages (4K granule: 64K/2M/32M/1G);
-  32768kB without 64kB -> arm64 16 KiB; 524288kB or 16777216kB -> arm64 64 KiB; only 1024kB ->
-  s390x 4 KiB; otherwise (2M/1G or none) proc/cpuinfo decides (vendor_id Intel/AMD -> x86_64, or
-  i386 when meminfo has HighTotal (32-bit kernel) or the flags lack ``lm``; ``IBM/S390`` ->
-  s390x; ``CPU implementer`` -> arm64 4 KiB); with neither, x86_64 with 4 KiB pages.
+- arch/page size (``umbp_sim.dump.arch``): the collector's record (``umbp-sim-collect.json``
+  ``machine`` and ``page_size``), else the kernel string (osrelease, proc/version, a
+  sosreport's uname -a: ``.x86_64``, ``-amd64``, ``.aarch64``, ``.ppc64le``, ``.s390x``,
+  ``.i686``...), else proc/cpuinfo (x86 ``vendor_id`` with meminfo or the ``lm`` flag for the
+  width, arm ``CPU implementer``, POWER ``cpu : POWERn`` with ``MMU : Hash|Radix``, s390
+  ``IBM/S390``, ia64 ``arch : IA-64``), else the hugepage sizes alone
+  (docs/kernel-model.md section 8), else x86_64 with 4 KiB pages, said to be assumed. The
+  sizes only settle what the architecture leaves open (arm64's granule, ppc64's MMU); a size
+  it does not register is noted and kept. An architecture umbp-sim does not model (ia64,
+  32-bit arm...) keeps its name and a note says so.
 - hugepage sizes: the ``sys/kernel/mm/hugepages/hugepages-<N>kB`` directories; without them,
-  meminfo's ``Hugepagesize`` alone; with neither, none (a kernel without CONFIG_HUGETLB_PAGE).
+  the nodes' ``nodeN/hugepages/hugepages-<N>kB``, else meminfo's ``Hugepagesize`` alone, else
+  (node files with ``HugePages_*`` lines, no size) the architecture's default size; with none
+  of these, none (a kernel without CONFIG_HUGETLB_PAGE).
   A meminfo ``Hugepagesize`` missing from the directories is added. Default size: meminfo's
   ``Hugepagesize``; without it, the architecture's PMD size if that size exists, else the
   smallest size.
@@ -126,6 +132,12 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
         f.page_cache = max(0, mi["Cached"] - mi.get("Shmem", 0))
         f.notes.append(
             "meminfo has no Active(file)/Inactive(file): page cache taken as Cached - Shmem"
+        )
+    elif "FilePages" in mi:  # node files only (hwloc.py), of a kernel without the file LRU lines
+        f.page_cache = max(0, mi["FilePages"] - mi.get("Shmem", 0))
+        f.notes.append(
+            "the nodes' meminfo has no Active(file)/Inactive(file): page cache taken as their "
+            f"FilePages - Shmem ({f.page_cache // KiB} kB)"
         )
     f.slab_reclaimable = mi.get("SReclaimable")
 

@@ -63,6 +63,8 @@ class DumpFacts:
     bare_meminfo: bool = False
     arch: str = "x86_64"
     page_size: int = 4096
+    arch_modelled: bool = True  # False: an architecture umbp-sim does not model (a note says)
+    mmu: str | None = None  # ppc64's MMU, hash or radix (dump/arch.py)
     hugepage_sizes: list[int] = field(default_factory=list)
     default_hugepage_size: int | None = None
     mem_total: int = 0

@@ -4,8 +4,9 @@ Many ``hwloc-gather-topology`` dumps (and sosreports whose memory plugin did not
 only the per-node files. Their figures are what the kernel counts per node, so the host-wide
 figures are their sums:
 
-- MemTotal, MemFree, Active(file), Inactive(file), SReclaimable: the sum over the nodes that
-  print the line (a node without ``MemTotal`` is left to ``build``'s "no meminfo" rule);
+- MemTotal, MemFree, Active(file), Inactive(file), FilePages, Shmem, SReclaimable: the sum
+  over the nodes that print the line (a node without ``MemTotal`` is left to ``build``'s "no
+  meminfo" rule); without the file LRU lines (old kernels) the page cache is FilePages - Shmem;
 - HugePages_Total/Free/Surp (the default hugepage size): the sum, when every node prints it.
 
 What only ``/proc/meminfo`` says is not invented: each missing figure is a note naming what
@@ -28,7 +29,8 @@ NODES = "sys/devices/system/node"
 _NODE_DIR = re.compile(r"^node([0-9]{1,5})$")
 _NODE_MEMINFO = re.compile(r"^(?:(?P<top>[^/]+)/)?sys/devices/system/node/node[0-9]{1,5}/meminfo$")
 _PROC_MEMINFO = re.compile(r"^(?:(?P<top>[^/]+)/)?proc/meminfo$")
-SUMMED = ("MemTotal", "MemFree", "Active(file)", "Inactive(file)", "SReclaimable")
+SUMMED = ("MemTotal", "MemFree", "Active(file)", "Inactive(file)", "FilePages", "Shmem",
+          "SReclaimable")  # fmt: skip
 SUMMED_IF_ALL = ("HugePages_Total", "HugePages_Free", "HugePages_Surp")
 
 # /proc/meminfo figures a node-only dump lacks, and what stands in for each (MemAvailable is

@@ -47,6 +47,8 @@ NODE_MEMINFO_KB_KEYS = (
     "MemUsed",
     "Active(file)",
     "Inactive(file)",
+    "FilePages",  # the page cache on kernels whose node files lack the file LRU lines
+    "Shmem",
     "SReclaimable",
 )
 NODE_MEMINFO_COUNT_KEYS = ("HugePages_Total", "HugePages_Free", "HugePages_Surp")

@@ -3,10 +3,19 @@
 
 from __future__ import annotations
 
-import re
-
+from umbp_sim.dump.arch import ArchEvidence, ArchReading, read_arch, recorded
 from umbp_sim.dump.errors import DumpError
-from umbp_sim.dump.host_facts import HUGEPAGES, NODES, GlobalPool, KiB, NodeFacts, NodePool, _Reader
+from umbp_sim.dump.host_facts import (
+    _NODE_DIR_RE,
+    HUGEPAGES,
+    NODES,
+    GlobalPool,
+    KiB,
+    NodeFacts,
+    NodePool,
+    _Reader,
+)
+from umbp_sim.dump.manifest import MANIFEST
 from umbp_sim.dump.parse import hugepage_dir_size
 
 
@@ -24,7 +33,12 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
         sizes.append(size)
     if not sizes and not r.src.bare_meminfo:
         f.missing.append(HUGEPAGES)
-    cpuinfo = r.text("proc/cpuinfo", record=False) if not r.src.bare_meminfo else None
+        sizes = _node_sizes(r)
+        if sizes:
+            f.notes.append(
+                f"no {HUGEPAGES}: the hugepage sizes are the nodes' "
+                f"({NODES}/nodeN/hugepages: {', '.join(f'{s // KiB} kB' for s in sizes)})"
+            )
     default = mi.get("Hugepagesize")
     if default is not None and (default == 0 or default & (default - 1)):
         raise DumpError(
@@ -32,10 +46,21 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
             f"Hugepagesize {default // KiB} kB is not a power of two",
             lines.get("Hugepagesize"),
         )
-    f.arch, f.page_size, why = infer_arch(
-        sorted(set(sizes) | ({default} if default else set())), cpuinfo, "HighTotal" in mi
-    )
-    f.notes.append(why)
+    reading = read_arch(_evidence(r, sorted(set(sizes) | ({default} if default else set()))))
+    f.arch, f.page_size, f.arch_modelled, f.mmu = (
+        reading.arch, reading.page_size, reading.modelled, reading.mmu
+    )  # fmt: skip
+    f.notes.append(reading.note)
+    if not sizes and default is None and "HugePages_Total" in mi:
+        from umbp_sim.machine import default_hugepage_sizes, pmd_size
+
+        registered = default_hugepage_sizes(f.arch, f.page_size, f.mmu or "radix")
+        default = pmd_size(f.arch, f.page_size, registered)
+        sizes = [default]
+        f.notes.append(
+            "no hugepage size in the dump, but the nodes' meminfo has HugePages_* lines "
+            f"(hugetlb is built in): the default size taken as {f.arch}'s, {default // KiB} kB"
+        )
     if not sizes and default is not None:
         sizes = [default]
         f.notes.append(
@@ -57,7 +82,7 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
     if default is None and f.hugepage_sizes:
         from umbp_sim.machine import pmd_size
 
-        pmd = pmd_size(f.arch, f.page_size)
+        pmd = pmd_size(f.arch, f.page_size, f.hugepage_sizes)
         default = pmd if pmd in f.hugepage_sizes else f.hugepage_sizes[0]
         f.notes.append(
             f"meminfo has no Hugepagesize: default hugepage size taken as {default // KiB} kB"
@@ -67,37 +92,50 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
     f.default_hugepage_size = default
 
 
-def infer_arch(
-    sizes: list[int], cpuinfo: str | None, highmem: bool = False
-) -> tuple[str, int, str]:
-    """(arch, base page size, why) from the hugepage sizes and proc/cpuinfo (module docstring).
+def _node_sizes(r: _Reader) -> list[int]:
+    """The sizes of the ``nodeN/hugepages/hugepages-<N>kB`` directories (a dump without
+    ``sys/kernel/mm/hugepages``)."""
+    found: set[int] = set()
+    for name in r.src.listdir(NODES):
+        if _NODE_DIR_RE.match(name):
+            for d in r.src.listdir(f"{NODES}/{name}/hugepages"):
+                size = hugepage_dir_size(d)
+                if size is not None and size & (size - 1) == 0:
+                    found.add(size)
+    return sorted(found)
 
-    ``highmem``: meminfo has HighTotal, which only 32-bit kernels print.
-    """
-    kb = {s // KiB for s in sizes}
-    if 64 in kb:
-        return "arm64", 4 * KiB, "page size 4 KiB, arm64: hugepage size 64 kB (contiguous PTE)"
-    if 32768 in kb:
-        return "arm64", 16 * KiB, "page size 16 KiB, arm64: hugepage size 32 MiB without 64 kB"
-    if kb & {524288, 16777216}:
-        return "arm64", 64 * KiB, "page size 64 KiB, arm64: hugepage size 512 MiB or 16 GiB"
-    if kb == {1024}:
-        return "s390x", 4 * KiB, "page size 4 KiB, s390x: the only hugepage size is 1 MiB"
-    if cpuinfo:
-        if "IBM/S390" in cpuinfo:
-            return "s390x", 4 * KiB, "page size 4 KiB, s390x: proc/cpuinfo says IBM/S390"
-        if re.search(r"^CPU implementer", cpuinfo, re.M):
-            return "arm64", 4 * KiB, "page size 4 KiB (assumed), arm64: proc/cpuinfo"
-        if re.search(r"^vendor_id\s*:\s*(GenuineIntel|AuthenticAMD|HygonGenuine)", cpuinfo, re.M):
-            if highmem:
-                return "i386", 4 * KiB, "page size 4 KiB, i386: x86 cpuinfo, meminfo has HighTotal"
-            flags = re.search(r"^flags\s*:(.*)$", cpuinfo, re.M)
-            if flags and "lm" not in flags.group(1).split():
-                return "i386", 4 * KiB, "page size 4 KiB, i386: proc/cpuinfo flags lack 'lm'"
-            return "x86_64", 4 * KiB, "page size 4 KiB, x86_64: proc/cpuinfo vendor_id"
-    if kb:
-        return "x86_64", 4 * KiB, "page size 4 KiB, x86_64: hugepage sizes 2 MiB/1 GiB"
-    return "x86_64", 4 * KiB, "page size 4 KiB, x86_64: assumed (no hugepage sizes, no cpuinfo)"
+
+def _evidence(r: _Reader, sizes: list[int]) -> ArchEvidence:
+    """What the dump says about its architecture (``umbp_sim.dump.arch``)."""
+    if r.src.bare_meminfo:
+        return ArchEvidence(sizes, meminfo=r.src.read("proc/meminfo"))
+    kernel = []
+    for rel in ("proc/sys/kernel/osrelease", "proc/version", "sos_commands/kernel/uname_-a"):
+        t = _loose(r, rel)
+        if t is not None and t.strip():
+            kernel.append((t, rel))
+    machine, page = recorded(_loose(r, MANIFEST))
+    return ArchEvidence(
+        sizes,
+        cpuinfo=_loose(r, "proc/cpuinfo"),
+        meminfo=_loose(r, "proc/meminfo"),
+        kernel=kernel,
+        recorded_machine=machine,
+        recorded_page_size=page,
+    )
+
+
+def _loose(r: _Reader, rel: str) -> str | None:
+    """A file's text for weighing evidence: undecodable bytes replaced, never an error (the
+    readers that use a file's values report its errors)."""
+    data = r.src._read_bytes(rel)
+    return None if data is None else data.rstrip(b"\0").decode("utf-8", "replace")
+
+
+def infer_arch(sizes: list[int], cpuinfo: str | None, meminfo: str | None = None) -> ArchReading:
+    """The architecture from the hugepage sizes, proc/cpuinfo and meminfo's text alone
+    (``umbp_sim.dump.arch.read_arch`` with no kernel string and no collector record)."""
+    return read_arch(ArchEvidence(sizes, cpuinfo=cpuinfo, meminfo=meminfo))
 
 
 def _read_global_pools(r: _Reader, mi: dict[str, int]) -> None:

@@ -94,6 +94,8 @@ def _read_nodes(r: _Reader) -> None:
             node.mem_free = nm.get("MemFree")
             if "Active(file)" in nm and "Inactive(file)" in nm:
                 node.page_cache = nm["Active(file)"] + nm["Inactive(file)"]
+            elif "FilePages" in nm:  # kernels without the file LRU lines (facts.py)
+                node.page_cache = max(0, nm["FilePages"] - nm.get("Shmem", 0))
             node.slab_reclaimable = nm.get("SReclaimable")
             node._meminfo = nm  # type: ignore[attr-defined]
         t = r.text(f"{base}/cpulist")

@@ -71,7 +71,11 @@ def machine_table(machine: Machine) -> dict[str, Any]:
     }
     if list(machine.hugepage_sizes) != default_hugepage_sizes(machine.arch, machine.page_size):
         table["hugepage_sizes"] = [size_key(s) for s in machine.hugepage_sizes]
-    default = pmd_size(machine.arch, machine.page_size) if machine.hugepage_sizes else None
+    default = (
+        pmd_size(machine.arch, machine.page_size, machine.hugepage_sizes)
+        if machine.hugepage_sizes
+        else None
+    )
     if machine.default_hugepage_size != default and machine.default_hugepage_size is not None:
         table["default_hugepage_size"] = size_key(machine.default_hugepage_size)
     pools = [{size_key(s): p.total for s, p in n.hugepages.items()} for n in machine.nodes]
