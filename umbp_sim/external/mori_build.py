@@ -28,6 +28,7 @@ SOURCE = "src/umbp/local/host_mem_allocator.cpp"
 HEADER = "src/umbp/include/umbp/local/host_mem_allocator.h"
 INCLUDES = ("src/umbp/include", "include")
 LOG_HEADER = "include/mori/utils/mori_log.hpp"
+SPDLOG_HEADER = "spdlog/spdlog.h"
 SPDLOG_PACKAGES = "apt-get install libspdlog-dev (Debian, Ubuntu) or dnf install spdlog-devel"
 
 
@@ -76,10 +77,10 @@ def mori_build(checkout: str, output: str, cxx: str | None = None) -> MoriBuild:
 def spdlog_link_args(cxx: str, includes: list[str]) -> list[str]:
     """What the installed spdlog needs at link time, from its configuration macros; a
     BuildError naming the packages that bring it when its headers are not found."""
-    macros = _preprocess_macros(cxx, "#include <spdlog/spdlog.h>\n", includes)
+    macros = _preprocess_macros(cxx, f"#include <{SPDLOG_HEADER}>\n", includes)
     if macros is None:
         raise BuildError(
-            f"mori logs through spdlog ({LOG_HEADER}) and the compiler finds no spdlog/spdlog.h: "
+            f"mori logs through spdlog ({LOG_HEADER}) and the compiler finds no {SPDLOG_HEADER}: "
             f"{SPDLOG_PACKAGES}; or -I the directory holding spdlog/"
         )
     args = []
