@@ -61,6 +61,7 @@ def _same_verdict(args: list[str]) -> tuple[str, str]:
     return ADDRESS.sub("ADDR", free.stdout), ADDRESS.sub("ADDR", capped.stdout)
 
 
+@pytest.mark.torch  # the bundled library has sglang scenarios (`tox -e notorch`: exit 65)
 def test_the_bundled_scenarios_answer_the_same_under_the_analysts_rlimit_as() -> None:
     free, capped = _same_verdict(["run", "--json"])
     doc = json.loads(capped)

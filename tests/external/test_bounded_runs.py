@@ -190,7 +190,7 @@ def test_each_hostile_run_is_an_outcome_and_the_next_run_goes_on(
     a fork that holds every fd, a print: the run ends as the good one's. --jobs 1 and 2 give
     the same bytes; the forked child is gone."""
     argv = ["compare", "good", "hostile", "--matrix", "quick", "--no-scenarios", "-k", RUNS]
-    argv += ["--run-timeout", "1", "--json"]
+    argv += ["--run-timeout", "2", "--json"]
     serial = _umbp_sim(allocators, *argv, "--jobs", "1")
     parallel = _umbp_sim(allocators, *argv, "--jobs", "2")
     assert (serial.returncode, serial.stderr) == (1, "")
@@ -200,10 +200,10 @@ def test_each_hostile_run_is_an_outcome_and_the_next_run_goes_on(
     assert doc["runs"] == 9
     got = {d["run"].split("size=")[1].split(",")[0]: d["b"] for d in doc["differences"]["outcome"]}
     assert got == {
-        "1": "timed out after 1 s in alloc",
-        "4095": "timed out after 1 s in alloc",
+        "1": "timed out after 2 s in alloc",
+        "4095": "timed out after 2 s in alloc",
         "4096": "crash SIGSTOP in alloc",
-        "9223372036854775808": "timed out after 1 s in free",
+        "9223372036854775808": "timed out after 2 s in free",
     }
     forked = [int(p) for p in Path(allocators["forked"]).read_text().split()]
     assert len(forked) == 2  # one per command
@@ -217,24 +217,24 @@ def test_a_print_at_import_does_not_reach_the_protocol(allocators: dict[str, str
 
 
 def test_a_blocking_import_is_bounded(allocators: dict[str, str]) -> None:
-    r = _umbp_sim(allocators, "compare", "umbp-sim", "stuck", "--run-timeout", "1")
+    r = _umbp_sim(allocators, "compare", "umbp-sim", "stuck", "--run-timeout", "2")
     assert (r.returncode, r.stdout) == (2, "")
-    assert r.stderr == "umbp-sim compare: stuck: timed out after 1 s in import (--run-timeout)\n"
-    argv = ["replay", str(REPLAY), "--size", "4MiB", "--allocator", "stuck", "--run-timeout", "1"]
+    assert r.stderr == "umbp-sim compare: stuck: timed out after 2 s in import (--run-timeout)\n"
+    argv = ["replay", str(REPLAY), "--size", "4MiB", "--allocator", "stuck", "--run-timeout", "2"]
     r = _umbp_sim(allocators, *argv)
     assert (r.returncode, r.stdout) == (75, "")
     assert r.stderr == (
-        "umbp-sim replay: --allocator stuck: timed out after 1 s in import (--run-timeout)\n"
+        "umbp-sim replay: --allocator stuck: timed out after 2 s in import (--run-timeout)\n"
     )
 
 
 def test_replay_and_run_past_the_limit(allocators: dict[str, str], tmp_path: Path) -> None:
     """replay: one line, exit 75; run: the scenario fails with the text, the next one runs."""
     argv = ["replay", str(REPLAY), "--size", "1", "--backing", "anonymous", "--allocator"]
-    r = _umbp_sim(allocators, *argv, "hostile", "--run-timeout", "1")
+    r = _umbp_sim(allocators, *argv, "hostile", "--run-timeout", "2")
     assert (r.returncode, r.stdout) == (75, "")
     assert r.stderr == (
-        "umbp-sim replay: --allocator hostile: a run timed out after 1 s in alloc (--run-timeout)\n"
+        "umbp-sim replay: --allocator hostile: a run timed out after 2 s in alloc (--run-timeout)\n"
     )
     for name, size in (("a-hangs", "1"), ("b-runs", "4194304")):
         (tmp_path / f"{name}.toml").write_text(
@@ -243,12 +243,12 @@ def test_replay_and_run_past_the_limit(allocators: dict[str, str], tmp_path: Pat
             f"[request]\nkind = 'alloc'\nsize = {size}\nbacking = 'Anonymous'\n"
             "[expect]\noutcome = 'ok'\n"
         )
-    r = _umbp_sim(allocators, "run", str(tmp_path), "--allocator", "good", "--run-timeout", "1")
+    r = _umbp_sim(allocators, "run", str(tmp_path), "--allocator", "good", "--run-timeout", "2")
     assert r.returncode == 0, r.stdout + r.stderr
     argv = ["run", str(tmp_path / "a-hangs.toml"), str(tmp_path / "b-runs.toml")]
-    r = _umbp_sim(allocators, *argv, "--allocator", "hostile", "--run-timeout", "1")
+    r = _umbp_sim(allocators, *argv, "--allocator", "hostile", "--run-timeout", "2")
     assert r.returncode == 1
-    assert "  timed out after 1 s in alloc (--run-timeout)\n" in r.stdout
+    assert "  timed out after 2 s in alloc (--run-timeout)\n" in r.stdout
     rows = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines() if line}
     assert rows["a-hangs"] == ["ok", "timed", "out", "FAIL"]
     assert rows["b-runs"] == ["ok", "ok", "Anonymous", "PASS"]

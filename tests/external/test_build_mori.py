@@ -78,6 +78,12 @@ def test_not_a_checkout_and_bad_usage(tmp_path: Path, capsys: pytest.CaptureFixt
     assert capsys.readouterr().err.endswith(
         "error: give the sources (SRC ...) or --mori CHECKOUT, not both\n"
     )
+    with pytest.raises(SystemExit) as exc:
+        main(["build-allocator", "-o", out])
+    assert exc.value.code == 64
+    assert capsys.readouterr().err.endswith(
+        "error: give the sources (SRC ...) or --mori CHECKOUT\n"
+    )
     assert (
         main(["build-allocator", "--mori", str(FAKE), "-o", str(tmp_path / "mori-umbp.so")]) == 65
     )

@@ -37,8 +37,10 @@ def run(args: argparse.Namespace) -> int:
     from umbp_sim.external.build import build_allocator, compile_command
     from umbp_sim.external.mori_build import check_loads, check_output_writable, mori_build
 
-    if bool(args.sources) == bool(args.mori):
+    if args.sources and args.mori:
         args._build_parser.error("give the sources (SRC ...) or --mori CHECKOUT, not both")
+    if not args.sources and not args.mori:
+        args._build_parser.error("give the sources (SRC ...) or --mori CHECKOUT")
     sources, includes, defines, extra = args.sources, args.includes, args.defines, args.extra
     if args.mori:
         plan = mori_build(args.mori, args.output, args.cxx)

@@ -97,9 +97,12 @@ def _preprocess_macros(cxx: str, text: str, includes: list[str]) -> str | None:
         raise BuildError(f"{cxx}: compiler not found (set CXX)")
     cmd = [cxx, "-std=c++17", "-x", "c++", "-dM", "-E", "-"]
     cmd += [f"-I{d}" for d in [*includes, *include_dirs()]]
-    proc = subprocess.run(
-        cmd, input=text, capture_output=True, text=True, env=compiler_env(), timeout=120
-    )
+    try:
+        proc = subprocess.run(
+            cmd, input=text, capture_output=True, text=True, env=compiler_env(), timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"{cxx}: preprocessing a one-line file did not end in 120 s") from None
     return proc.stdout if proc.returncode == 0 else None
 
 
@@ -148,8 +151,11 @@ def _demangle(symbol: str) -> str:
     tool = shutil.which("c++filt")
     if tool is None:
         return symbol
-    proc = subprocess.run([tool, symbol], capture_output=True, text=True, timeout=30)
-    return proc.stdout.strip() or symbol if proc.returncode == 0 else symbol
+    try:
+        proc = subprocess.run([tool, symbol], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return symbol  # the mangled name still names it
+    return (proc.stdout.strip() or symbol) if proc.returncode == 0 else symbol
 
 
 def check_output_writable(output: str) -> None:

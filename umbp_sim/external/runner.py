@@ -43,6 +43,9 @@ def seconds(t: float) -> str:
     return f"{t:g} s"
 
 
+SERVER_START_GRACE = 60.0  # seconds: umbp-sim's own start-up of an allocator server
+
+
 class CouldNotRun(UmbpSimError):
     """The allocator could not be loaded or its server died (compare: exit 2)."""
 
@@ -134,7 +137,12 @@ class ExternalRunner:
         stage = "start"
         try:
             while True:
-                hello = self._recv(self.run_timeout)
+                # The limit bounds the allocator's own code (its import); umbp-sim's start-up
+                # around it (Python, the interposer, the simulated kernel: seconds on a loaded
+                # box or under a sanitizer) gets at least SERVER_START_GRACE.
+                own = stage != "import"
+                hello = self._recv(max(self.run_timeout, SERVER_START_GRACE) if own else
+                                   self.run_timeout)  # fmt: skip
                 if "stage" not in hello:
                     break
                 stage = hello["stage"]  # each stage of its start gets the whole limit
