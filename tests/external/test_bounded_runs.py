@@ -216,6 +216,37 @@ def test_a_print_at_import_does_not_reach_the_protocol(allocators: dict[str, str
     assert "no differences" in r.stdout
 
 
+# At import, a frame on every pipe the process holds (the server's channel to umbp-sim among
+# them): a pickle that would run a shell command where it is loaded.
+FORGER = """
+import os, pickle, stat, struct
+class Act:
+    def __reduce__(self):
+        return (os.system, ("touch " + {mark!r},))
+payload = pickle.dumps({{"ready": True, "mode": "x", "objects": [], "x": Act()}})
+for name in os.listdir("/proc/self/fd"):
+    try:
+        if stat.S_ISFIFO(os.fstat(int(name)).st_mode):
+            os.write(int(name), struct.pack(">I", len(payload)) + payload)
+    except OSError:
+        pass
+"""
+
+
+def test_a_forged_message_is_refused_not_run(allocators: dict[str, str], tmp_path: Path) -> None:
+    """Allocator code can write on the server's protocol fd: what it writes is read as data
+    (umbp-sim's own data classes only), never as code run in umbp-sim's process."""
+    mark = tmp_path / "ran"
+    forger = Path(allocators["dir"]) / "forger.py"
+    forger.write_text(FORGER.format(mark=str(mark)) + ALLOCATOR.format(HOSTILE=False))
+    r = _umbp_sim(allocators, "compare", "umbp-sim", "forger", "--matrix", "none", "-k", "node-63")
+    assert not mark.exists()
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.startswith("umbp-sim compare: forger: ")
+    assert "a message naming posix.system, which is no umbp-sim data" in r.stderr, r.stderr
+    assert len(r.stderr.splitlines()) == 1
+
+
 def test_a_blocking_import_is_bounded(allocators: dict[str, str]) -> None:
     r = _umbp_sim(allocators, "compare", "umbp-sim", "stuck", "--run-timeout", "2")
     assert (r.returncode, r.stdout) == (2, "")

@@ -31,14 +31,18 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 from umbp_sim.external.procs import (
+    MAX_FRAME,
     QUIT,
+    FrameError,
     FrameReader,
     die_with_parent,
     frame,
     kill_group,
+    loads,
     pidfd,
     start_keeper,
     tell_keeper,
@@ -72,7 +76,9 @@ def _read_exact(fd: int, n: int) -> bytes:
 def recv(fd: int) -> Any:
     """The next message on ``fd`` (blocking: the server's read of its owner's next job)."""
     n = int.from_bytes(_read_exact(fd, 4), "big")
-    return pickle.loads(_read_exact(fd, n))
+    if n > MAX_FRAME:
+        raise FrameError(f"a frame of {n:,} bytes (at most {MAX_FRAME:,})")
+    return loads(_read_exact(fd, n))
 
 
 def loaded_objects() -> list[str]:
@@ -309,19 +315,24 @@ def _watch_run(pid: int, rfd: int, timeout: float) -> dict[str, Any]:
     return seen
 
 
-def _take(frames: Any, seen: dict[str, Any]) -> None:
-    for f in frames:
-        try:
-            msg = pickle.loads(f)
-        except Exception:  # noqa: BLE001 - not the child's: the allocator wrote on its pipe
-            continue
-        if not isinstance(msg, dict):
-            continue
-        if "stage" in msg:
-            seen["stages"].append(msg.pop("stage"))
-            seen["partial"].update(msg)
-        elif "result" in msg:
-            seen["result"] = msg["result"]
+def _take(frames: Iterator[bytes], seen: dict[str, Any]) -> None:
+    """The run's messages into ``seen``; what the allocator wrote on the run's pipe (it runs in
+    that process) is skipped, and a frame past MAX_FRAME ends the reading of this feed."""
+    try:
+        for f in frames:
+            try:
+                msg = loads(f)
+            except FrameError:  # not the child's: the allocator wrote on its pipe
+                continue
+            if not isinstance(msg, dict):
+                continue
+            if "stage" in msg:
+                seen["stages"].append(msg.pop("stage"))
+                seen["partial"].update(msg)
+            elif "result" in msg:
+                seen["result"] = msg["result"]
+    except FrameError:
+        return
 
 
 def _read_log(log: Any) -> str:

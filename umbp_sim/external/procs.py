@@ -25,7 +25,11 @@ that someone else's fork may hold open.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import enum
+import io
 import os
+import pickle
 import select
 import signal
 import struct
@@ -84,6 +88,15 @@ def wait_readable(fds: list[int], timeout: float) -> list[int]:
 # ---- framing: 4-byte big-endian length + payload ---------------------------------------------
 
 
+# A message is a job or a run's record: a trace of a few thousand calls, not hundreds of MiB.
+MAX_FRAME = 256 << 20
+
+
+class FrameError(ValueError):
+    """Bytes on a protocol fd that are no message of umbp-sim's: a frame past MAX_FRAME, or a
+    payload that names anything but umbp-sim's data classes."""
+
+
 class FrameReader:
     """Frames out of the bytes of a pipe, read as they come (``os.read``), never blocking."""
 
@@ -94,11 +107,49 @@ class FrameReader:
         self._buf += data
         while len(self._buf) >= 4:
             (n,) = struct.unpack(">I", self._buf[:4])
+            if n > MAX_FRAME:
+                raise FrameError(f"a frame of {n:,} bytes (at most {MAX_FRAME:,})")
             if len(self._buf) < 4 + n:
                 break
             frame = bytes(self._buf[4 : 4 + n])
             del self._buf[: 4 + n]
             yield frame
+
+
+# What a message may hold besides plain containers: umbp-sim's own data (dataclasses, enums,
+# exceptions, int/str subclasses such as Size) and these. Allocator code runs in the processes
+# at the other end and can write on these fds: a payload naming anything else (a function, a
+# class whose construction acts) is refused, never called in umbp-sim's own process.
+_STDLIB_DATA = {
+    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "complex"),
+    ("builtins", "bytearray"), ("builtins", "range"), ("builtins", "slice"),
+    ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("fractions", "Fraction"),
+    ("collections", "OrderedDict"), ("collections", "deque"),
+}  # fmt: skip
+
+
+class _DataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _STDLIB_DATA:
+            return super().find_class(module, name)
+        if module == "umbp_sim" or module.startswith("umbp_sim."):
+            found = super().find_class(module, name)
+            if isinstance(found, type) and (
+                dataclasses.is_dataclass(found)
+                or issubclass(found, (enum.Enum, BaseException, int, str, float, tuple))
+            ):
+                return found
+        raise FrameError(f"a message naming {module}.{name}, which is no umbp-sim data")
+
+
+def loads(payload: bytes) -> Any:
+    """A message's payload as data (``_DataUnpickler``); FrameError for anything else."""
+    try:
+        return _DataUnpickler(io.BytesIO(payload)).load()
+    except FrameError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a truncated or hand-made payload
+        raise FrameError(f"a garbled message ({type(e).__name__})") from None
 
 
 def frame(payload: bytes) -> bytes:

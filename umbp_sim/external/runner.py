@@ -32,7 +32,15 @@ from umbp_sim.external.outcome import (
     trace_from_report,
     warning_lines,
 )
-from umbp_sim.external.procs import FrameReader, frame, kill_group, pidfd, wait_readable
+from umbp_sim.external.procs import (
+    FrameError,
+    FrameReader,
+    frame,
+    kill_group,
+    loads,
+    pidfd,
+    wait_readable,
+)
 
 DEFAULT_RUN_TIMEOUT = 60.0  # seconds a run (or the allocator's import) may take
 SERVER_GRACE = 60.0  # beyond a run's limit: the server's own work (torch's import for sglang)
@@ -151,11 +159,13 @@ class ExternalRunner:
             raise RunTimedOut(
                 f"{spec}: timed out after {seconds(self.run_timeout)} in {stage} (--run-timeout)"
             ) from None
-        except EOFError:
+        except EOFError as e:
+            # what it said, read before kill() closes its log
+            why = (
+                str(e) or f"the allocator's process exited before it was ready ({self._last_err()})"
+            )
             self.kill()
-            raise CouldNotRun(
-                f"{spec}: the allocator's process exited before it was ready ({self._last_err()})"
-            ) from None
+            raise CouldNotRun(f"{spec}: {why}") from None
         if "error" in hello:
             self.close()
             raise CouldNotRun(f"{spec}: {hello['error']}")
@@ -187,11 +197,11 @@ class ExternalRunner:
                 data = os.read(self._from, 1 << 16)
                 if not data:
                     raise EOFError
-                for f in self._reader.feed(data):
-                    try:
-                        self._pending.append(pickle.loads(f))
-                    except Exception as e:  # noqa: BLE001 - the server wrote nothing else
-                        raise EOFError(f"a garbled message ({type(e).__name__})") from None
+                try:
+                    for f in self._reader.feed(data):
+                        self._pending.append(loads(f))
+                except FrameError as e:  # the server writes nothing else: not ours
+                    raise EOFError(str(e)) from None
             elif not self._alive() and not wait_readable([self._from], 0):
                 raise EOFError
         return self._pending.popleft()
@@ -255,7 +265,7 @@ class ExternalRunner:
         when busy or past ``CLOSE_GRACE``; either way its group is killed before it is reaped."""
         if self.proc is None:
             return
-        os.close(self._to)
+        self._close_fd("_to")
         if not self._busy:
             deadline = time.monotonic() + CLOSE_GRACE
             while self._alive() and time.monotonic() < deadline:
@@ -269,19 +279,31 @@ class ExternalRunner:
         """End the server and its process group now."""
         if self.proc is None:
             return
-        os.close(self._to)
+        self._close_fd("_to")
         self._end()
 
     def _end(self) -> None:
+        # Safe to enter again (a second signal during the first's cleanup): each fd is closed
+        # once, and the server is forgotten whatever happens on the way.
         self._busy = False
-        assert self.proc is not None
-        kill_group(self.proc.pid)  # not reaped yet: the group id is still the server's
-        self.proc.wait()
-        os.close(self._from)
-        if self._watch is not None:
-            os.close(self._watch)
-        self._stderr.close()
-        self.proc = None
+        proc, self.proc = self.proc, None
+        try:
+            if proc is not None:
+                kill_group(proc.pid)  # not reaped yet: the group id is still the server's
+                proc.wait()
+        finally:
+            self._close_fd("_from")
+            self._close_fd("_watch")
+            self._stderr.close()
+
+    def _close_fd(self, name: str) -> None:
+        fd = getattr(self, name, None)
+        setattr(self, name, None)
+        if fd is not None and fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def select_write(fd: int, timeout: float) -> None:
