@@ -86,6 +86,23 @@ class UMBPHostMemAllocator:
             time.sleep(1e6)
 """
 
+# An allocator that behaves under simulation and hangs in alloc on the real kernel (no
+# interposer, or an inactive one: preflight --verify's real allocation), SIGINT ignored.
+HANG_REAL = """
+_alloc = UMBPHostMemAllocator.alloc
+
+
+def _alloc_or_hang(self, *args, **kwargs):
+    active = getattr(ctypes.CDLL(None), "umbp_sim_interposer_fault_path", lambda: 0)
+    if active() == 0:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        time.sleep(1e6)
+    return _alloc(self, *args, **kwargs)
+
+
+UMBPHostMemAllocator.alloc = _alloc_or_hang
+"""
+
 # One run per behaviour: the sizes misbehave() looks at, on one host.
 RUNS = (
     "[[]ample k6.8.0] alloc(size=*, Anonymous, hugepage_size=2097152, numa_node=-1, prefault=True)"
@@ -103,6 +120,7 @@ def allocators(tmp_path: Path) -> dict[str, str]:
         "print('garbage at import')\n" + ALLOCATOR.format(HOSTILE=False)
     )
     (tmp_path / "stuck.py").write_text("import time\ntime.sleep(1e6)\n")
+    (tmp_path / "hang_real.py").write_text(ALLOCATOR.format(HOSTILE=False) + HANG_REAL)
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text(
         "import os\n"
@@ -253,6 +271,20 @@ def test_replay_and_run_past_the_limit(allocators: dict[str, str], tmp_path: Pat
     assert rows["a-hangs"] == ["ok", "timed", "out", "FAIL"]
     assert rows["b-runs"] == ["ok", "ok", "Anonymous", "PASS"]
     assert "1 passed, 1 failed" in r.stdout
+
+
+def test_preflight_verify_real_allocation_is_bounded(allocators: dict[str, str]) -> None:
+    """--verify's real allocation on an external build is a run like the others: past
+    --run-timeout it is one line naming the stage, exit 75, and nothing of it is left."""
+    argv = ["preflight", "--size", "8MiB", "--backing", "anonymous", "--allocator", "hang_real"]
+    started = time.monotonic()
+    r = _umbp_sim(allocators, *argv, "--verify", "--run-timeout", "2", timeout=30)
+    assert time.monotonic() - started < 30
+    assert (r.returncode, r.stdout) == (75, ""), r.stderr
+    assert r.stderr == (
+        "umbp-sim preflight: --allocator hang_real: a run timed out after 2 s in alloc "
+        "(--run-timeout)\n"
+    )
 
 
 def test_a_module_spec_is_not_imported_here(allocators: dict[str, str]) -> None:

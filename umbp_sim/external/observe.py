@@ -87,7 +87,7 @@ class ObserveJob:
     """A request to observe in the allocator's process (picklable: sent to the server)."""
 
     machine: Machine
-    kind: str  # "alloc" | "sglang"
+    kind: str  # "alloc" | "sglang" | "steps" | "run" | "verify" (preflight --verify's)
     request: dict[str, Any]  # the scenario table (alloc args, or sglang's model and sizes)
     env: dict[str, str] = field(default_factory=dict)
     sglang_release: str | None = None
@@ -321,6 +321,10 @@ def observe_one(module: Any, ip: Any, job: ObserveJob, report: Callable[..., Non
     (``Observed``; for a compare run, ``run_job.run_in_child``'s result dict)."""
     if job.run is not None:
         return run_job.run_in_child(module, ip, job.run, report)
+    if job.kind == "verify":  # the real allocation: the interposer stays inactive
+        from umbp_sim.diagnose.verify import child_main
+
+        return child_main(job.request, module, report)
     from umbp_sim.backing import alloc_outcome
     from umbp_sim.leaks import collect_leaks
     from umbp_sim.log_capture import capture_logs
