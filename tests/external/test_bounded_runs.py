@@ -96,6 +96,8 @@ def _alloc_or_hang(self, *args, **kwargs):
     active = getattr(ctypes.CDLL(None), "umbp_sim_interposer_fault_path", lambda: 0)
     if active() == 0:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with open(os.environ["FORKED_PIDS"], "a") as f:  # hanging: the test may signal now
+            f.write(f"{os.getpid()}\\n")
         time.sleep(1e6)
     return _alloc(self, *args, **kwargs)
 
@@ -374,6 +376,25 @@ def test_ctrl_c_with_a_hung_allocator_leaves_no_process(allocators: dict[str, st
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 2, err
     assert err.startswith("umbp-sim compare: interrupted after 0 of ")
+    _assert_nothing_left(proc.pid)
+
+
+@pytest.mark.parametrize(
+    ("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)]
+)
+def test_a_signal_to_preflight_verify_ends_its_real_allocation(
+    allocators: dict[str, str], sig: int, code: int
+) -> None:
+    argv = ["preflight", "--size", "8MiB", "--backing", "anonymous", "--allocator", "hang_real"]
+    proc = _start(allocators, *argv, "--verify", up=1)
+    marks = Path(allocators["forked"])
+    deadline = time.monotonic() + 60
+    while not (marks.exists() and marks.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marks.exists(), "the real allocation did not start"
+    os.kill(proc.pid, sig)
+    out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, out) == (code, ""), err
     _assert_nothing_left(proc.pid)
 
 
