@@ -46,7 +46,8 @@ EXIT_CODES: dict[int, str] = {
     EX_CANTCREAT: "an output file cannot be written (collect's tarball, an --html page) or is "
     "refused (collect -o at a link, directory or device)",
     EX_TEMPFAIL: "replay, preflight: an external --allocator's run (or its import) went past "
-    "--run-timeout (one line names the stage)",
+    "--run-timeout (one line names the stage), or could not run under umbp-sim's own ulimit -v "
+    "(one line names it)",
     129: "run, replay, preflight, compare: ended by SIGHUP (every process it started ended first)",
     130: "interrupted (Ctrl-C)",
     143: "run, replay, preflight, compare: ended by SIGTERM (every process it started ended first)",

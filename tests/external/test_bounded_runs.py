@@ -86,6 +86,25 @@ class UMBPHostMemAllocator:
             time.sleep(1e6)
 """
 
+# An allocator that behaves under simulation and hangs in alloc on the real kernel (no
+# interposer, or an inactive one: preflight --verify's real allocation), SIGINT ignored.
+HANG_REAL = """
+_alloc = UMBPHostMemAllocator.alloc
+
+
+def _alloc_or_hang(self, *args, **kwargs):
+    active = getattr(ctypes.CDLL(None), "umbp_sim_interposer_fault_path", lambda: 0)
+    if active() == 0:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with open(os.environ["FORKED_PIDS"], "a") as f:  # hanging: the test may signal now
+            f.write(f"{os.getpid()}\\n")
+        time.sleep(1e6)
+    return _alloc(self, *args, **kwargs)
+
+
+UMBPHostMemAllocator.alloc = _alloc_or_hang
+"""
+
 # One run per behaviour: the sizes misbehave() looks at, on one host.
 RUNS = (
     "[[]ample k6.8.0] alloc(size=*, Anonymous, hugepage_size=2097152, numa_node=-1, prefault=True)"
@@ -103,6 +122,7 @@ def allocators(tmp_path: Path) -> dict[str, str]:
         "print('garbage at import')\n" + ALLOCATOR.format(HOSTILE=False)
     )
     (tmp_path / "stuck.py").write_text("import time\ntime.sleep(1e6)\n")
+    (tmp_path / "hang_real.py").write_text(ALLOCATOR.format(HOSTILE=False) + HANG_REAL)
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text(
         "import os\n"
@@ -286,6 +306,20 @@ def test_replay_and_run_past_the_limit(allocators: dict[str, str], tmp_path: Pat
     assert "1 passed, 1 failed" in r.stdout
 
 
+def test_preflight_verify_real_allocation_is_bounded(allocators: dict[str, str]) -> None:
+    """--verify's real allocation on an external build is a run like the others: past
+    --run-timeout it is one line naming the stage, exit 75, and nothing of it is left."""
+    argv = ["preflight", "--size", "8MiB", "--backing", "anonymous", "--allocator", "hang_real"]
+    started = time.monotonic()
+    r = _umbp_sim(allocators, *argv, "--verify", "--run-timeout", "2", timeout=30)
+    assert time.monotonic() - started < 30
+    assert (r.returncode, r.stdout) == (75, ""), r.stderr
+    assert r.stderr == (
+        "umbp-sim preflight: --allocator hang_real: a run timed out after 2 s in alloc "
+        "(--run-timeout)\n"
+    )
+
+
 def test_a_module_spec_is_not_imported_here(allocators: dict[str, str]) -> None:
     """`--allocator pkg.mod` is found without running pkg/__init__.py in umbp-sim's process
     (the allocator's process imports it: one line); `--allocator this` is one line too."""
@@ -373,6 +407,25 @@ def test_ctrl_c_with_a_hung_allocator_leaves_no_process(allocators: dict[str, st
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 2, err
     assert err.startswith("umbp-sim compare: interrupted after 0 of ")
+    _assert_nothing_left(proc.pid)
+
+
+@pytest.mark.parametrize(
+    ("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)]
+)
+def test_a_signal_to_preflight_verify_ends_its_real_allocation(
+    allocators: dict[str, str], sig: int, code: int
+) -> None:
+    argv = ["preflight", "--size", "8MiB", "--backing", "anonymous", "--allocator", "hang_real"]
+    proc = _start(allocators, *argv, "--verify", up=1)
+    marks = Path(allocators["forked"])
+    deadline = time.monotonic() + 60
+    while not (marks.exists() and marks.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marks.exists(), "the real allocation did not start"
+    os.kill(proc.pid, sig)
+    out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, out) == (code, ""), err
     _assert_nothing_left(proc.pid)
 
 

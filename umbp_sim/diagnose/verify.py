@@ -3,12 +3,14 @@
     v = verify(diagnosis, max_size=1 << 30)   # VerifyError (exit 64) over the cap / not raw
     print(render_verify_text(v)); v.exit_code  # 3 when prediction and reality disagree
 
-The real allocation runs in a child process (``python -m umbp_sim.diagnose.verify``): the
-real kernel (``LinuxKernel``), the request's allocator profile (or its external build, loaded
-as it is: ``--allocator PATH|MODULE``; its bound node read from numa_maps), the same size, backing,
-hugepage size, node and prefault; the child measures the buffer (page size: smaps'
-KernelPageSize; RSS: its resident bytes by mincore(2); nodes: the numa_maps entry holding it),
-frees it and prints JSON. A child killed by a signal is ``crashed``.
+The real allocation runs in a child process: the real kernel (``LinuxKernel``), the request's
+allocator profile (``python -m umbp_sim.diagnose.verify``, printing JSON) or its external build
+(``--allocator PATH|MODULE``: a forked run of the server the prediction used, its interposer
+inactive, bounded by ``--run-timeout`` as every external run: ``umbp_sim.external.procs``; its
+bound node read from numa_maps), the same size, backing, hugepage size, node and prefault; the
+child measures the buffer (page size: smaps' KernelPageSize; RSS: its resident bytes by
+mincore(2); nodes: the numa_maps entry holding it) and frees it. A child killed by a signal is
+``crashed``.
 
 Compared, in this order: outcome, backing, node (the node the buffer is bound to, -1 none; and
 when bound, every page must be on it), page size, RSS. A request predicted to be OOM-killed is
@@ -126,7 +128,9 @@ def check_request(request: Any, max_size: int) -> None:
 
 
 def perform(d: Any, timeout: float = 300.0) -> Side:
-    """The real allocation in a child process."""
+    """The real allocation in a child process: an external build's in a run of its server (as
+    its other runs: bounded by ``--run-timeout``, its own process group), umbp-sim's in
+    ``python -m umbp_sim.diagnose.verify``."""
     backing, hp, node, prefault = d.request.settings()
     spec = {
         "size": d.request.raw.size,
@@ -136,6 +140,10 @@ def perform(d: Any, timeout: float = 300.0) -> Side:
         "prefault": prefault,
         "allocator": d.request.allocator,
     }
+    from umbp_sim.allocator_spec import is_external
+
+    if is_external(spec["allocator"]):
+        return _side(_perform_external(d, spec))
     # cwd "/": `-m` must import the installed package, not a source tree's (no _native there).
     try:
         proc = subprocess.run(
@@ -153,7 +161,39 @@ def perform(d: Any, timeout: float = 300.0) -> Side:
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise UmbpSimError(f"--verify: the child process exited {proc.returncode}: {last}")
-    r = json.loads(proc.stdout)
+    return _side(json.loads(proc.stdout))
+
+
+def _perform_external(d: Any, spec: dict[str, Any]) -> dict[str, Any] | Side:
+    """``spec`` on the external build, in a forked run of the server the prediction used
+    (``external.observe.runner_for``; its interposer inactive: the real kernel)."""
+    from umbp_sim.allocator_spec import parse_allocator_spec
+    from umbp_sim.external.observe import ObserveJob, runner_for
+    from umbp_sim.external.runner import RunTimedOut, timed_out_text
+
+    allocator = spec["allocator"]
+    runner = runner_for(parse_allocator_spec(allocator))
+    reply = runner.observe(ObserveJob(machine=d.machine, kind="verify", request=spec))
+    if reply.get("timed_out") is not None:
+        raise RunTimedOut(f"--allocator {allocator}: a run {timed_out_text(reply)} (--run-timeout)")
+    stage = reply["stages"][-1] if reply["stages"] else "start"
+    if reply.get("stopped") is not None:
+        return Side("crashed", error=f"the child process was stopped by {reply['stopped']} "
+                    f"during {stage} (umbp-sim ended it)")  # fmt: skip
+    if reply["signal"] is not None:
+        sig = signal.Signals(reply["signal"]).name
+        return Side("crashed", error=f"the child process was killed by {sig} during {stage}")
+    if reply["result"] is None:
+        log = reply["log"].strip()
+        last = log.splitlines()[-1] if log else "no output"
+        raise UmbpSimError(f"--verify: the child process exited {reply['code']}: {last}")
+    result: dict[str, Any] = reply["result"]["observed"]
+    return result
+
+
+def _side(r: dict[str, Any] | Side) -> Side:
+    if isinstance(r, Side):
+        return r
     return Side(
         r["outcome"],
         r["backing"],
@@ -305,9 +345,17 @@ def _allocator(name: str) -> tuple[Any, Any, bool]:
     return allocator, UMBPHostBufferBacking, False
 
 
-def child_main(spec: dict[str, Any]) -> dict[str, Any]:
-    # An external build runs as it is, on the real kernel: no interposer.
-    allocator, backings, external = _allocator(spec["allocator"])
+def child_main(
+    spec: dict[str, Any], module: Any = None, report: Any = lambda stage: None
+) -> dict[str, Any]:
+    """The real allocation, measured and freed. ``module``: an external build already loaded
+    (in a run of its server, the interposer inactive), with ``report`` for its stages."""
+    if module is not None:
+        allocator, backings = module.UMBPHostMemAllocator(), module.UMBPHostBufferBacking
+        external = True
+    else:
+        allocator, backings, external = _allocator(spec["allocator"])
+    report("alloc")
     h = allocator.alloc(
         spec["size"],
         getattr(backings, spec["backing"]),
@@ -327,6 +375,7 @@ def child_main(spec: dict[str, Any]) -> dict[str, Any]:
             f"(requested_backing=UMBPHostBufferBacking.{spec['backing']}, "
             f"numa_node={spec['numa_node']}).",
         }
+    report("measure")
     try:
         sm = _smaps_entry(h.ptr)
         pages = _pages_on(h.ptr)
@@ -342,6 +391,7 @@ def child_main(spec: dict[str, Any]) -> dict[str, Any]:
             "error": None,
         }
     finally:
+        report("free")
         allocator.free(h)
 
 

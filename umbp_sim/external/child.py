@@ -44,6 +44,7 @@ from umbp_sim.external.procs import (
     kill_group,
     loads,
     pidfd,
+    raise_address_space_limit,
     start_keeper,
     tell_keeper,
     wait_readable,
@@ -355,6 +356,7 @@ def _signal_name(sig: int) -> str:
 
 
 def main() -> int:
+    raise_address_space_limit()  # before the allocator's import: its runs inherit it
     spec = json.loads(sys.argv[1])
     die_with_parent(spec["owner"])  # SIGKILL when the owner (a command, a worker) dies
     if os.getpgrp() != os.getpid():

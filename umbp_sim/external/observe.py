@@ -87,7 +87,7 @@ class ObserveJob:
     """A request to observe in the allocator's process (picklable: sent to the server)."""
 
     machine: Machine
-    kind: str  # "alloc" | "sglang"
+    kind: str  # "alloc" | "sglang" | "steps" | "run" | "verify" (preflight --verify's)
     request: dict[str, Any]  # the scenario table (alloc args, or sglang's model and sizes)
     env: dict[str, str] = field(default_factory=dict)
     sglang_release: str | None = None
@@ -176,13 +176,15 @@ def observe_external(
         scenario=scn if counters or scn.request_kind == "steps" else None,
         counters=counters,
     )
-    from umbp_sim.external.runner import RunTimedOut
+    from umbp_sim.external.runner import NoRoom, RunTimedOut
 
     runner = runner_for(parse_allocator_spec(allocator))
     try:
         return observed_from_reply(runner.observe(job))
     except RunTimedOut as e:
         raise RunTimedOut(f"--allocator {allocator}: a run {e} (--run-timeout)") from None
+    except NoRoom as e:
+        raise NoRoom(f"--allocator {allocator}: {e}") from None
 
 
 # What mori's Python surface has: steps of these ops run on any build with it.
@@ -242,13 +244,16 @@ def reasons_from_report(text: str) -> list[Reason]:
 
 def observed_from_reply(reply: dict[str, Any]) -> Observed:
     """The scenario runner's ``Observed`` from what the server saw of one forked run."""
-    from umbp_sim.external.runner import RunTimedOut, timed_out_text
+    from umbp_sim.external.runner import NoRoom, RunTimedOut, no_room_text, timed_out_text
 
     log = reply["log"]
     allocator_lines = warning_lines(log)
     result = reply["result"]
     if reply.get("timed_out") is not None:
         raise RunTimedOut(timed_out_text(reply))
+    why = no_room_text(reply)
+    if why is not None:
+        raise NoRoom(why)
     if reply.get("stopped") is not None:
         stage = reply["stages"][-1] if reply["stages"] else "start"
         obs = Observed(outcome="crashed", signal=reply["stopped"])
@@ -321,6 +326,10 @@ def observe_one(module: Any, ip: Any, job: ObserveJob, report: Callable[..., Non
     (``Observed``; for a compare run, ``run_job.run_in_child``'s result dict)."""
     if job.run is not None:
         return run_job.run_in_child(module, ip, job.run, report)
+    if job.kind == "verify":  # the real allocation: the interposer stays inactive
+        from umbp_sim.diagnose.verify import child_main
+
+        return child_main(job.request, module, report)
     from umbp_sim.backing import alloc_outcome
     from umbp_sim.leaks import collect_leaks
     from umbp_sim.log_capture import capture_logs
@@ -344,9 +353,9 @@ def observe_one(module: Any, ip: Any, job: ObserveJob, report: Callable[..., Non
         handles: list[Any] = []
         startup = None
         allocator = None
-        report("alloc")
         if job.kind == "alloc":
             size, backing, hp, node, prefault = AllocRequest.from_table(job.request).fields()
+            report("alloc", no_room=run_job.no_room(job.machine, size))
             allocator = module.UMBPHostMemAllocator()
             try:
                 with ip.scope():
@@ -364,9 +373,11 @@ def observe_one(module: Any, ip: Any, job: ObserveJob, report: Callable[..., Non
                 obs.actual_backing = _backing_name(h)
                 obs.outcome = alloc_outcome(backing, obs.actual_backing)
         elif job.kind == "steps":
+            report("alloc")
             assert job.scenario is not None
             _run_steps(job.scenario, ScopedAllocator(module, ip), host, obs)  # type: ignore[arg-type]
         else:
+            report("alloc")
             startup = _start_sglang(module, ip, job, host, obs, report)
             handles = list(startup.handles) if startup is not None else []
         if handles:

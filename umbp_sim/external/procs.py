@@ -59,6 +59,20 @@ def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
         os._exit(1)
 
 
+def raise_address_space_limit() -> None:
+    """Raise this process's soft RLIMIT_AS to its hard limit (no privilege needed): the
+    analyst's ``ulimit -S -v`` is not the allocator's business. What the hard limit still
+    refuses, SimKernel maps at an unbacked address (``run_job.no_room``)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+        except (ValueError, OSError):
+            pass
+
+
 def kill_group(pgid: int) -> None:
     """SIGKILL every process of group ``pgid`` (nothing if it has none left)."""
     if pgid > 1:

@@ -15,14 +15,38 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import resource
 from typing import Any
 
 import umbp_sim.dump  # noqa: F401 - Machine's checks import it lazily: once here, not per fork
+from umbp_sim import _native
 from umbp_sim.external.binding import binding, pools_free
 from umbp_sim.external.outcome import Run
+from umbp_sim.machine import Machine
 from umbp_sim.outcome import handle_fields
 from umbp_sim.sim import build_kernel
 from umbp_sim.trace import instrument
+
+
+def no_room(machine: Machine, size: int) -> dict[str, int] | None:
+    """In a run's process, before the allocator: whether SimKernel would give a buffer of
+    ``size`` an unbacked address (this process has no real address space for it: its
+    RLIMIT_AS, its memory), asked of a scratch SimKernel of the same host (``backed``).
+    ``{"size": size, "limit": the soft RLIMIT_AS}`` then, else None. A page the allocator then
+    touches by hand there is a real SIGSEGV: the analyst's limit, not a verdict."""
+    if size <= 0:
+        return None
+    c = _native.constants
+    kernel = build_kernel(machine)
+    r = kernel.mmap(
+        0, size, c["PROT_READ"] | c["PROT_WRITE"],
+        c["MAP_PRIVATE"] | c["MAP_ANONYMOUS"] | c["MAP_NORESERVE"],
+    )  # fmt: skip
+    if not r.ok:
+        return None  # the simulated host refuses it: nothing of it will be touched
+    backed = kernel.backed(r.value)
+    kernel.munmap(r.value, size)
+    return None if backed else {"size": size, "limit": resource.getrlimit(resource.RLIMIT_AS)[0]}
 
 
 def run_in_child(module: Any, ip: Any, run: Run, report: Any) -> dict[str, Any]:
@@ -38,7 +62,7 @@ def run_in_child(module: Any, ip: Any, run: Run, report: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"handle": None, "error": None, "free_ok": None, "binding": None}
     out["fault_path"] = ip.fault_path()  # how its page touches reach the Kernel
     c = run.call
-    report("alloc")
+    report("alloc", no_room=no_room(run.machine, c.size))
     try:
         with ip.scope():
             h = allocator.alloc(c.size, backing, c.hugepage_size, c.numa_node, c.prefault)

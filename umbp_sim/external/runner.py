@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import resource
 import signal
 import subprocess
 import sys
@@ -65,6 +66,40 @@ class RunTimedOut(CouldNotRun):
     preflight: exit 75; compare: the allocator could not run, exit 2)."""
 
     exit_code = 75
+
+
+class NoRoom(CouldNotRun):
+    """A run died of a real SIGSEGV/SIGBUS at an address SimKernel left unbacked because
+    umbp-sim's own process has no real address space for the buffer (the analyst's RLIMIT_AS):
+    not a verdict (replay, preflight: exit 75, as a run that could not end; compare: the
+    allocator could not run, exit 2; run: the scenario fails with the line)."""
+
+    exit_code = 75
+
+
+def no_room_text(reply: dict[str, Any]) -> str | None:
+    """The "could not run: ..." line when the run died of a real SIGSEGV or SIGBUS (not
+    SimKernel's) while its buffer had no real address space (``run_job.no_room``), else None."""
+    room = (reply.get("partial") or {}).get("no_room")
+    if room is None or reply.get("signal") not in (signal.SIGSEGV, signal.SIGBUS):
+        return None
+    if crash_report(reply["log"])[0] is not None:
+        return None  # SimKernel's own death: the verdict
+    from umbp_sim.units import format_size
+
+    stage = reply["stages"][-1] if reply["stages"] else "alloc"
+    who = "the run writes to" if stage == "write" else "the allocator touches by hand"
+    size = format_size(room["size"])
+    if room["limit"] == resource.RLIM_INFINITY:  # its memory, vm.max_map_count
+        return (
+            f"could not run: umbp-sim's process has no real address space left for the {size} "
+            f"buffer {who}"
+        )
+    return (
+        f"could not run: this process's RLIMIT_AS (ulimit -v {format_size(room['limit'])}) "
+        f"leaves no real address space for the {size} buffer {who}; run umbp-sim without "
+        "ulimit -v"
+    )
 
 
 class AllocatorRunner(Protocol):
@@ -230,7 +265,11 @@ class ExternalRunner:
         # As a job of kind "run": its forked child runs ``run_job.run_in_child`` (the run's
         # environment, the buffer's NUMA binding).
         job = ObserveJob(machine=run.machine, kind="run", request={}, plan=run.plan, run=run)
-        return outcome_from_reply(self.exchange(job))
+        reply = self.exchange(job)
+        why = no_room_text(reply)
+        if why is not None:
+            raise NoRoom(f"{self.spec}: {why}")
+        return outcome_from_reply(reply)
 
     def observe(self, job: Any) -> dict[str, Any]:
         """A replay's ``ObserveJob`` in a forked child: the server's raw reply

@@ -11,7 +11,9 @@ one forked child of the allocator's server per run, sglang's host pool included)
   allocator (mori-624002c) describe what mori does, and run.
 
 A run past its time limit (``--run-timeout``) fails the scenario with "timed out after N s in
-alloc" (the stage it was in); the next scenario runs.
+alloc" (the stage it was in); one that could not run in umbp-sim's process (its RLIMIT_AS left
+the buffer no real address space: ``runner.NoRoom``) fails it with that line; the next scenario
+runs.
 
 mori prints its warnings only at log level warn, so a run sets ``MORI_UMBP_LOG_LEVEL=warn``
 unless the scenario's ``[env]`` or the environment sets a mori level
@@ -24,7 +26,7 @@ import os
 
 from umbp_sim.allocator_spec import parse_allocator_spec
 from umbp_sim.external.observe import observe_external, runner_for, steps_not_runnable
-from umbp_sim.external.runner import RunTimedOut
+from umbp_sim.external.runner import NoRoom, RunTimedOut
 from umbp_sim.profiles import FIELD_PROFILE, canonical_profile, with_mori_warnings
 from umbp_sim.scenario.observed import Observed, ScenarioResult, compare, read_counters
 from umbp_sim.scenario.runner import build_machine
@@ -57,6 +59,9 @@ def run_scenario_external(scn: Scenario, spec: str) -> ScenarioResult:
     except RunTimedOut as e:
         text = str(e).removeprefix(f"--allocator {spec}: a run ")
         return ScenarioResult(scn, Observed(outcome="timed out", error=text), [text])
+    except NoRoom as e:  # the analyst's RLIMIT_AS, not a verdict: the scenario fails with it
+        text = str(e).removeprefix(f"--allocator {spec}: ")
+        return ScenarioResult(scn, Observed(outcome="could not run", error=text), [text])
     expect = scn.expect
     mismatches = []
     if obs.outcome == "crashed" and expect.get("counters"):
