@@ -185,3 +185,19 @@ def mapping_of(addr: int) -> str | None:
         if lo <= addr < hi:
             return line
     return None
+
+
+def session_processes(sid: int) -> list[int]:
+    """Live processes of session ``sid`` (a command started in a new session and everything it
+    started; a zombie is not live: where init does not reap, it stays)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[3]) == sid:  # state, ppid, pgrp, session
+            out.append(int(entry))
+    return out

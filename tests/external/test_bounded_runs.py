@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import session_processes
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 REPLAY = ROOT / "tests" / "data" / "replay" / "pool-on-node0-6.8.0"
@@ -176,23 +177,9 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _session_processes(sid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[3]) == sid:  # state, ppid, pgrp, session
-            out.append(int(entry))
-    return out
-
-
 def _assert_nothing_left(sid: int, wait: float = 10) -> None:
     deadline = time.monotonic() + wait
-    while (left := _session_processes(sid)) and time.monotonic() < deadline:
+    while (left := session_processes(sid)) and time.monotonic() < deadline:
         time.sleep(0.1)
     if left:
         for pid in left:
@@ -367,7 +354,7 @@ def _start(allocators: dict[str, str], *args: str, up: int) -> subprocess.Popen[
         env=_env(allocators), start_new_session=True, cwd=allocators["dir"],
     )  # fmt: skip
     deadline = time.monotonic() + 60
-    while len(_session_processes(proc.pid)) < up:
+    while len(session_processes(proc.pid)) < up:
         if proc.poll() is not None or time.monotonic() > deadline:
             os.killpg(proc.pid, signal.SIGKILL)
             pytest.fail(f"did not start: {proc.communicate()}")

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import session_processes
 
 from umbp_sim.allocator_spec import parse_allocator_spec
 from umbp_sim.cli import main
@@ -162,22 +163,6 @@ def test_a_scenario_env_reaches_the_allocator(tiny_planted: dict[str, str], tmp_
 # ---- ending early: Ctrl-C, a worker killed ----------------------------------------------------
 
 
-def _session_processes(sid: int) -> list[int]:
-    """Processes of session ``sid`` (the compare command and everything it started)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z" and int(fields[3]) == sid:  # state, ppid, pgrp, session
-            out.append(int(entry))
-    return out
-
-
 def _children(pid: int) -> list[int]:
     out = []
     for entry in os.listdir("/proc"):
@@ -201,7 +186,7 @@ def _start_long_compare(tiny: str) -> subprocess.Popen[str]:
     )
     deadline = time.monotonic() + 120
     # compare, 2 workers, 2 allocator servers (and their forked runs)
-    while len(_session_processes(proc.pid)) < 5:
+    while len(session_processes(proc.pid)) < 5:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the workers did not start"
         time.sleep(0.2)
@@ -211,7 +196,7 @@ def _start_long_compare(tiny: str) -> subprocess.Popen[str]:
 
 def _assert_nothing_left(sid: int) -> None:
     deadline = time.monotonic() + 20
-    while (left := _session_processes(sid)) and time.monotonic() < deadline:
+    while (left := session_processes(sid)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert left == []
 
