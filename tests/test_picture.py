@@ -10,7 +10,7 @@ import pytest
 
 from umbp_sim.cli import main
 from umbp_sim.diagnose.html_report import render_html
-from umbp_sim.diagnose.picture import human, needed_bytes, picture, render_bars
+from umbp_sim.diagnose.picture import describe_node, human, needed_bytes, picture, render_bars
 from umbp_sim.machine import HugePool, Machine, Node
 
 D = Path(__file__).parent / "data" / "replay"
@@ -47,9 +47,27 @@ def test_used_pages_and_other_pools_are_their_own_segments() -> None:
 
 def test_plain_memory_request_is_not_rounded_and_compares_with_free_memory() -> None:
     assert needed_bytes([5, 7], hugetlb=False, hugepage_size=2 * MiB) == 12
-    pic = picture(two_nodes(), [7 * GiB], "Anonymous", 2 * MiB, 0, "ok")
+    pic = picture(two_nodes(), [7 * GiB], "Anonymous", 2 * MiB, 0, "failed")
     assert pic.nodes[0].short == GiB  # 6 GiB free outside the pool on node 0
     assert pic.nodes[1].short == 0 and not pic.nodes[1].target
+
+
+def test_a_node_that_gave_the_request_what_it_needed_is_never_short() -> None:
+    """7 GiB on a node with 6 GiB free that succeeded (the kernel reclaimed page cache): the bar
+    says it fit, not "short 1.0 GiB"."""
+    pic = picture(two_nodes(), [7 * GiB], "Anonymous", 2 * MiB, 0, "ok")
+    assert pic.nodes[0].short == 0
+    assert describe_node(pic, pic.nodes[0]).endswith("; the request fits")
+    failed = picture(two_nodes(), [GiB], "Anonymous", 2 * MiB, 0, "failed")
+    assert describe_node(failed, failed.nodes[0]).endswith("; what is free here covers the request")
+
+
+def test_bars_stay_aligned_with_two_digit_node_ids() -> None:
+    m = Machine.x86_64(nodes=12, mem_per_node="4GiB", hugepages={"2MiB": 12})
+    lines = render_bars(picture(m, [GiB], "Anonymous", 2 * MiB, 10, "ok"), width=20).splitlines()
+    bars = [line for line in lines if "[" in line]
+    assert len(bars) == 13 and len({line.index("[") for line in bars}) == 1
+    assert bars[10].startswith("  node 10* [") and bars[-1].startswith("  request  [")
 
 
 def test_terminal_bars_one_per_node() -> None:

@@ -124,7 +124,9 @@ def picture(
         )
         target = node.id == numa_node
         available = pool_free if hugetlb else mem_free
-        short = max(0, needed - available) if target else 0
+        # What the bound node lacks, only where the request did not get it: an allocation that
+        # succeeded took what it needed (the kernel reclaims page cache past MemFree).
+        short = max(0, needed - available) if target and outcome != "ok" else 0
         nodes.append(
             NodeBar(
                 node.id, node.mem_total, mem_free, pool_total, pool_free, segments, target, short
@@ -171,7 +173,12 @@ def describe_node(pic: Picture, n: NodeBar) -> str:
         f"memory {human(n.mem_free)} free of {human(n.mem_total)}"
     )
     if n.target:
-        text += f"; short {human(n.short)}" if n.short else "; the request fits"
+        if n.short:
+            text += f"; short {human(n.short)}"
+        elif pic.outcome == "ok":
+            text += "; the request fits"
+        else:
+            text += "; what is free here covers the request"
     return text
 
 
@@ -212,13 +219,14 @@ def legend(pic: Picture) -> str:
 def render_bars(pic: Picture, width: int = 40) -> str:
     """One line per node (``*`` marks the node the request is bound to), then the request."""
     lines = [describe_request(pic)]
-    for n in pic.nodes:
-        label = f"node {n.node}{'*' if n.target else ' '}"
-        lines.append(f"  {label:<7} [{_bar(pic, n, width)}]  {describe_node(pic, n)}")
+    labels = [f"node {n.node}{'*' if n.target else ' '}" for n in pic.nodes]
+    w = max([len("request"), *map(len, labels)])  # node 10* and up: the bars stay aligned
+    for label, n in zip(labels, pic.nodes, strict=True):
+        lines.append(f"  {label:<{w}} [{_bar(pic, n, width)}]  {describe_node(pic, n)}")
     need = round(_cells(pic.needed, pic.scale, width))
     if pic.needed and not need:
         need = 1
-    lines.append(f"  {'request':<7} [{'#' * need:<{width}}]  {human(pic.needed)}")
+    lines.append(f"  {'request':<{w}} [{'#' * need:<{width}}]  {human(pic.needed)}")
     lines.append(f"  {legend(pic)}")
     return "\n".join(lines)
 
