@@ -67,7 +67,7 @@ def test_table(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "inspect", str(DATA / "16amd64-4n4c-cgroup-distance-merge.tar.bz2"))
     assert code == 0
     assert "  2MiB (default)        2048     2048        0        0          0" in out
-    assert "nodes: possible [0, 1, 2, 3], online [0, 1, 2, 3]" in out
+    assert "nodes: possible 0-3, online 0-3" in out
     # no MemAvailable in this dump: the table shows the estimate replay uses, as its note says
     (line,) = [x for x in out.splitlines() if x.startswith("memory: ")]
     shown = line.split("available - (estimated ")[1].split("GiB: see the note)")[0]
@@ -118,3 +118,10 @@ def test_a_dump_on_stdin(
     from_stdin.pop("source", None)
     ref.pop("source", None)
     assert from_stdin == ref
+
+
+def test_node_lists_read_as_the_kernel_writes_them() -> None:
+    from umbp_sim.commands.inspect import _nodes
+
+    assert [_nodes(v) for v in (None, [], [0], [0, 1, 2, 3], [0, 2, 3, 4, 7])] == [
+        "-", "-", "0", "0-3", "0,2-4,7"]  # fmt: skip

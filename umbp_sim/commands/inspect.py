@@ -27,6 +27,19 @@ def _om(v: object) -> str:
     return "-" if v is None else str(v)
 
 
+def _nodes(ids: list[int] | None) -> str:
+    """A node list as the kernel writes one (``0-3,6``); ``-`` when the dump has none."""
+    if not ids:
+        return "-"
+    runs: list[list[int]] = []
+    for i in sorted(ids):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def render_table(doc: dict, estimated_available: int | None = None) -> str:
     """The readable form of ``DumpFacts.to_json()``; ``estimated_available``: the MemAvailable
     the Machine uses when the dump has none (replay and preflight use it; a note says how)."""
@@ -57,7 +70,9 @@ def render_table(doc: dict, estimated_available: int | None = None) -> str:
     else:
         out.append("hugepages: none (no hugepage sizes in the dump)")
     if doc["nodes"]:
-        out.append(f"nodes: possible {doc['possible_nodes']}, online {doc['online_nodes']}")
+        out.append(
+            f"nodes: possible {_nodes(doc['possible_nodes'])}, online {_nodes(doc['online_nodes'])}"
+        )
         out.append("  node   mem_total    mem_free  hugepages total/free/surplus")
         for n in doc["nodes"]:
             pools = ", ".join(
