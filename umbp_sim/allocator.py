@@ -95,7 +95,14 @@ def _signal_name(sig: Any) -> str:
 
 
 class UMBPHostMemAllocator:
-    """Host buffers (anonymous, hugetlb, memfd-backed), NUMA binding and prefault."""
+    """Host buffers (anonymous, hugetlb, memfd-backed), NUMA binding and prefault.
+
+    ``profile`` defaults to ``"umbp-sim"``: umbp-sim's own allocator (mori with its fixes), the
+    one an allocator change is written against. The command line's replay, preflight and run
+    default to what the field runs, ``"mori-624002c"``; pass ``profile="mori"`` (or use
+    ``umbp_sim.mori_compat.mori_umbp()``) for that here. ``umbp-sim profiles`` lists where
+    the two differ.
+    """
 
     def __init__(self, kernel: Any = None, profile: str = "umbp-sim") -> None:
         if not isinstance(profile, str):
