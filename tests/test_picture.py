@@ -121,12 +121,37 @@ def test_replay_prints_the_bars(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_replay_writes_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     page = tmp_path / "r.html"
-    argv = ["replay", str(D / "pool-on-node0-6.8.0"), "--size", "1GiB", "--html", str(page)]
-    assert main([*argv, "--json"]) == 0
+    argv = ["replay", str(D / "pool-on-node0-6.8.0"), "--size", "1GiB", "--numa-node", "1"]
+    assert main([*argv, "--html", str(page), "--json"]) == 0  # SIGBUS on node 1 (mori)
     capsys.readouterr()
     text = page.read_text(encoding="utf-8")
     assert text.count('<div class="node-bar">') == 2
-    assert "1. what the user saw" in text  # the text report follows the bars
+    # a page, not the text report in a block: headed sections, the outcome coloured, each fix
+    # with its commands as code
+    assert "<pre>" not in text
+    heads = re.findall(r"<h2>([^<]*)</h2>", text)
+    assert heads[:4] == ["1. what the user saw", "memory per node", "2. why", "3. what to change"]
+    assert re.search(r"<p class='outcome' style='border-color:#c62828'><b [^>]*>crashed: ", text)
+    assert "<ol class='fixes'><li>" in text
+    assert "<pre class='cmd'><code>--numa-node 0</code></pre>" in text
+
+
+def test_the_page_and_the_text_report_say_the_same(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both are rendered from the same sections: every cause and fix command of the text is on
+    the page, escaped."""
+    import html
+
+    argv = ["replay", str(D / "pool-on-node0-6.8.0"), "--size", "1GiB", "--numa-node", "1"]
+    page = tmp_path / "r.html"
+    main([*argv, "--html", str(page)])
+    out = capsys.readouterr().out
+    text = page.read_text(encoding="utf-8")
+    why = out.split("\n2. why\n")[1].split("\n\n")[0].splitlines()
+    assert why and all(html.escape(line.strip()[2:]) in text for line in why)
+    commands = re.findall(r"^        (\S.*)$", out, re.M)
+    assert commands and all(html.escape(c) in text for c in commands)
 
 
 def test_replay_html_unwritable_is_one_line_exit_73(

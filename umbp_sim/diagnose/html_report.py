@@ -41,6 +41,7 @@ from umbp_sim.errors import UmbpSimError
 if TYPE_CHECKING:
     from umbp_sim.diagnose import Diagnosis
     from umbp_sim.diagnose.fleet import FleetReport
+    from umbp_sim.diagnose.report import FixLine, Sections
 
 COLORS = {
     "pool_free": "#2e7d32",
@@ -71,6 +72,10 @@ h1 {{ font-size: 18px; margin: 0 0 8px; }}
 .swatch {{ display: inline-block; width: 12px; height: 12px; margin-right: 4px;
   vertical-align: -1px; border: 1px solid #999; }}
 pre {{ background: #f5f5f5; padding: 12px; white-space: pre-wrap; }}
+pre.cmd {{ padding: 4px 8px; margin: 4px 0; }}
+.outcome {{ border-left: 6px solid; padding: 4px 10px; }}
+.after {{ color: #546e7a; }}
+h3 {{ font-size: 14px; margin: 14px 0 4px; }}
 h2 {{ font-size: 16px; margin: 22px 0 6px; }}
 table {{ border-collapse: collapse; margin: 8px 0; }}
 th, td {{ border: 1px solid #cfd8dc; padding: 3px 8px; text-align: left; vertical-align: top; }}
@@ -139,11 +144,59 @@ def bars_html(pic: Picture) -> str:
 
 
 def render_html(pic: Picture, details: str = "", title: str = "umbp-sim replay") -> str:
-    """The page: the request line, a bar per node, the request's bar, a legend, ``details``."""
+    """The bars alone: the request line, a bar per node, the request's bar, a legend, and
+    ``details`` as preformatted text (a replay's page is :func:`render_diagnosis_html`)."""
     esc = html.escape
     pre = f"<pre>{esc(details)}</pre>" if details else ""
     body = f'<p class="summary">{esc(describe_request(pic))}</p>\n{bars_html(pic)}\n{pre}'
     return page(f"{title}: {pic.host}", body)
+
+
+OUTCOME_COLORS = {"ok": "#2e7d32", "demoted": "#ef6c00", "failed": "#c62828", "crashed": "#c62828"}
+
+
+def render_diagnosis_html(s: Sections, pic: Picture | None, title: str = "umbp-sim replay") -> str:
+    """A replay's (or preflight's) page: the sections of the text report as headed sections (the
+    outcome coloured, each fix with its commands as code), the bars per node between them."""
+    esc = html.escape
+
+    def items(lines: list[str], cls: str = "") -> str:
+        return f"<ul{cls}>" + "".join(f"<li>{esc(x)}</li>" for x in lines) + "</ul>"
+
+    def fixes(fs: list[FixLine], ordered: bool) -> str:
+        tag = "ol" if ordered else "ul"
+        rows = "".join(
+            f"<li>{esc(f.action)}"
+            + "".join(f"<pre class='cmd'><code>{esc(c)}</code></pre>" for c in f.commands)
+            + f"<div class='after'>simulated: {esc(f.outcome_after)}</div></li>"
+            for f in fs
+        )
+        return f"<{tag} class='fixes'>{rows}</{tag}>"
+
+    color = OUTCOME_COLORS.get(s.outcome, "#455a64")
+    head = [f"<p class='summary'>{esc(s.heading)}</p>",
+            f"<p>on {esc(s.host)}<br>allocator: {esc(s.allocator)}"
+            + (f"<br>sglang: {esc(s.sglang)}" if s.sglang else "") + "</p>"]  # fmt: skip
+    body = head + [
+        f"<h2>1. {esc(s.saw_title)}</h2>",
+        f"<p class='outcome' style='border-color:{color}'>"
+        f"<b style='color:{color}'>{esc(s.saw)}</b></p>",
+        items(s.saw_lines) if s.saw_lines else "",
+    ]
+    if pic is not None:
+        body += ["<h2>memory per node</h2>", bars_html(pic)]
+    body += ["<h2>2. why</h2>", items(s.causes or ["nothing to explain"])]
+    body += ["<h2>3. what to change</h2>"]
+    if s.no_fix is not None:
+        body.append(f"<p>{esc(s.no_fix)}</p>")
+    if s.fixes:
+        body.append(fixes(s.fixes, ordered=True))
+    if s.not_helping:
+        body += ["<h3>tried in simulation, does not help</h3>", fixes(s.not_helping, False)]
+    if s.with_fixes is not None:
+        body += ["<h2>4. with umbp-sim's allocator fixes (--allocator umbp-sim)</h2>",
+                 f"<p>simulated: {esc(s.with_fixes)}</p>"]  # fmt: skip
+    return page(f"{title}: {s.host}", "\n".join(x for x in body if x))
 
 
 FLEET_COLUMNS = ("host", "dump", "outcome", "backing", "cause", "smallest fix")
@@ -271,13 +324,13 @@ def write_html(d: Diagnosis, path: str | None) -> None:
     """Write the HTML report of a diagnosis to ``path`` (nothing if ``path`` is None)."""
     if path is None:
         return
-    from umbp_sim.diagnose.report import render_text
+    from umbp_sim.diagnose.report import sections
 
     page = PageFile(path)
     pic = picture_of(d)
     if pic is None:
         raise ReportWriteError(f"--html {path}: the request has no buffer sizes to draw")
-    page.write(render_html(pic, details=render_text(d)))
+    page.write(render_diagnosis_html(sections(d), pic))
 
 
 def write_fleet_html(report: FleetReport, path: str | None) -> None:

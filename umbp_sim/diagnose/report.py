@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from umbp_sim.diagnose import Diagnosis, log_lines
 from umbp_sim.printable import printable
@@ -22,58 +23,107 @@ _SAW = {
 }
 
 
-def render_text(d: Diagnosis, mode: str = "replay") -> str:
-    """The report; ``mode`` "preflight" words it as a prediction for a server not started yet."""
+@dataclass(frozen=True)
+class FixLine:
+    action: str
+    commands: list[str]
+    outcome_after: str
+
+
+@dataclass(frozen=True)
+class Sections:
+    """A diagnosis as the report shows it, section by section: what the text and the HTML page
+    both render (never one read back from the other)."""
+
+    heading: str  # "replay of ..." / "preflight of ..."
+    host: str
+    allocator: str
+    sglang: str | None
+    saw_title: str
+    outcome: str  # ok / demoted / failed / crashed: the page colours it
+    saw: str
+    saw_lines: list[str]  # backing, error, the error line given, the log
+    causes: list[str]
+    fixes: list[FixLine]
+    no_fix: str | None  # why there is no fix (nothing to change / none helps)
+    not_helping: list[FixLine]
+    with_fixes: str | None
+
+
+def sections(d: Diagnosis, mode: str = "replay") -> Sections:
     o = d.run.observed
     saw = _SAW[o.outcome]
     if o.outcome == "ok" and d.run.unbound:
         saw = "ok, but the NUMA binding was dropped"
-    lines = [
-        f"{mode} of {d.request.describe()}",
-        f"on {printable(d.machine.name)} (kernel {printable(d.machine.kernel_version)})",
-        f"allocator: {_ALLOCATOR.get(d.request.allocator, d.request.allocator)}",
-    ]
-    if d.request.kind == "sglang":
-        lines.append(f"sglang: {describe_release(d.request.sglang_release)}")
-    saw_head = "1. what the server will see" if mode == "preflight" else "1. what the user saw"
-    lines += ["", saw_head, f"   outcome: {saw}"]
+    saw_lines = []
     if o.actual_backing:
-        lines.append(f"   actual backing: {o.actual_backing}, mapped {o.mapped_size} bytes")
+        saw_lines.append(f"actual backing: {o.actual_backing}, mapped {o.mapped_size} bytes")
     if o.error:
-        lines.append(f"   error: {o.error}")
+        saw_lines.append(f"error: {o.error}")
     line = d.request.error_line
     if line is not None:
-        lines.append(
-            "   the error line given: "
-            + ("reproduced exactly" if line.matches(o.error) else "NOT reproduced")
+        reproduced = line.matches(o.error)
+        saw_lines.append(
+            "the error line given: " + ("reproduced exactly" if reproduced else "NOT reproduced")
         )
-        if not line.matches(o.error):
-            lines.append(f"     given: {line.text}")
-    lines += _log_section(d)
-    lines += ["", "2. why"]
-    lines += [f"   - {c}" for c in d.causes] or ["   - nothing to explain"]
-    lines += ["", "3. what to change"]
+        if not reproduced:
+            saw_lines.append(f"  given: {line.text}")
+    saw_lines += _log_section(d)
+    no_fix = None
     if d.run.got_what_was_asked:
-        lines.append("   nothing: the request gets what it asks for on this host")
+        no_fix = "nothing: the request gets what it asks for on this host"
     elif not d.fixes:
-        lines.append(
-            "   no change tried in simulation makes it better"
-            + (f"; the limit in the way: {d.limit}" if d.limit else "")
+        no_fix = "no change tried in simulation makes it better" + (
+            f"; the limit in the way: {d.limit}" if d.limit else ""
         )
-    for i, f in enumerate(d.fixes, 1):
+
+    def fix_lines(fixes: list) -> list[FixLine]:  # type: ignore[type-arg]
+        return [FixLine(f.action, list(f.commands), f.outcome_after) for f in fixes]
+
+    return Sections(
+        heading=f"{mode} of {d.request.describe()}",
+        host=f"{printable(d.machine.name)} (kernel {printable(d.machine.kernel_version)})",
+        allocator=_ALLOCATOR.get(d.request.allocator, d.request.allocator),
+        sglang=describe_release(d.request.sglang_release) if d.request.kind == "sglang" else None,
+        saw_title="what the server will see" if mode == "preflight" else "what the user saw",
+        outcome=o.outcome,
+        saw=saw,
+        saw_lines=saw_lines,
+        causes=list(d.causes),
+        fixes=fix_lines(d.fixes),
+        no_fix=no_fix,
+        not_helping=fix_lines(d.not_helping),
+        with_fixes=d.with_fixes.summary() if d.with_fixes is not None else None,
+    )
+
+
+def render_text(d: Diagnosis, mode: str = "replay") -> str:
+    """The report; ``mode`` "preflight" words it as a prediction for a server not started yet."""
+    s = sections(d, mode)
+    lines = [s.heading, f"on {s.host}", f"allocator: {s.allocator}"]
+    if s.sglang is not None:
+        lines.append(f"sglang: {s.sglang}")
+    lines += ["", f"1. {s.saw_title}", f"   outcome: {s.saw}"]
+    lines += [f"   {x}" for x in s.saw_lines]
+    lines += ["", "2. why"]
+    lines += [f"   - {c}" for c in s.causes] or ["   - nothing to explain"]
+    lines += ["", "3. what to change"]
+    if s.no_fix is not None:
+        lines.append(f"   {s.no_fix}")
+    for i, f in enumerate(s.fixes, 1):
         lines.append(f"   {i}. {f.action}")
         lines += [f"        {c}" for c in f.commands]
         lines.append(f"      simulated: {f.outcome_after}")
-    if d.not_helping:
+    if s.not_helping:
         lines += ["", "   tried in simulation, does not help:"]
-        for f in d.not_helping:
+        for f in s.not_helping:
             lines.append(f"   - {f.action}: {' ; '.join(f.commands)}")
             lines.append(f"      simulated: {f.outcome_after}")
-    if d.with_fixes is not None:
+    if s.with_fixes is not None:
         lines += [
             "",
             "4. with umbp-sim's allocator fixes (--allocator umbp-sim)",
-            f"   simulated: {d.with_fixes.summary()}",
+            f"   simulated: {s.with_fixes}",
         ]
     return "\n".join(lines)
 
@@ -81,19 +131,19 @@ def render_text(d: Diagnosis, mode: str = "replay") -> str:
 def _log_section(d: Diagnosis) -> list[str]:
     o = d.run.observed
     other = [w for w in o.warnings if w not in o.allocator_warnings]
-    out = [f"   sglang warning: {w}" for w in other]
+    out = [f"sglang warning: {w}" for w in other]
     if d.request.allocator != FIELD_PROFILE:
-        return out + [f"   allocator warning: {w}" for w in o.allocator_warnings]
+        return out + [f"allocator warning: {w}" for w in o.allocator_warnings]
     shown = log_lines(d)
     level = mori_log_level(d.request.env)
     if o.allocator_warnings and not shown:
         out.append(
-            f"   mori's log (level {level}, the default): nothing; with MORI_UMBP_LOG_LEVEL=warn "
+            f"mori's log (level {level}, the default): nothing; with MORI_UMBP_LOG_LEVEL=warn "
             f"it would print {len(o.allocator_warnings)} line(s):"
         )
-        out += [f"     {w}" for w in o.allocator_warnings]
+        out += [f"  {w}" for w in o.allocator_warnings]
     else:
-        out += [f"   mori's log: {w}" for w in shown]
+        out += [f"mori's log: {w}" for w in shown]
     return out
 
 
