@@ -73,24 +73,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(marker)
 
 
-# CI sets UMBP_SIM_FORBID_SKIPS=1: there every test runs (root, Chromium, memory), so a skip is
-# a missing test and fails the run, listed with its reason (scenario files' items included: the
-# terminal reporter holds every item's report).
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if os.environ.get("UMBP_SIM_FORBID_SKIPS") != "1":
-        return
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    skipped = [r for r in (reporter.stats.get("skipped", []) if reporter else [])
-               if not hasattr(r, "wasxfail")]  # fmt: skip
-    if not skipped:
-        return
-    lines = [f"  {r.nodeid}: {r.longrepr[2] if isinstance(r.longrepr, tuple) else r.longrepr}"
-             for r in skipped]  # fmt: skip
-    print(f"\nUMBP_SIM_FORBID_SKIPS=1: {len(skipped)} skipped, each a missing test in CI:",
-          *lines, sep="\n", file=sys.stderr)  # fmt: skip
-    session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
 def hugepage_counters(size_kb: int = 2048) -> dict[str, int]:
     """total/free/reserved/surplus pages of one hugepage size, as sysfs reports them."""
     d = HUGEPAGES_SYSFS / f"hugepages-{size_kb}kB"

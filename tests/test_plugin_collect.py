@@ -101,3 +101,21 @@ def test_every_bundled_scenario_declares_itself() -> None:
         if f.read_text(encoding="utf-8").splitlines()[0] != "umbp_sim_scenario = 1"
     ]
     assert missing == []
+
+
+def test_forbid_skips_fails_a_session_that_skipped(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        test_x="import pytest\n\ndef test_a():\n    pass\n\n"
+        "def test_b():\n    pytest.skip('needs a pool')\n"
+    )
+    monkeypatch.delenv("UMBP_SIM_FORBID_SKIPS", raising=False)
+    assert pytester.runpytest_subprocess().ret == 0
+    monkeypatch.setenv("UMBP_SIM_FORBID_SKIPS", "1")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == 1
+    assert result.errlines[-2:] == [
+        "UMBP_SIM_FORBID_SKIPS=1: 1 skipped, each a missing test:",
+        "  test_x.py::test_b: Skipped: needs a pool",
+    ]

@@ -12,12 +12,17 @@ Which machine (first match wins):
   - ``@pytest.mark.machine(machine)`` with a ``Machine``, or ``@pytest.mark.machine(**kw)`` with
     keywords for ``Machine.build`` (``hugepages={"2MiB": 8}``, ``nodes=2`` ...);
   - otherwise ``DEFAULT_MACHINE()``: x86_64, one 16 GiB node, 512 x 2 MiB pages.
+
+With ``UMBP_SIM_FORBID_SKIPS=1`` in the environment a session that skipped any test fails,
+listing each skip with its reason: in a CI that has every prerequisite, a skipped scenario or
+test is a missing check (umbp-sim's own CI sets it).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -178,6 +183,24 @@ def umbp_allocator(sim_host: SimHost) -> Iterator[Any]:
 # named by the `umbp_sim_scenarios` ini option.
 INI_FOLDERS = "umbp_sim_scenarios"
 _MARKER_LINE = re.compile(rb"^[ \t]*umbp_sim_scenario[ \t]*=", re.MULTILINE)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """With ``UMBP_SIM_FORBID_SKIPS=1``: fail a session that skipped anything, naming each."""
+    if os.environ.get("UMBP_SIM_FORBID_SKIPS") != "1":
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    stats = reporter.stats if reporter is not None else {}
+    skipped = [r for r in stats.get("skipped", []) if not hasattr(r, "wasxfail")]
+    if not skipped:
+        return
+    lines = [
+        f"  {r.nodeid}: {r.longrepr[2] if isinstance(r.longrepr, tuple) else r.longrepr}"
+        for r in skipped
+    ]
+    print(f"\nUMBP_SIM_FORBID_SKIPS=1: {len(skipped)} skipped, each a missing test:", *lines,
+          sep="\n", file=sys.stderr)  # fmt: skip
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
