@@ -121,8 +121,9 @@ if missing:
 def check_loads(output: str) -> None:
     """Import the built module in a child process; a BuildError saying why it does not load
     (an undefined symbol demangled, with the package or flag that brings it when known)."""
-    env = compiler_env()
-    env["PYTHONSAFEPATH"] = "1"
+    # this process's environment as it is (LD_PRELOAD included: a sanitizer build's runtime
+    # must come first), unlike the compiler's
+    env = dict(os.environ, PYTHONSAFEPATH="1")
     try:
         proc = subprocess.run(
             [sys.executable, "-c", _LOAD, os.path.abspath(output)],
