@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
@@ -106,46 +105,29 @@ def _preprocess_macros(cxx: str, text: str, includes: list[str]) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
-# Run in the child: load the module as `--allocator OUT` does (external/child.py), every symbol
-# resolved now.
-_LOAD = """
-import sys
-from umbp_sim.external.child import load_allocator
-module = load_allocator({"kind": "path", "path": sys.argv[1]})
-missing = [n for n in ("UMBPHostMemAllocator", "UMBPHostBufferBacking") if not hasattr(module, n)]
-if missing:
-    sys.exit("no " + " or ".join(missing) + " in it (not mori's Python surface)")
-"""
-
-
 def check_loads(output: str) -> None:
-    """Import the built module in a child process; a BuildError saying why it does not load
-    (an undefined symbol demangled, with the package or flag that brings it when known)."""
-    # this process's environment as it is (LD_PRELOAD included: a sanitizer build's runtime
-    # must come first), unlike the compiler's
-    env = dict(os.environ, PYTHONSAFEPATH="1")
+    """Load the built module as ``--allocator OUT`` does: the start of its allocator server
+    (external/runner.py: its own process group, the run time limit, ended by any signal that
+    ends this command); a BuildError saying why it does not load (an undefined symbol
+    demangled, with the flag that brings it when known)."""
+    from umbp_sim.allocator_spec import AllocatorSpec
+    from umbp_sim.external.runner import CouldNotRun, ExternalRunner
+
+    path = os.path.abspath(output)
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _LOAD, os.path.abspath(output)],
-            capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise BuildError(f"{output} was built but importing it did not end in 120 s") from None
-    if proc.returncode == 0:
-        return
-    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-    why = lines[-1] if lines else f"exit {proc.returncode}"
-    why = re.sub(r"^\w*(Error|Exception): ", "", why)
-    m = re.search(r"undefined symbol: ([\w.$@]+)", why)
-    if m:
-        symbol = _demangle(m.group(1))
-        hint = ""
-        if symbol.startswith("fmt::"):
-            hint = " (spdlog on an external fmt: --link-arg=-lfmt)"
-        elif symbol.startswith("spdlog::"):
-            hint = " (a compiled spdlog: --link-arg=-lspdlog)"
-        why = f"undefined symbol {symbol}{hint}"
-    raise BuildError(f"{output} was built but does not load: {why}")
+        ExternalRunner(AllocatorSpec("shared-object", output, path)).close()
+    except CouldNotRun as e:
+        why = str(e).removeprefix(f"{output}: ")
+        m = re.search(r"undefined symbol: ([\w.$@]+)", why)
+        if m:
+            symbol = _demangle(m.group(1))
+            hint = ""
+            if symbol.startswith("fmt::"):
+                hint = " (spdlog on an external fmt: --link-arg=-lfmt)"
+            elif symbol.startswith("spdlog::"):
+                hint = " (a compiled spdlog: --link-arg=-lspdlog)"
+            why = f"undefined symbol {symbol}{hint}"
+        raise BuildError(f"{output} was built but does not load: {why}") from None
 
 
 def _demangle(symbol: str) -> str:
