@@ -132,39 +132,94 @@ void json_string(std::string& out, const std::string& s) {
   out += '"';
 }
 
-// SimKernel's reasons, one JSON object a line: {"call", "rule", "errno", "signal", "numbers",
+void json_signal_or_null(std::string& out, int sig) {
+  if (sig)
+    json_string(out, signal_symbol(sig));
+  else
+    out += "null";
+}
+
+// One of SimKernel's reasons as a JSON object: {"call", "rule", "errno", "signal", "numbers",
 // "text"} as umbp_sim.sim.Reason holds them (errno and signal by name, null when none).
+template <typename R>
+void reason_json(std::string& out, const R& r) {
+  out += "{\"call\": ";
+  json_string(out, r.call);
+  out += ", \"rule\": ";
+  json_string(out, r.rule);
+  out += ", \"errno\": ";
+  if (r.err)
+    json_string(out, errno_symbol(r.err));
+  else
+    out += "null";
+  out += ", \"signal\": ";
+  json_signal_or_null(out, r.signal);
+  out += ", \"numbers\": {";
+  bool first = true;
+  for (const auto& [key, v] : r.numbers) {
+    if (!first) out += ", ";
+    first = false;
+    json_string(out, key);
+    out += ": " + std::to_string(v);
+  }
+  out += "}, \"text\": ";
+  json_string(out, r.text);
+  out += "}";
+}
+
+// SimKernel's reasons, one JSON object a line.
 std::string reasons_json(Kernel* k) {
   SimKernel* sim = find_layer<SimKernel>(k);
   if (!sim) return "";
   std::string out;
   for (const auto& r : sim->reasons()) {
-    out += "{\"call\": ";
-    json_string(out, r.call);
-    out += ", \"rule\": ";
-    json_string(out, r.rule);
-    out += ", \"errno\": ";
-    if (r.err)
-      json_string(out, errno_symbol(r.err));
-    else
-      out += "null";
-    out += ", \"signal\": ";
-    if (r.signal)
-      json_string(out, signal_symbol(r.signal));
-    else
-      out += "null";
-    out += ", \"numbers\": {";
+    reason_json(out, r);
+    out += "\n";
+  }
+  return out;
+}
+
+// The post-mortem as one JSON object (describe 3): {"crash": SimKernel's crash record or null,
+// "reasons": [...], "trace": [the TracingKernel's lines]}.
+std::string postmortem_json(Kernel* k) {
+  std::string out = "{\"crash\": ";
+  SimKernel* sim = find_layer<SimKernel>(k);
+  const SimCrash c = sim ? sim->crash() : SimCrash{};
+  if (c.signal) {
+    out += "{\"signal\": ";
+    json_signal_or_null(out, c.signal);
+    out += ", \"where\": ";
+    json_string(out, c.where);
+    out += ", \"node\": " + (c.node >= 0 ? std::to_string(c.node) : std::string("null"));
+    out += ", \"hugepage_size\": " +
+           (c.hugepage_size ? std::to_string(c.hugepage_size) : std::string("null"));
+    out += ", \"detail\": ";
+    json_string(out, c.detail);
+    out += ", \"text\": ";
+    json_string(out, crash_text(k));
+    out += "}";
+  } else {
+    out += "null";
+  }
+  out += ", \"reasons\": [";
+  if (sim) {
     bool first = true;
-    for (const auto& [key, v] : r.numbers) {
+    for (const auto& r : sim->reasons()) {
       if (!first) out += ", ";
       first = false;
-      json_string(out, key);
-      out += ": " + std::to_string(v);
+      reason_json(out, r);
     }
-    out += "}, \"text\": ";
-    json_string(out, r.text);
-    out += "}\n";
   }
+  out += "], \"trace\": [";
+  if (auto* t = find_layer<TracingKernel>(k)) {
+    bool first = true;
+    for (const auto& rec : t->records()) {
+      if (!first) out += ", ";
+      first = false;
+      json_string(out, rec.text());
+    }
+  }
+  out += "]}";
   return out;
 }
 
@@ -177,6 +232,8 @@ size_t c_describe(void* self, int what, char* buf, size_t cap) {
       if (auto* t = find_layer<TracingKernel>(&K(self))) s = t->text();
     } else if (what == 2) {
       s = reasons_json(&K(self));
+    } else if (what == 3) {
+      s = postmortem_json(&K(self));
     }
   } catch (const std::bad_alloc&) {
     s.clear();

@@ -198,24 +198,3 @@ def test_recorded_setup_calls_replay_to_the_same_host() -> None:
     for c in rec.calls[:1]:
         getattr(again, c.name)(*c.args, **c.kwargs)
     assert again.node_hugepages(1, 2 << 20) == rec.node_hugepages(1, 2 << 20)
-
-
-def test_crash_report_blocks_are_not_warnings_and_give_the_reasons() -> None:
-    from umbp_sim.external.observe import reasons_from_report
-    from umbp_sim.external.outcome import trace_from_report, warning_lines
-
-    log = (
-        "tiny [warning] populate failed (Bad address); touching pages\n"
-        "umbp-sim: simulated SIGBUS (page touch): SIGBUS in prefault touch (node 1): no page\n"
-        "umbp-sim: reasons:\n"
-        '{"call": "touch", "rule": "r", "errno": null, "signal": "SIGBUS", "numbers": {"n": 1}, '
-        '"text": "a warning-like text"}\n'
-        "umbp-sim: end of reasons\n"
-        "umbp-sim: syscall trace:\n"
-        "madvise(...) = -1 EFAULT warn\n"
-        "umbp-sim: end of trace\n"
-    )
-    assert warning_lines(log) == ["populate failed (Bad address); touching pages"]
-    (r,) = reasons_from_report(log)
-    assert (r.signal, r.numbers, r.text) == ("SIGBUS", {"n": 1}, "a warning-like text")
-    assert trace_from_report(log) == ["madvise(...) = -1 EFAULT warn"]

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from umbp_sim.capi import interposer_path
+from umbp_sim.external.evidence import Death, EvidenceReader
 from umbp_sim.external.interposer import FAULT_PATH_ENV
 
 FAULT_PATHS = pytest.mark.parametrize("fault_path", ["uffd", "sigsegv"])
@@ -159,14 +160,28 @@ def test_a_simulated_fd_never_reaches_the_real_kernel(tiny_builds: dict[str, str
     assert json.loads(p.stdout) == [[1000000], [], 0]
 
 
+def _death(path: Path) -> Death | None:
+    """The death the interposer wrote to the evidence file at ``path`` (None: nothing)."""
+    reader = EvidenceReader()
+    reader.feed(path.read_bytes())
+    return reader.death
+
+
 @FAULT_PATHS
-def test_simulated_sigbus_is_a_real_sigbus_after_the_trace(
-    tiny_builds: dict[str, str], fault_path: str
+def test_simulated_sigbus_is_a_real_sigbus_after_the_evidence(
+    tiny_builds: dict[str, str], fault_path: str, tmp_path: Path
 ) -> None:
+    """The evidence (crash record, reasons, trace) goes to the fd umbp-sim gave, made
+    close-on-exec; stderr gets nothing of the interposer's; then the process dies of SIGBUS."""
+    evidence = tmp_path / "evidence"
     p = _run(
         """
         import faulthandler
         faulthandler.enable()
+        fd = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT)
+        os.set_inheritable(fd, True)
+        ip.set_evidence_fd(fd)
+        print("inheritable", os.get_inheritable(fd), flush=True)
         mod = load(sys.argv[1], "tiny_umbp")
         ip.add_caller_object(sys.argv[1])
         m = Machine.x86_64(nodes=2, hugepages_per_node=[{"2MiB": 8}, {}])
@@ -181,21 +196,54 @@ def test_simulated_sigbus_is_a_real_sigbus_after_the_trace(
         print("not reached", flush=True)
         """,
         tiny_builds["preload"],
+        str(evidence),
         fault_path=fault_path,
     )
     assert p.returncode == -signal.SIGBUS
-    assert p.stdout == f"allocated {fault_path}\n"
-    err = p.stderr
-    assert err.index(
-        "umbp-sim: simulated SIGBUS (page touch): SIGBUS in prefault touch (node 1, 2048 kB pages)"
-    ) < (err.index("umbp-sim: syscall trace:"))
-    assert "touch(" in err and "+++ killed by SIGBUS +++" in err
-    # The Kernel's reasons (JSON lines) come first, as the replay reads them.
-    reasons = err[err.index("umbp-sim: reasons:\n") : err.index("umbp-sim: end of reasons")]
-    assert "SIGBUS" in [json.loads(x)["signal"] for x in reasons.splitlines()[1:]]
-    assert err.index("umbp-sim: end of trace") < err.index("Fatal Python error: Bus error")
+    assert p.stdout == f"inheritable False\nallocated {fault_path}\n"
+    assert "umbp-sim" not in p.stderr
     # Python's faulthandler (the handler before ours) printed the Python stack, as in the field.
-    assert "Fatal Python error: Bus error" in err
+    assert "Fatal Python error: Bus error" in p.stderr
+    death = _death(evidence)
+    assert death is not None and death.crash is not None
+    assert (death.signal, death.stage) == ("SIGBUS", "page touch")
+    assert death.detail.startswith("SIGBUS in prefault touch (node 1, 2048 kB pages)")
+    c = death.crash
+    assert (c.signal, c.where, c.node, c.hugepage_size) == ("SIGBUS", "prefault touch", 1, 2 << 20)
+    assert any(t.startswith("touch(") for t in death.trace)
+    assert death.trace[-1].endswith("+++ killed by SIGBUS +++")
+    # The Kernel's reasons, as the replay explains the death with them.
+    assert "SIGBUS" in [r.signal for r in death.reasons]
+
+
+def test_a_fork_dies_without_the_runs_evidence(tiny_builds: dict[str, str], tmp_path: Path) -> None:
+    """A fork of the run's process closes its copy of the evidence fd: its death (a simulated
+    SIGBUS) is neither written there nor printed; the run's own death still is."""
+    evidence = tmp_path / "evidence"
+    p = _run(
+        """
+        ip.set_evidence_fd(os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT))
+        """
+        + SMALL_AND_HUGE
+        + """
+        pid = os.fork()
+        if pid == 0:
+            ctypes.memset(huge.ptr, 1, 1)  # node 1 has no 2 MiB pages: SIGBUS
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print(os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, flush=True)
+        print(os.path.getsize(sys.argv[2]), flush=True)
+        ctypes.memset(huge.ptr, 1, 1)
+        """,
+        tiny_builds["preload"],
+        str(evidence),
+        fault_path="sigsegv",
+    )
+    assert p.returncode == -signal.SIGBUS
+    assert p.stdout == f"{int(signal.SIGBUS)}\n0\n"
+    assert "umbp-sim" not in p.stderr
+    death = _death(evidence)
+    assert death is not None and (death.signal, death.stage) == ("SIGBUS", "page touch")
 
 
 @FAULT_PATHS

@@ -4,10 +4,13 @@ It imports the allocator once (a module with mori's Python API, or an extension 
 path), then serves runs: for each ``Run`` read from its owner it forks, and the forked child, a
 fresh process as far as the allocator's once-flags and registries are concerned, builds the
 simulated host, activates the interposer on it and calls the allocator; its stdout and stderr
-(the allocator's log) go to a file, its progress and result to a pipe. The server waits for it,
-at most the run's time limit (``--run-timeout``), and answers with what it saw: the exit status
-(a real SIGBUS is data), a stop (SIGSTOP: ended at once), or the time limit and the last stage
-the child reported ("alloc", "free", ...), the run's process group then killed.
+(the allocator's log) go to a file, its progress and result (or the exception that ended it) to
+a pipe, and the interposer's evidence of a simulated death to a second pipe
+(``umbp_sim.external.evidence``). The server waits for it, at most the run's time limit
+(``--run-timeout``), and answers with what it saw: the exit status (a real SIGBUS is data) and
+the evidence, a stop (SIGSTOP: ended at once), or the time limit and the last stage the child
+reported ("alloc", "free", ...), the run's process group then killed. Nothing umbp-sim reads
+comes from the log: it is the allocator's text, and only its warnings are taken from it.
 
 Protocol: on two private pipe fds passed at start (SPEC's ``fds``), never on stdin/stdout: the
 server's stdin is /dev/null and its stdout goes to its stderr (a file its owner reads when it
@@ -26,7 +29,6 @@ import json
 import os
 import pickle
 import re
-import signal
 import sys
 import tempfile
 import time
@@ -34,6 +36,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
+from umbp_sim.external.evidence import EvidenceReader
 from umbp_sim.external.procs import (
     MAX_FRAME,
     QUIT,
@@ -45,6 +48,7 @@ from umbp_sim.external.procs import (
     loads,
     pidfd,
     raise_address_space_limit,
+    signal_name,
     start_keeper,
     tell_keeper,
     wait_readable,
@@ -212,7 +216,8 @@ def fork_run(
         return {"observed": observe_one(module, ip, run, report)}
 
     log = tempfile.TemporaryFile()
-    rfd, wfd = os.pipe()
+    rfd, wfd = os.pipe()  # the run's progress and result (pickle frames)
+    erfd, ewfd = os.pipe()  # the interposer's evidence of a simulated death (JSON frames)
     server = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: never returns
@@ -221,32 +226,37 @@ def fork_run(
             die_with_parent(server)
             os.setpgid(0, 0)
             os.close(rfd)
+            os.close(erfd)
             for fd in private:
                 os.close(fd)
             os.dup2(log.fileno(), 1)
             os.dup2(log.fileno(), 2)
+            ip.set_evidence_fd(ewfd)
 
             def report(stage: str, **extra: Any) -> None:
                 send(wfd, {"stage": stage, **extra})
 
             send(wfd, {"result": job(module, ip, run, report)})
-        except BaseException:  # noqa: BLE001
-            traceback.print_exc()
+        except BaseException as e:  # noqa: BLE001
+            traceback.print_exc()  # for a person reading the log; umbp-sim reads the frame
+            send(wfd, {"failed": _one_line(f"{type(e).__name__}: {e}")})
             code = 70
         finally:
             os._exit(code)
     os.close(wfd)
+    os.close(ewfd)
     try:
         os.setpgid(pid, pid)  # as the child does: whichever comes first
     except OSError:
         pass
     tell_keeper(keeper_fd, pid)
     try:
-        seen = _watch_run(pid, rfd, timeout)
+        seen = _watch_run(pid, rfd, erfd, timeout)
     finally:
         kill_group(pid)  # what the allocator forked (the child is not reaped yet: pid is ours)
         tell_keeper(keeper_fd, 0)
         os.close(rfd)
+        os.close(erfd)
     _, status = os.waitpid(pid, 0)
     log.seek(0)
     text = _read_log(log)
@@ -254,9 +264,11 @@ def fork_run(
     ended = seen["ended"]
     return {
         "result": seen["result"],
+        "failed": seen["failed"],
         "stages": seen["stages"],
         "partial": seen["partial"],
         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) and not ended else None,
+        "evidence": seen["evidence"].death,
         "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
         "log": text,
         "timed_out": timeout if ended == "timeout" else None,
@@ -264,16 +276,19 @@ def fork_run(
     }
 
 
-def _watch_run(pid: int, rfd: int, timeout: float) -> dict[str, Any]:
-    """Read the child's messages until it exits, stops or runs out of time (not reaped: its
-    pid, the run's group id, stays ours until the caller has killed the group)."""
+def _watch_run(pid: int, rfd: int, erfd: int, timeout: float) -> dict[str, Any]:
+    """Read the child's messages (``rfd``) and the interposer's evidence (``erfd``) until it
+    exits, stops or runs out of time (not reaped: its pid, the run's group id, stays ours until
+    the caller has killed the group)."""
     deadline = time.monotonic() + timeout
     reader = FrameReader()
     seen: dict[str, Any] = {
-        "stages": [], "partial": {}, "result": None, "ended": None, "stopped": None,
+        "stages": [], "partial": {}, "result": None, "failed": None, "ended": None,
+        "stopped": None, "evidence": EvidenceReader(),
     }  # fmt: skip
+    feeds = {rfd: lambda data: _take(reader.feed(data), seen), erfd: seen["evidence"].feed}
+    pipes = [rfd, erfd]  # those not at their end yet
     watch = pidfd(pid)
-    fds = [rfd] + ([watch] if watch is not None else [])
     try:
         while True:
             left = deadline - time.monotonic()
@@ -281,34 +296,36 @@ def _watch_run(pid: int, rfd: int, timeout: float) -> dict[str, Any]:
                 seen["ended"] = "timeout"
                 break
             # A slice: a stop (SIGSTOP) wakes nothing; nor, without a pidfd, an exit while
-            # the allocator's fork holds the pipe open.
-            wake = 0.25 if watch is not None or rfd in fds else 0.005
-            ready = wait_readable(fds, min(left, wake))
-            if rfd in ready:
-                data = os.read(rfd, 1 << 16)
+            # the allocator's fork holds the pipes open.
+            wake = 0.25 if watch is not None or pipes else 0.005
+            ready = wait_readable(pipes + ([watch] if watch is not None else []), min(left, wake))
+            read = False
+            for fd in [fd for fd in pipes if fd in ready]:
+                data = os.read(fd, 1 << 16)
                 if not data:
-                    fds.remove(rfd)
-                _take(reader.feed(data), seen)
-                if data and watch not in ready:
-                    continue
+                    pipes.remove(fd)
+                feeds[fd](data)
+                read = read or bool(data)
+            if read and watch not in ready:
+                continue
             state = os.waitid(os.P_PID, pid, os.WEXITED | os.WSTOPPED | os.WNOHANG | os.WNOWAIT)
             if state is None:
                 continue
             if state.si_code == os.CLD_STOPPED:
                 seen["ended"] = "stopped"
-                seen["stopped"] = _signal_name(state.si_status)
+                seen["stopped"] = signal_name(state.si_status)
                 break
-            # Exited: what it wrote before is still in the pipe.
-            if rfd in fds:
-                os.set_blocking(rfd, False)
+            # Exited: what it wrote before is still in the pipes.
+            for fd in pipes:
+                os.set_blocking(fd, False)
                 while time.monotonic() < deadline:
                     try:
-                        data = os.read(rfd, 1 << 16)
+                        data = os.read(fd, 1 << 16)
                     except BlockingIOError:
                         break
                     if not data:
                         break
-                    _take(reader.feed(data), seen)
+                    feeds[fd](data)
             break
     finally:
         if watch is not None:
@@ -332,6 +349,8 @@ def _take(frames: Iterator[bytes], seen: dict[str, Any]) -> None:
                 seen["partial"].update(msg)
             elif "result" in msg:
                 seen["result"] = msg["result"]
+            elif "failed" in msg:
+                seen["failed"] = str(msg["failed"])
     except FrameError:
         return
 
@@ -346,13 +365,6 @@ def _read_log(log: Any) -> str:
     tail = log.read(half)
     cut = f"\n[umbp-sim: {size - 2 * half} bytes of the log left out]\n".encode()
     return (head + cut + tail).decode(errors="replace")
-
-
-def _signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
 
 
 def main() -> int:

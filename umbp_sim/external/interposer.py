@@ -1,7 +1,8 @@
 """ctypes access to the interposer's control API (csrc/capi/umbp_sim/interposer.h).
 
 Used inside the child process that runs an external allocator: activate a kernel, mark the
-allocator's objects and the threads inside an allocator call, read the counters.
+allocator's objects and the threads inside an allocator call, give it the fd for a simulated
+death's evidence, read the counters.
 
 Page touches of simulated mappings reach the Kernel by one of two fault paths: ``uffd``
 (userfaultfd, a resolver thread) where the host allows it, else ``sigsegv`` (PROT_NONE and a
@@ -65,6 +66,8 @@ class Interposer:
         lib.umbp_sim_interposer_fault_path.restype = ctypes.c_int
         lib.umbp_sim_interposer_uffd_unavailable.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.umbp_sim_interposer_uffd_unavailable.restype = ctypes.c_size_t
+        lib.umbp_sim_interposer_set_evidence_fd.argtypes = [ctypes.c_int]
+        lib.umbp_sim_interposer_set_evidence_fd.restype = ctypes.c_int
         self._capsule: Any = None
 
     def uffd_unavailable(self) -> str:
@@ -114,6 +117,13 @@ class Interposer:
     def deactivate(self) -> None:
         self.lib.umbp_sim_interposer_deactivate()
         self._capsule = None
+
+    def set_evidence_fd(self, fd: int) -> None:
+        """Where a simulated death's evidence goes (``umbp_sim.external.evidence``): one frame
+        on ``fd`` (made close-on-exec), nothing on stderr. -1: one line on stderr instead."""
+        rc = self.lib.umbp_sim_interposer_set_evidence_fd(fd)
+        if rc != 0:
+            raise OSError(rc, f"umbp_sim_interposer_set_evidence_fd({fd}) failed")
 
     def add_caller_object(self, path: str) -> int:
         return int(self.lib.umbp_sim_interposer_add_caller_object(path.encode()))

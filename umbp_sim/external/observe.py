@@ -6,7 +6,7 @@ host pool) runs in a forked child of the allocator's server process (``umbp_sim.
 on a SimHost built from the dumped machine, and comes back as the scenario runner's
 ``Observed``, SimKernel's reasons included, so the explanation and the fix search read it as they
 read a built-in run. A real death (SIGBUS, SIGKILL) is the outcome ``crashed``: the reasons come
-from the interposer's crash report.
+from the interposer's evidence (``umbp_sim.external.evidence``).
 
 A fix's admin writes (``setup(host)``: ``host.set_nr_hugepages(...)``) are applied here to a
 host built from the same machine through :class:`RecordingHost`, which records each call; the
@@ -20,9 +20,7 @@ One server process per allocator and command: :func:`runner_for` opens it on fir
 from __future__ import annotations
 
 import atexit
-import json
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,13 +28,13 @@ from typing import Any
 from umbp_sim.allocator_spec import AllocatorSpec, AllocatorSpecError, parse_allocator_spec
 from umbp_sim.errors import SimulatedCrash, UmbpSimError
 from umbp_sim.external import run_job  # the server imports it here, before it forks
-from umbp_sim.external.outcome import crash_report, trace_from_report, warning_lines
+from umbp_sim.external.outcome import warning_lines
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
 from umbp_sim.scenario.observed import read_counters
 from umbp_sim.scenario.runner import ALLOCATOR_LOGGER, Observed
 from umbp_sim.scenario.schema import Scenario
-from umbp_sim.sim import Reason, SimHost
+from umbp_sim.sim import SimHost
 
 MPOL_BIND = 2
 
@@ -219,32 +217,15 @@ class ScopedAllocator:
             self._allocator.free(handle)
 
 
-_KERNEL_CRASH = re.compile(
-    r"^(?P<sig>SIG\w+) in (?P<where>.*?)"
-    r"(?: \((?:node (?P<node>\d+))?(?:, )?(?:(?P<kb>\d+) kB pages)?\))?(?:: (?P<detail>.*))?$"
-)
-
-
-def reasons_from_report(text: str) -> list[Reason]:
-    """SimKernel's reasons the interposer printed before the process died (JSON lines)."""
-    start = text.find("umbp-sim: reasons:\n")
-    if start < 0:
-        return []
-    body = text[start + len("umbp-sim: reasons:\n") :]
-    end = body.find("umbp-sim: end of reasons")
-    body = body if end < 0 else body[:end]
-    out = []
-    for line in body.splitlines():
-        try:
-            out.append(Reason(**json.loads(line)))
-        except (ValueError, TypeError):
-            continue
-    return out
-
-
 def observed_from_reply(reply: dict[str, Any]) -> Observed:
     """The scenario runner's ``Observed`` from what the server saw of one forked run."""
-    from umbp_sim.external.runner import NoRoom, RunTimedOut, no_room_text, timed_out_text
+    from umbp_sim.external.runner import (
+        NoRoom,
+        RunTimedOut,
+        failure_text,
+        no_room_text,
+        timed_out_text,
+    )
 
     log = reply["log"]
     allocator_lines = warning_lines(log)
@@ -266,36 +247,28 @@ def observed_from_reply(reply: dict[str, Any]) -> Observed:
             sig = _signal.Signals(reply["signal"]).name
         except ValueError:
             sig = f"signal {reply['signal']}"
-        _, detail = crash_report(log)
+        death = reply.get("evidence")  # the interposer's (umbp_sim.external.evidence)
         stage = reply["stages"][-1] if reply["stages"] else "start"
         obs = Observed(outcome="crashed", signal=sig)
-        m = _KERNEL_CRASH.match(detail)
-        if m:  # SimKernel's account: "SIGBUS in prefault touch (node 1, 2048 kB pages): ..."
-            obs.crash_node = int(m["node"]) if m["node"] else None
+        if death is not None and death.crash is not None:  # SimKernel's record of the death
+            c = death.crash
+            obs.crash_node = c.node
             # In the request itself (alloc) it reads as a built-in run's (SimulatedCrash);
             # later, the stage says which part of the process's life died (free, exit).
-            obs.error = str(
-                SimulatedCrash(
-                    sig,
-                    m["where"],
-                    obs.crash_node,
-                    int(m["kb"]) * 1024 if m["kb"] else None,
-                    m["detail"] or "",
-                )
-            )
+            obs.error = str(SimulatedCrash(sig, c.where, c.node, c.hugepage_size, c.detail))
             if stage != "alloc":
                 head, sep, rest = obs.error.partition(": ")
                 obs.error = f"{head} (in {stage}){sep}{rest}"
         else:  # injected, or a real signal of the allocator's own
+            detail = death.detail if death is not None else ""
             obs.error = f"killed by {sig} during {stage}" + (f": {detail}" if detail else "")
-        obs.reasons = reasons_from_report(log)
-        obs.trace = "\n".join(trace_from_report(log)[-40:])
+        obs.reasons = list(death.reasons) if death is not None else []
+        obs.trace = "\n".join(death.trace[-40:]) if death is not None else ""
         partial = reply.get("partial") or {}
         obs.warnings = list(allocator_lines)
         obs.budget = partial.get("budget")
     elif result is None:
-        tail = log.strip().splitlines()[-1] if log.strip() else f"exit code {reply['code']}"
-        raise UmbpSimError(f"the allocator's process failed: {tail}")
+        raise UmbpSimError(f"the allocator's process failed: {failure_text(reply)}")
     else:
         obs = result["observed"]
         obs.warnings = allocator_lines + list(obs.warnings)  # the allocator spoke first

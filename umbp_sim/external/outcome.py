@@ -19,7 +19,7 @@ from umbp_sim.request import AllocRequest
 # request type (umbp_sim/request.py), under the name the external runs have used.
 AllocCall = AllocRequest
 
-__all__ = ["AllocCall", "Outcome", "Run", "crash_report", "trace_from_report", "warning_lines"]
+__all__ = ["AllocCall", "Outcome", "Run", "warning_lines"]
 
 
 @dataclass(frozen=True)
@@ -41,39 +41,13 @@ _WARNING = re.compile(r"\bwarn(ing)?\b", re.IGNORECASE)
 
 def warning_lines(text: str) -> list[str]:
     """Warnings in an allocator's log (stderr): lines that say warn/warning, prefixes removed
-    (spdlog's ``[time] [pid] [umbp] [warning]``); umbp-sim's own crash report is not one."""
+    (spdlog's ``[time] [pid] [umbp] [warning]``). The log is the allocator's alone: umbp-sim's
+    evidence of a run comes on pipes of its own (``umbp_sim.external.evidence``)."""
     out = []
-    in_report = False  # the reasons and the trace of a crash report are not the allocator's
     for line in text.splitlines():
-        if line in ("umbp-sim: reasons:", "umbp-sim: syscall trace:"):
-            in_report = True
-        elif line.startswith(("umbp-sim: end of reasons", "umbp-sim: end of trace")):
-            in_report = False
-            continue
-        if in_report or line.startswith("umbp-sim:") or not _WARNING.search(line):
+        if not _WARNING.search(line):
             continue
         line = _LOG_PREFIX.sub("", line.strip())
         line = re.sub(r"^\w+ \[warning\]\s*", "", line)
         out.append(line)
     return out
-
-
-_CRASH = re.compile(r"^umbp-sim: simulated (SIG\w+|a signal) \(([^)]*)\): (.*)$", re.MULTILINE)
-
-
-def crash_report(text: str) -> tuple[str | None, str]:
-    """(signal, detail) from the interposer's crash report in a child's stderr, if any."""
-    m = _CRASH.search(text)
-    if not m:
-        return None, ""
-    return m.group(1), m.group(3)
-
-
-def trace_from_report(text: str) -> list[str]:
-    """The syscall trace the interposer printed before the process died."""
-    start = text.find("umbp-sim: syscall trace:\n")
-    if start < 0:
-        return []
-    body = text[start + len("umbp-sim: syscall trace:\n") :]
-    end = body.find("umbp-sim: end of trace")
-    return [ln for ln in (body if end < 0 else body[:end]).splitlines() if ln]

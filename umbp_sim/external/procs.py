@@ -82,6 +82,14 @@ def kill_group(pgid: int) -> None:
             pass
 
 
+def signal_name(sig: int) -> str:
+    """ "SIGBUS" for 7; "signal N" for a number with no name."""
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
 def pidfd(pid: int) -> int | None:
     """A pidfd for ``pid`` (readable once it has exited), or None where the kernel has none."""
     try:

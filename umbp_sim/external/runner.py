@@ -26,13 +26,7 @@ from typing import Any, Protocol
 from umbp_sim.allocator_spec import AllocatorSpec
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.external.builtin import run_builtin
-from umbp_sim.external.outcome import (
-    Outcome,
-    Run,
-    crash_report,
-    trace_from_report,
-    warning_lines,
-)
+from umbp_sim.external.outcome import Outcome, Run, warning_lines
 from umbp_sim.external.procs import (
     FrameError,
     FrameReader,
@@ -40,6 +34,7 @@ from umbp_sim.external.procs import (
     kill_group,
     loads,
     pidfd,
+    signal_name,
     wait_readable,
 )
 
@@ -83,8 +78,8 @@ def no_room_text(reply: dict[str, Any]) -> str | None:
     room = (reply.get("partial") or {}).get("no_room")
     if room is None or reply.get("signal") not in (signal.SIGSEGV, signal.SIGBUS):
         return None
-    if crash_report(reply["log"])[0] is not None:
-        return None  # SimKernel's own death: the verdict
+    if reply.get("evidence") is not None:
+        return None  # a simulated death: the verdict
     from umbp_sim.units import format_size
 
     stage = reply["stages"][-1] if reply["stages"] else "alloc"
@@ -291,8 +286,9 @@ class ExternalRunner:
         except TimeoutError:
             self.kill()  # with its group and its run's (the keeper's part)
             return {
-                "result": None, "stages": ["the allocator's server"], "partial": {},
-                "signal": None, "code": None, "log": "", "timed_out": limit, "stopped": None,
+                "result": None, "failed": None, "stages": ["the allocator's server"],
+                "partial": {}, "signal": None, "evidence": None, "code": None, "log": "",
+                "timed_out": limit, "stopped": None,
             }  # fmt: skip
         self._busy = False
         return reply
@@ -364,13 +360,6 @@ def _own_group() -> dict[str, Any]:
     return {"preexec_fn": os.setpgrp}  # pragma: no cover - Python 3.10
 
 
-def _signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
-
-
 def outcome_from_reply(reply: dict[str, Any]) -> Outcome:
     """An Outcome from what the server saw of one forked run."""
     log = reply["log"]
@@ -391,22 +380,20 @@ def outcome_from_reply(reply: dict[str, Any]) -> Outcome:
             warnings=warnings,
         )
     if reply["signal"] is not None:
-        sig_name, detail = crash_report(log)
-        stage = stages[-1] if stages else "start"
+        death = reply.get("evidence")
         return Outcome(
             result="crash",
             crash={
-                "signal": _signal_name(reply["signal"]),
-                "stage": stage,
-                "simulated": sig_name is not None,
-                "detail": detail,
+                "signal": signal_name(reply["signal"]),
+                "stage": stages[-1] if stages else "start",
+                "simulated": death is not None,
+                "detail": death.detail if death is not None else "",
             },
             warnings=warnings,
-            trace=trace_from_report(log),
+            trace=list(death.trace) if death is not None else [],
         )
     if res is None:
-        tail = log.strip().splitlines()[-1] if log.strip() else f"exit code {reply['code']}"
-        return Outcome(result="could-not-run", error=tail, warnings=warnings)
+        return Outcome(result="could-not-run", error=failure_text(reply), warnings=warnings)
     res = res["observed"]  # every job's result comes wrapped
     handle = res["handle"]
     if res["error"] and handle is None:
@@ -425,6 +412,15 @@ def outcome_from_reply(reply: dict[str, Any]) -> Outcome:
         free_ok=res["free_ok"],
         binding=res.get("binding"),
     )
+
+
+def failure_text(reply: dict[str, Any]) -> str:
+    """Why a run's process ended with no result: the exception it reported, else (the allocator
+    exited by itself) the last line of its log or its exit code."""
+    if reply.get("failed"):
+        return str(reply["failed"])
+    log = reply["log"].strip()
+    return log.splitlines()[-1] if log else f"exit code {reply['code']}"
 
 
 def timed_out_text(reply: dict[str, Any]) -> str:

@@ -24,8 +24,9 @@
  * A child of fork() continues on the PROT_NONE path (its copies of registered mappings are not
  * registered, and the resolver thread is the parent's), with its own copy of the Kernel.
  * When the Kernel answers with a signal, the faulting thread (in the SIGSEGV handler, on both
- * paths) prints the crash, the Kernel's reasons and the syscall trace to stderr and ends the
- * process with that real signal. Other SIGSEGVs go to the handler that was installed before
+ * paths) writes the evidence (the signal, the stage, the Kernel's crash record, reasons and
+ * syscall trace: one frame, see umbp_sim_interposer_set_evidence_fd) and ends the process with
+ * that real signal. Other SIGSEGVs go to the handler that was installed before
  * (Python's faulthandler). Sequential touches are granted in growing runs (up to 32 MiB,
  * reported to the Kernel as touched when granted); real memory behind simulated mappings is
  * bounded by the resident limit: past it, the pages of the oldest runs are moved (mremap) to the
@@ -63,6 +64,13 @@ UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_deactivate(void);
 /* Calls from the loaded object at `path` (as in /proc/self/maps) are the allocator's.
  * Returns the number of executable segments registered (0: not loaded). */
 UMBP_SIM_INTERPOSER_API int umbp_sim_interposer_add_caller_object(const char* path);
+/* Where a simulated death's evidence goes: one frame on `fd`, a 4-byte big-endian length then
+ * a JSON object {"event": "death", "signal": <number>, "stage": "page touch" | the call,
+ * "kernel": the Kernel's post-mortem (umbp_sim_kernel_ops.describe 3)}. The fd is made
+ * close-on-exec; a fork()ed child closes its copy (its death is not the run's). Nothing is
+ * written to stderr then; with no fd (-1, the default) one line for a person goes to stderr.
+ * 0, or the errno of making it close-on-exec (EBADF). */
+UMBP_SIM_INTERPOSER_API int umbp_sim_interposer_set_evidence_fd(int fd);
 UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_enter(void);
 UMBP_SIM_INTERPOSER_API void umbp_sim_interposer_leave(void);
 /* Real bytes kept behind simulated mappings (default 48 MiB, at least 8 MiB; one 32 MiB block

@@ -64,7 +64,10 @@ typedef struct umbp_sim_kernel_ops {
    * pages): no free ..."; node and page size when known), empty if
    * none; 1 = the syscall trace of the TracingKernel in the stack, empty if none; 2 = the
    * SimKernel's recorded reasons, one JSON object a line ({"call", "rule", "errno", "signal",
-   * "numbers", "text"}), empty if none or not simulated. */
+   * "numbers", "text"}), empty if none or not simulated; 3 = the post-mortem as one JSON object
+   * (what the interposer hands umbp-sim when the process dies): {"crash": null or {"signal",
+   * "where", "node", "hugepage_size", "detail", "text"} (node and hugepage_size null when
+   * unknown, text as 0 gives it), "reasons": [the objects of 2], "trace": [the lines of 1]}. */
   size_t (*describe)(void* self, int what, char* buf, size_t cap);
   void (*retain)(void* self);
   void (*release)(void* self);

@@ -1,0 +1,204 @@
+// A simulated death (the Kernel answered a call or a page touch with a signal: SIGBUS, an OOM
+// SIGKILL): the evidence for umbp-sim, then the real signal.
+//
+// The evidence is one frame on the fd umbp-sim gave (umbp_sim_interposer_set_evidence_fd): a
+// 4-byte big-endian length, then a JSON object {"event": "death", "signal": <number>, "stage":
+// "page touch" | the call, "kernel": the Kernel's post-mortem (describe 3: its crash record, its
+// reasons and the syscall trace)}; umbp_sim/external/evidence.py reads it. Nothing is written to
+// stderr then: stderr is the allocator's log. Without an evidence fd (the interposer preloaded
+// by hand) one line for a person goes to stderr instead.
+#include <fcntl.h>
+#include <string.h>
+
+#include "interposer/interposer_internal.h"
+
+namespace umbp_interpose {
+
+namespace {
+
+constexpr int kNoFd = -1;    // no evidence fd: one line on stderr
+constexpr int kForked = -2;  // a fork of the run's process: the run's evidence is not its own
+std::atomic<int> g_evidence_fd{kNoFd};
+std::atomic<bool> g_dying{false};  // one dying thread reports; another waits for the end
+
+void put_all(int fd, const char* s, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, s, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    s += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+void put(const char* s) { put_all(2, s, strlen(s)); }
+
+const char* sig_name(int sig) {
+  switch (sig) {
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGKILL:
+      return "SIGKILL";
+    case SIGSEGV:
+      return "SIGSEGV";
+    default:
+      return "a signal";
+  }
+}
+
+// Text appended at buf[at] (the caller sized buf); returns the new end. No snprintf: this runs
+// where the process is dying, perhaps in a signal handler.
+size_t append(char* buf, size_t at, const char* s) {
+  const size_t n = strlen(s);
+  memcpy(buf + at, s, n);
+  return at + n;
+}
+size_t append_number(char* buf, size_t at, unsigned long v) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v);
+  while (n > 0) buf[at++] = digits[--n];
+  return at;
+}
+
+// Memory of its own (mmap, not malloc: the dying thread may have stopped inside malloc).
+class Pages {
+ public:
+  explicit Pages(size_t n) : n_(n) {
+    void* m = sys_mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    p_ = m == MAP_FAILED ? nullptr : static_cast<char*>(m);
+  }
+  ~Pages() {
+    if (p_) sys_munmap(p_, n_);
+  }
+  Pages(const Pages&) = delete;
+  Pages& operator=(const Pages&) = delete;
+  char* get() const { return p_; }
+
+ private:
+  char* p_;
+  size_t n_;
+};
+
+// The evidence frame on `fd`.
+void write_evidence(int fd, const umbp_sim_kernel* k, int sig, const char* stage) {
+  char head[128];
+  size_t nh = append(head, 0, "{\"event\": \"death\", \"signal\": ");
+  nh = append_number(head, nh, static_cast<unsigned long>(sig));
+  nh = append(head, nh, ", \"stage\": \"");
+  nh = append(head, nh, stage);  // one of this library's own names: nothing to escape
+  nh = append(head, nh, "\", \"kernel\": ");
+  size_t n = k->ops->describe(k->self, 3, nullptr, 0);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Pages buf(4 + nh + n + 2);  // length, head, the post-mortem and its NUL, "}"
+    char* frame = buf.get();
+    if (!frame) return;
+    memcpy(frame + 4, head, nh);
+    const size_t got = k->ops->describe(k->self, 3, frame + 4 + nh, n + 1);
+    if (got != n) {  // another thread's call changed it in between: again, at its new length
+      n = got;
+      continue;
+    }
+    frame[4 + nh + n] = '}';
+    const auto len = static_cast<uint32_t>(nh + n + 1);
+    frame[0] = static_cast<char>(len >> 24);
+    frame[1] = static_cast<char>(len >> 16);
+    frame[2] = static_cast<char>(len >> 8);
+    frame[3] = static_cast<char>(len);
+    put_all(fd, frame, 4 + len);
+    return;
+  }
+}
+
+// One line for a person reading stderr (never read back by umbp-sim).
+void human_line(const umbp_sim_kernel* k, int sig, const char* stage) {
+  char text[512];
+  const size_t n = k->ops->describe(k->self, 0, text, sizeof text);  // a longer one is cut
+  put("umbp-sim: simulated ");
+  put(sig_name(sig));
+  put(" (");
+  put(stage);
+  put("): ");
+  put(n == 0 ? "injected" : text);
+  put("\n");
+}
+
+struct DeathReport {
+  const umbp_sim_kernel* k;
+  int sig;
+  const char* stage;
+};
+
+void report_death(const DeathReport& d) {
+  const int fd = g_evidence_fd.load(std::memory_order_acquire);
+  if (fd >= 0)
+    write_evidence(fd, d.k, d.sig, d.stage);
+  else if (fd == kNoFd)
+    human_line(d.k, d.sig, d.stage);
+}
+
+void* report_death_thread(void* arg) {
+  report_death(*static_cast<const DeathReport*>(arg));
+  return nullptr;
+}
+
+}  // namespace
+
+void set_evidence_fd(int fd) { g_evidence_fd.store(fd < 0 ? kNoFd : fd); }
+
+void forget_evidence_fd_in_fork_child() {
+  const int fd = g_evidence_fd.load();
+  if (fd < 0) return;
+  sys_close(fd);
+  g_evidence_fd.store(kForked);
+}
+
+[[noreturn]] void die_of(const umbp_sim_kernel* k, int sig, const char* stage) {
+  if (g_dying.exchange(true)) {
+    for (;;) pause();  // another thread is reporting its death: the process ends with it
+  }
+  DeathReport d{k, sig, stage};
+  // From a fault the SIGSEGV handler runs on the thread's alternate signal stack (Python's
+  // faulthandler gives it about 8 KiB): too small for the Kernel's formatting, more so under
+  // ASan. The report is then written by a thread with a stack of its own; the faulting thread
+  // waits for it and dies.
+  stack_t cur;
+  bool written = false;
+  if (sigaltstack(nullptr, &cur) == 0 && (cur.ss_flags & SS_ONSTACK)) {
+    pthread_attr_t attr;
+    pthread_t t;
+    if (pthread_attr_init(&attr) == 0) {
+      pthread_attr_setstacksize(&attr, size_t{1} << 20);
+      sigset_t all, old;
+      sigfillset(&all);
+      pthread_sigmask(SIG_SETMASK, &all, &old);
+      written = pthread_create(&t, &attr, report_death_thread, &d) == 0;
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+      if (written) pthread_join(t, nullptr);
+      pthread_attr_destroy(&attr);
+    }
+  }
+  if (!written) report_death(d);
+  if (sig == SIGSEGV) {
+    // A real SIGSEGV goes to whoever handled SIGSEGV before us.
+    sigaction(SIGSEGV, &g_old_segv, nullptr);
+  }
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  raise(sig);  // the previous handler (faulthandler) runs and re-raises, or the default kills
+  signal(sig, SIG_DFL);
+  raise(sig);
+  _exit(128 + sig);
+}
+
+int fail(const umbp_sim_kernel* k, const umbp_sim_result& r, const char* stage) {
+  if (r.signal) die_of(k, r.signal, stage);
+  errno = r.error;
+  return -1;
+}
+
+}  // namespace umbp_interpose

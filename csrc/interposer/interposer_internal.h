@@ -1,0 +1,169 @@
+// What the parts of libumbp_sim_interpose.so share (see csrc/capi/umbp_sim/interposer.h for
+// what the library does). One file per concern:
+//   routing.cpp        whose call it is: the active Kernel, caller objects, simulated fds
+//   symbols.cpp        the interposed symbols (LD_PRELOAD names and -Wl,--wrap names)
+//   calls.cpp          a routed call answered by the Kernel (mmap, munmap, opens of /proc...)
+//   mappings.cpp       simulated mappings: their trap, the grants of real pages, a fault
+//   fault_sigsegv.cpp  the PROT_NONE fault path (SIGSEGV handler)
+//   fault_uffd.cpp     the userfaultfd fault path (resolver thread) and fork()
+//   death.cpp          a simulated death: the evidence frame for umbp-sim, then the signal
+//   control.cpp        the control API (extern "C")
+// Everything here is hidden (the target's visibility is hidden): only the control API and the
+// interposed symbols are exported.
+#pragma once
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "umbp_sim/interposer.h"
+
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4
+#endif
+
+namespace umbp_interpose {
+
+// ---- real calls that never come back into this library (it defines syscall, mmap, close...) --
+
+long raw(long nr, long a1 = 0, long a2 = 0, long a3 = 0, long a4 = 0, long a5 = 0, long a6 = 0);
+inline long L(const void* p) { return reinterpret_cast<long>(p); }
+inline void* sys_mmap(void* a, size_t n, int prot, int flags, int fd, off_t off) {
+  return reinterpret_cast<void*>(raw(SYS_mmap, L(a), static_cast<long>(n), prot, flags, fd, off));
+}
+inline int sys_munmap(void* a, size_t n) {
+  return static_cast<int>(raw(SYS_munmap, L(a), static_cast<long>(n)));
+}
+inline int sys_mprotect(void* a, size_t n, int prot) {
+  return static_cast<int>(raw(SYS_mprotect, L(a), static_cast<long>(n), prot));
+}
+inline void* sys_mremap(void* a, size_t n, size_t m, int flags, void* to) {
+  return reinterpret_cast<void*>(
+      raw(SYS_mremap, L(a), static_cast<long>(n), static_cast<long>(m), flags, L(to)));
+}
+inline int sys_close(int fd) { return static_cast<int>(raw(SYS_close, fd)); }
+inline int sys_ioctl(int fd, unsigned long req, void* arg) {
+  return static_cast<int>(raw(SYS_ioctl, fd, static_cast<long>(req), L(arg)));
+}
+inline long raw_madvise(uintptr_t a, size_t n, int advice) {
+  return raw(SYS_madvise, static_cast<long>(a), static_cast<long>(n), advice);
+}
+
+inline uintptr_t align_down(uintptr_t v, uintptr_t a) { return v / a * a; }
+inline uintptr_t align_up(uintptr_t v, uintptr_t a) { return (v + a - 1) / a * a; }
+
+// ---- routing (routing.cpp) ----------------------------------------------------------------------
+
+extern std::atomic<const umbp_sim_kernel*> g_kernel;
+extern umbp_sim_kernel g_kernel_copy;  // the handle activate() was given (ops + self), retained
+extern bool g_simulated;
+extern size_t g_page;
+extern __thread int t_scope;
+extern std::atomic<unsigned long> g_routed, g_faults, g_moved;
+extern std::mutex g_fd_mu;  // guards the simulated fds
+extern std::atomic<int> g_nfds;
+
+bool is_sim_fd(int fd);
+void add_sim_fd(int fd);
+void drop_sim_fd(int fd);
+void find_forwarders();
+int add_caller_object(const char* path);
+// The Kernel when this call is the allocator's (wrapped: its object; preload: its caller).
+const umbp_sim_kernel* route(bool wrapped, void* ret);
+const umbp_sim_kernel* kernel_for_fd(int fd);
+// Opens of /proc and /sys count for the thread inside enter()/leave(), whoever calls.
+const umbp_sim_kernel* route_open(const char* path);
+
+// ---- simulated mappings (mappings.cpp) ----------------------------------------------------------
+
+// A "big" grant: one aligned 32 MiB block (16 THPs). A page-by-page touch of a huge buffer costs
+// one trap (signal, Kernel touch, mremap, refill) per grant: 32 MiB blocks make that a fifth of
+// its time (1.5 TiB: 49k traps), and one block fits the default resident limit.
+constexpr size_t kBig = size_t{32} << 20;
+
+struct Map {
+  uintptr_t start, end;
+  int prot;
+  uintptr_t next_seq;  // end of the last grant: a fault there is sequential
+  size_t run;          // current grant size
+  bool uffd;           // trapped by userfaultfd (registered, real prot), else PROT_NONE
+};
+struct Grant {
+  uintptr_t start, end;
+  bool big;
+};
+extern std::mutex g_map_mu;  // guards the mapping and grant tables and the resident counts
+extern Map g_maps[];
+extern int g_nmaps;
+extern Grant g_grants[];
+extern int g_ngrants;
+extern size_t g_res_big, g_res_small, g_resident_limit;
+
+Map* find_map(uintptr_t a);
+void add_map(uintptr_t start, uintptr_t end, int prot, bool uffd);
+// Forget [lo, hi) in the mapping and grant tables (its real pages are being replaced).
+void forget_range(uintptr_t lo, uintptr_t hi);
+// Trap touches of a new simulated mapping; returns whether registered (userfaultfd path).
+bool trap(uintptr_t start, uintptr_t end, int prot);
+// A fault at `addr` inside `m` (g_map_mu held): 0 with the run granted up to *granted_end, or
+// the signal the Kernel answered with.
+int handle_fault(const umbp_sim_kernel* k, Map& m, uintptr_t addr, bool write,
+                 uintptr_t* granted_end);
+
+// ---- fault paths (fault_sigsegv.cpp, fault_uffd.cpp) --------------------------------------------
+
+extern int g_want_path;              // for the next activate()
+extern std::atomic<int> g_path;      // the active one
+extern char g_uffd_why[256];         // why the last start of the userfaultfd path failed
+extern struct sigaction g_old_segv;  // the SIGSEGV handler before ours
+// A simulated death found by the resolver thread: the faulting thread's next touch of this page
+// traps (the page is made PROT_NONE) and its SIGSEGV handler dies of g_death_sig there.
+extern std::atomic<uintptr_t> g_death_page;
+extern std::atomic<int> g_death_sig;
+
+void install_handler();
+void remove_handler();
+bool uffd_register(uintptr_t start, size_t len);
+// Real pages for the missing range [start, end) of a registered mapping.
+bool uffd_fill(uintptr_t start, uintptr_t end, bool write);
+bool uffd_unregister(uintptr_t start, size_t len);
+int open_uffd(char* why, size_t cap);
+bool start_uffd(char* why, size_t cap);
+void stop_uffd();
+void register_fork_handlers();
+
+// ---- a simulated death (death.cpp) --------------------------------------------------------------
+
+// Where a simulated death's evidence goes (umbp_sim_interposer_set_evidence_fd).
+void set_evidence_fd(int fd);
+void forget_evidence_fd_in_fork_child();
+// The Kernel says the process is dead: hand umbp-sim the evidence, then die of `sig`.
+[[noreturn]] void die_of(const umbp_sim_kernel* k, int sig, const char* stage);
+// A routed call's failure: errno and -1, or death when the Kernel answered with a signal.
+int fail(const umbp_sim_kernel* k, const umbp_sim_result& r, const char* stage);
+
+// ---- the routed calls (calls.cpp) ---------------------------------------------------------------
+
+void* do_mmap(const umbp_sim_kernel* k, void* addr, size_t len, int prot, int flags, int fd,
+              off_t off);
+int do_munmap(const umbp_sim_kernel* k, void* addr, size_t len);
+long do_mbind(const umbp_sim_kernel* k, void* addr, unsigned long len, int mode,
+              const unsigned long* mask, unsigned long maxnode, unsigned flags);
+int do_memfd(const umbp_sim_kernel* k, const char* name, unsigned flags);
+int do_ftruncate(const umbp_sim_kernel* k, int fd, off_t len);
+int do_close(const umbp_sim_kernel* k, int fd);
+int do_madvise(const umbp_sim_kernel* k, void* addr, size_t len, int advice);
+int open_rendered(const umbp_sim_kernel* k, const char* path);
+FILE* fopen_rendered(const umbp_sim_kernel* k, const char* path, const char* mode);
+
+}  // namespace umbp_interpose
