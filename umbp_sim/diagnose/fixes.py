@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from umbp_sim.backing import SHM_BACKINGS
-from umbp_sim.diagnose.explain import gib, kb, pages_needed
+from umbp_sim.diagnose.explain import gib, kb, kernel_causes, pages_needed
 from umbp_sim.diagnose.request import Request
 from umbp_sim.diagnose.run import Run, simulate_request
 from umbp_sim.machine import Machine
@@ -795,13 +795,11 @@ def _changed(run: Run, baseline: Run) -> bool:
 
 def _limit(baseline: Run, tried: list[Fix]) -> str:
     """The rule that stands in the way: the last failure SimKernel (or sglang) recorded."""
-    from umbp_sim.diagnose.explain import _kernel
-
     runs = [baseline] + [f.run for f in tried if f.run is not None]
     for run in runs:
         failing = [r for r in run.observed.reasons if r.errno or r.signal]
         if failing:
-            causes = _kernel(failing[-1:], run)
+            causes = kernel_causes(failing[-1:], run)
             if causes:
                 return causes[0].text
     o = baseline.observed
