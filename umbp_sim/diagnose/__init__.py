@@ -20,7 +20,7 @@ from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, canonical_profile, m
 # the request's flags (umbp_sim/diagnose/request_flags.py).
 if TYPE_CHECKING:
     from umbp_sim.diagnose.explain import Cause
-    from umbp_sim.diagnose.fixes import Fix
+    from umbp_sim.diagnose.fix import Fix
     from umbp_sim.diagnose.request import Request, RequestError
     from umbp_sim.diagnose.request_flags import add_request_arguments
     from umbp_sim.diagnose.run import Run, simulate_request
@@ -32,7 +32,7 @@ _LAZY = {
     "RequestError": "request",
     "add_request_arguments": "request_flags",
     "Cause": "explain",
-    "Fix": "fixes",
+    "Fix": "fix",
     "Run": "run",
     "simulate_request": "run",
 }
@@ -136,7 +136,7 @@ def diagnose(
     passed to every simulated run.
     """
     from umbp_sim.diagnose.explain import explain
-    from umbp_sim.diagnose.fixes import propose
+    from umbp_sim.diagnose.fix_search import propose
     from umbp_sim.diagnose.run import simulate_request
 
     if profile is not None:
