@@ -20,6 +20,7 @@ from umbp_sim import _lazy
 # importing one submodule (a parser's flags, a constant) does not load every other one.
 _EXPORTS = _lazy.exports(
     build="build_machine",
+    directory="DirSource",
     errors="DumpError",
     facts=(
         "DEFAULT_KERNEL_VERSION DumpFacts GlobalPool NodeFacts NodePool infer_arch "
@@ -30,12 +31,16 @@ _EXPORTS = _lazy.exports(
         "parse_cpulist parse_distance parse_int parse_limits parse_meminfo "
         "parse_node_meminfo parse_nodelist parse_osrelease parse_proc_version"
     ),
-    source="DirSource DumpSource MemorySource bytes_source open_dump",
+    opener="bytes_source open_dump",
+    source="DumpSource MemorySource",
 )
 
 if TYPE_CHECKING:  # the same names for mypy (tests/test_cli_imports.py keeps them equal)
     from umbp_sim.dump.build import (
         build_machine as build_machine,
+    )
+    from umbp_sim.dump.directory import (
+        DirSource as DirSource,
     )
     from umbp_sim.dump.errors import (
         DumpError as DumpError,
@@ -49,6 +54,10 @@ if TYPE_CHECKING:  # the same names for mypy (tests/test_cli_imports.py keeps th
         infer_arch as infer_arch,
         parse_dump as parse_dump,
         spread as spread,
+    )
+    from umbp_sim.dump.opener import (
+        bytes_source as bytes_source,
+        open_dump as open_dump,
     )
     from umbp_sim.dump.parse import (
         cgroup_hugetlb_name as cgroup_hugetlb_name,
@@ -66,11 +75,8 @@ if TYPE_CHECKING:  # the same names for mypy (tests/test_cli_imports.py keeps th
         parse_proc_version as parse_proc_version,
     )
     from umbp_sim.dump.source import (
-        DirSource as DirSource,
         DumpSource as DumpSource,
         MemorySource as MemorySource,
-        bytes_source as bytes_source,
-        open_dump as open_dump,
     )
 
 
