@@ -21,6 +21,7 @@ from umbp_sim.diagnose.pool_writes import (
 )
 from umbp_sim.diagnose.request import Request
 from umbp_sim.diagnose.run import Run
+from umbp_sim.dump.parse import cgroup_hugetlb_name
 from umbp_sim.machine import Machine
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.sizing import HICACHE_HOST_MEMORY_RESERVE_BYTES, largest_hicache_size_that_fits
@@ -260,8 +261,6 @@ def _from_reason(machine: Machine, host: SimHost, request: Request, r: Reason) -
         fits = n["limit"] * 9 // 10
         out += _smaller(machine, request, fits, f"90% of memory.max ({gib(n['limit'])})")
     elif r.rule == "hugetlb_cgroup_limit":
-        from umbp_sim.dump import cgroup_hugetlb_name
-
         size = n["hugepage_size"]
         name = cgroup_hugetlb_name(size)
 
