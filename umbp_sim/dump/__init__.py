@@ -17,25 +17,9 @@ from typing import TYPE_CHECKING, Any
 from umbp_sim import _lazy
 
 # What the package offers, by the module that holds it: imported on first use (PEP 562), so
-# importing one submodule (a parser's flags, a constant) does not load every other one.
-_EXPORTS = _lazy.exports(
-    build="build_machine",
-    directory="DirSource",
-    errors="DumpError",
-    facts=(
-        "DEFAULT_KERNEL_VERSION DumpFacts GlobalPool NodeFacts NodePool infer_arch "
-        "parse_dump spread"
-    ),
-    parse=(
-        "cgroup_hugetlb_name cgroup_hugetlb_size hugepage_dir_size parse_cgroup_max "
-        "parse_cpulist parse_distance parse_int parse_limits parse_meminfo "
-        "parse_node_meminfo parse_nodelist parse_osrelease parse_proc_version"
-    ),
-    opener="bytes_source open_dump",
-    source="DumpSource MemorySource",
-)
-
-if TYPE_CHECKING:  # the same names for mypy (tests/test_cli_imports.py keeps them equal)
+# importing one submodule (a parser's flags, a constant) does not load every other one. The
+# imports below are the one list (umbp_sim/_lazy.py reads them for __getattr__; mypy types them).
+if TYPE_CHECKING:
     from umbp_sim.dump.build import (
         build_machine as build_machine,
     )
@@ -81,7 +65,7 @@ if TYPE_CHECKING:  # the same names for mypy (tests/test_cli_imports.py keeps th
 
 
 def __getattr__(name: str) -> Any:
-    return _lazy.attribute(__name__, _EXPORTS, name)
+    return _lazy.attribute(__name__, name, "load_dump")
 
 
 def load_dump(path: str | os.PathLike[str] | DumpSource | bytes):  # -> (Machine, DumpFacts)
@@ -91,6 +75,3 @@ def load_dump(path: str | os.PathLike[str] | DumpSource | bytes):  # -> (Machine
 
     facts = parse_dump(path)
     return build_machine(facts), facts
-
-
-__all__ = [*_EXPORTS, "load_dump"]
