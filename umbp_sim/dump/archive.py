@@ -149,6 +149,3 @@ def stem(label: str) -> str:
         if base.endswith(suffix):
             return base[: -len(suffix)]
     return base or "dump"
-
-
-__all__ = ["TAR_SUFFIXES", "stem", "tar_source"]

@@ -112,7 +112,7 @@ class DirSource(DumpSource):
         self._reject(rel)
         return None
 
-    def _read_bytes(self, rel: str) -> bytes | None:
+    def read_bytes(self, rel: str) -> bytes | None:
         if rel in self._cache:
             return self._cache[rel]
         data = self._read_once(rel)
@@ -186,7 +186,7 @@ def _check_dir_manifest(src: DirSource) -> None:
     """A collect manifest's files all there, at their sizes (dump/manifest.py); closes ``src``
     when they are not."""
     try:
-        check_dir_manifest(src._read_bytes, src.where, src.label)
+        check_dir_manifest(src.read_bytes, src.where, src.label)
     except BaseException:
         src.close()
         raise
@@ -233,6 +233,3 @@ def dir_dump(label: str, fd: int) -> DirSource:
         listed = ", ".join(sub.name for sub in subs[:4])
         raise DumpError(label, f"holds {len(subs)} dumps ({listed}), expected one")
     raise DumpError(label, NOT_A_DUMP, kind="missing")
-
-
-__all__ = ["DirSource", "dir_dump"]

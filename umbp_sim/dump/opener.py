@@ -101,6 +101,3 @@ def _read_head(fd: int, where: str, n: int = 512) -> bytes:
     while len(head) < n and (chunk := _read_some(fd, n - len(head), where)):
         head += chunk
     return head
-
-
-__all__ = ["bytes_source", "open_dump"]

@@ -87,7 +87,7 @@ def decode(data: bytes, where: str) -> str:
 
 
 class DumpSource:
-    """The files of one dump. Subclasses implement ``_read_bytes`` and ``listdir``."""
+    """The files of one dump. Subclasses implement ``read_bytes`` and ``listdir``."""
 
     label: str  # how the user named the dump
     name: str  # NAME: the dump's top directory, or the file's name
@@ -97,7 +97,8 @@ class DumpSource:
     def where(self, rel: str) -> str:
         raise NotImplementedError
 
-    def _read_bytes(self, rel: str) -> bytes | None:
+    def read_bytes(self, rel: str) -> bytes | None:
+        """The file's bytes as the dump holds them, or None if the dump does not have it."""
         raise NotImplementedError
 
     def listdir(self, rel: str) -> list[str]:
@@ -108,11 +109,11 @@ class DumpSource:
 
         Trailing NUL bytes are dropped: hwloc-gather-topology pads some sysfs copies with one.
         """
-        data = self._read_bytes(rel)
+        data = self.read_bytes(rel)
         return None if data is None else decode(data.rstrip(b"\0"), self.where(rel))
 
     def exists(self, rel: str) -> bool:
-        return self._read_bytes(rel) is not None
+        return self.read_bytes(rel) is not None
 
     def close(self) -> None:
         """Release what the source holds open (a directory dump's fd); reads fail after."""
@@ -153,7 +154,7 @@ class MemorySource(DumpSource):
             return self.label
         return f"{self.label}:{self.prefix}{rel}"
 
-    def _read_bytes(self, rel: str) -> bytes | None:
+    def read_bytes(self, rel: str) -> bytes | None:
         return self.files.get(rel)
 
     def listdir(self, rel: str) -> list[str]:
@@ -183,21 +184,3 @@ NOT_A_DUMP = (
     "not a machine dump: no proc/meminfo nor sys/devices/system/node/nodeN/meminfo inside "
     "(at its top or under one NAME/)"
 )
-
-
-__all__ = [
-    "LINK_LEAVES",
-    "MAX_ARCHIVE",
-    "MAX_FILE",
-    "MAX_LINK_HOPS",
-    "MAX_REL_DEPTH",
-    "MAX_REL_LEN",
-    "NOT_A_DUMP",
-    "RELEVANT",
-    "DumpSource",
-    "MemorySource",
-    "decode",
-    "kind_name",
-    "read_capped",
-    "relevant",
-]
