@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from umbp_sim.dump import DumpError, load_dump, open_dump
+from umbp_sim.dump.archive import tar_source
 from umbp_sim.dump.limits import ArchiveLimits, DumpLimitError
-from umbp_sim.dump.source import tar_source
 
 MEMINFO = b"MemTotal:       16777216 kB\nMemFree:        8388608 kB\n"
 SECRET = "root:$6$hostile-secret-line:19000:0:99999:7:::"

@@ -214,7 +214,9 @@ def test_a_moot_step_is_dropped_and_the_rest_described_on_what_is_left() -> None
 def test_two_writes_of_one_pool_file_are_not_a_combination() -> None:
     """A combination whose later step writes the file an earlier one wrote keeps only the later
     value: it is not tried (the later step alone is)."""
-    from umbp_sim.diagnose.fixes import Fix, PoolWrite, _overwrites, combine, host_after
+    from umbp_sim.diagnose.fix import Fix, combine
+    from umbp_sim.diagnose.fix_search import host_after, overwrites
+    from umbp_sim.diagnose.pool_writes import PoolWrite
 
     size = 2048 * 1024
     grow = Fix("grow", ["sysctl -w vm.nr_hugepages=100"], "pool",
@@ -223,8 +225,8 @@ def test_two_writes_of_one_pool_file_are_not_a_combination() -> None:
                host_changes=[PoolWrite("nr_hugepages", size, 50, node=0)])  # fmt: skip
     shrink = Fix("shrink", ["sysctl -w vm.nr_hugepages=0"], "pool",
                  host_changes=[PoolWrite("nr_hugepages", size, 0)])  # fmt: skip
-    assert _overwrites(combine([grow, shrink]))
-    assert not _overwrites(combine([shrink, node]))
+    assert overwrites(combine([grow, shrink]))
+    assert not overwrites(combine([shrink, node]))
     # host_after applies the steps in order: the node write after the release is all there is.
     m = machine_of("pool-100-overcommit-1000-request-512")
     host = host_after(m, combine([shrink, node]))

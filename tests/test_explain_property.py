@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, strategies as st
 
 from umbp_sim.diagnose import diagnose
-from umbp_sim.diagnose.fixes import run_fix
+from umbp_sim.diagnose.fix_search import run_fix
 from umbp_sim.diagnose.request import Request
 from umbp_sim.explore import profiles
 from umbp_sim.machine import GiB, Machine, MiB

@@ -15,8 +15,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from umbp_sim.bounded import shown, shown_path
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.value_types import shown, shown_path
 
 BUILTIN_PROFILES = ("umbp-sim", "mori-624002c")
 BUILTIN_ALIASES = {"mori": "mori-624002c"}

@@ -56,9 +56,10 @@ from pathlib import Path
 from typing import Any
 
 from umbp_sim import _native
+from umbp_sim.bounded import shown
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.units import SizeError, format_size, parse_size
-from umbp_sim.value_types import keyname, shown
+from umbp_sim.value_types import keyname
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -106,9 +106,9 @@ def ratio_flag(value: str) -> float:
 
 
 def shown(value: object) -> str:
-    """``umbp_sim.value_types.shown``, imported when an error is written (``--help`` stays
+    """``umbp_sim.bounded.shown``, imported when an error is written (``--help`` stays
     light: tests/test_cli_imports.py)."""
-    from umbp_sim.value_types import shown as bounded
+    from umbp_sim.bounded import shown as bounded
 
     return bounded(value)
 

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from umbp_sim.bounded import short_list
 from umbp_sim.units import parse_size
 from umbp_sim.value_types import (
     MAX_BYTES,
@@ -32,7 +33,6 @@ from umbp_sim.value_types import (
     Str,
     Table,
     ValueTypeError,
-    short_list,
 )
 
 KiB = 1 << 10

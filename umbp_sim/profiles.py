@@ -164,6 +164,6 @@ def mori_log_lines(
 
 
 def _shown(value: object) -> str:
-    from umbp_sim.value_types import shown  # when an error is written: --help stays light
+    from umbp_sim.bounded import shown  # when an error is written: --help stays light
 
     return shown(value)

@@ -72,7 +72,7 @@ def unit_bytes(unit: str) -> int | None:
 
 
 def _shown(value: object) -> str:
-    from umbp_sim.value_types import shown  # it imports this module
+    from umbp_sim.bounded import shown  # when an error is written: --help stays light
 
     return shown(value)
 

@@ -22,30 +22,31 @@ SysOp op_from(const std::string& name) {
   return static_cast<SysOp>(i);
 }
 
-// The arguments that matter for the operation, by name.
+// The arguments that matter for the operation, by name (a call on a range of memory names the
+// range first).
 py::dict args_dict(const SyscallArgs& a) {
   py::dict d;
+  auto range = [&] {
+    d["addr"] = a.addr;
+    d["length"] = a.length;
+  };
   switch (a.op) {
     case SysOp::Mmap:
-      d["addr"] = a.addr;
-      d["length"] = a.length;
+      range();
       d["prot"] = a.prot;
       d["flags"] = a.flags;
       d["fd"] = a.fd;
       d["offset"] = a.offset;
       break;
     case SysOp::Munmap:
-      d["addr"] = a.addr;
-      d["length"] = a.length;
+      range();
       break;
     case SysOp::Madvise:
-      d["addr"] = a.addr;
-      d["length"] = a.length;
+      range();
       d["advice"] = a.advice;
       break;
     case SysOp::Mbind:
-      d["addr"] = a.addr;
-      d["length"] = a.length;
+      range();
       d["mode"] = a.mode;
       d["nodes"] = a.null_mask ? py::object(py::none()) : py::object(py::cast(a.nodes));
       d["maxnode"] = a.maxnode;
@@ -66,8 +67,7 @@ py::dict args_dict(const SyscallArgs& a) {
       d["path"] = a.text;
       break;
     case SysOp::Touch:
-      d["addr"] = a.addr;
-      d["length"] = a.length;
+      range();
       d["stride"] = a.stride;
       break;
   }

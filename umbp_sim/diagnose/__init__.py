@@ -17,29 +17,20 @@ from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, canonical_profile, m
 
 # The simulation (explain, fixes, run: the allocator and the compiled extension) is imported
 # when a diagnosis is made, not with the package: `replay --help` and a usage error need only
-# the request's flags (umbp_sim/diagnose/request_flags.py).
+# the request's flags (umbp_sim/diagnose/request_flags.py). The imports from this package's
+# modules below are what it offers (umbp_sim/_lazy.py reads them for __getattr__).
 if TYPE_CHECKING:
-    from umbp_sim.diagnose.explain import Cause
-    from umbp_sim.diagnose.fixes import Fix
-    from umbp_sim.diagnose.request import Request, RequestError
-    from umbp_sim.diagnose.request_flags import add_request_arguments
-    from umbp_sim.diagnose.run import Run, simulate_request
+    from umbp_sim.diagnose.explain import Cause as Cause
+    from umbp_sim.diagnose.fix import Fix as Fix
+    from umbp_sim.diagnose.request import Request as Request, RequestError as RequestError
+    from umbp_sim.diagnose.request_flags import add_request_arguments as add_request_arguments
+    from umbp_sim.diagnose.run import Run as Run, simulate_request as simulate_request
     from umbp_sim.dump import DumpFacts
     from umbp_sim.machine import Machine
 
-_LAZY = {
-    "Request": "request",
-    "RequestError": "request",
-    "add_request_arguments": "request_flags",
-    "Cause": "explain",
-    "Fix": "fixes",
-    "Run": "run",
-    "simulate_request": "run",
-}
-
 
 def __getattr__(name: str) -> Any:
-    return _lazy.attribute(__name__, _LAZY, name)
+    return _lazy.attribute(__name__, name, "Diagnosis", "diagnose")
 
 
 @dataclass
@@ -136,7 +127,7 @@ def diagnose(
     passed to every simulated run.
     """
     from umbp_sim.diagnose.explain import explain
-    from umbp_sim.diagnose.fixes import propose
+    from umbp_sim.diagnose.fix_search import propose
     from umbp_sim.diagnose.run import simulate_request
 
     if profile is not None:
@@ -150,16 +141,3 @@ def diagnose(
         d.fixes, d.not_helping, d.limit = found.fixes, found.not_helping, found.limit
     d.with_fixes = _with_fixes(machine, request, run)
     return d
-
-
-__all__ = [
-    "Cause",
-    "Diagnosis",
-    "Fix",
-    "Request",
-    "RequestError",
-    "Run",
-    "add_request_arguments",
-    "diagnose",
-    "simulate_request",
-]

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from umbp_sim.backing import BACKINGS
+from umbp_sim.bounded import short_list
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.value_types import short_list
 
 _LINE = re.compile(
     r"UMBPHostMemAllocator\.alloc\((?P<size>\d+) bytes\) failed\s*"

@@ -92,7 +92,7 @@ def explain(
             if request.hicache().nbytes > o.budget["available"] - HICACHE_HOST_MEMORY_RESERVE_BYTES:
                 return causes + _notes(facts, request)
     causes += _allocator_binding(run, request, machine)
-    causes += _kernel(o.reasons, run)
+    causes += kernel_causes(o.reasons, run)
     if not any(c.source in ("kernel", "allocator") for c in causes) and run.outcome != "ok":
         # The allocator gave up without a kernel failure: its own words are the evidence.
         causes += [Cause(f"the allocator logged: {w}", "allocator") for w in o.warnings]
@@ -172,7 +172,8 @@ def _allocator_binding(run: Run, request: Request, machine: Machine) -> list[Cau
 # ---- SimKernel's reasons ----------------------------------------------------------------------
 
 
-def _kernel(reasons: list[Reason], run: Run) -> list[Cause]:
+def kernel_causes(reasons: list[Reason], run: Run) -> list[Cause]:
+    """SimKernel's ``reasons`` as sentences (a shortage met twice is one sentence)."""
     out: list[Cause] = []
     reserved = next((r for r in reasons if r.rule == "hugetlb_reserved"), None)
     last_fault: tuple[Reason, int] | None = None  # the missing-page fault said last, its index
@@ -330,6 +331,7 @@ __all__ = [
     "explain",
     "gib",
     "kb",
+    "kernel_causes",
     "nodelist",
     "pages_needed",
 ]

@@ -312,7 +312,7 @@ def replay_fleet(
     jobs = jobs or os.cpu_count() or 1
     # Warm the imports in the parent so forked workers share them.
     import umbp_sim.diagnose.explain  # noqa: F401
-    import umbp_sim.diagnose.fixes  # noqa: F401
+    import umbp_sim.diagnose.fix_search  # noqa: F401
     import umbp_sim.diagnose.run  # noqa: F401
     import umbp_sim.dump  # noqa: F401
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from umbp_sim.backing import DEMOTED_TO, HUGETLB_BACKINGS
+from umbp_sim.bounded import shown
 from umbp_sim.diagnose.error_line import (
     ErrorLine,
     ErrorLineError,
@@ -38,7 +39,6 @@ from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.release import default_sglang_release
 from umbp_sim.sglang.sizing import HicacheRequest, SizingError, hicache_request_of_table
 from umbp_sim.units import format_size, unit_bytes
-from umbp_sim.value_types import shown
 
 EX_USAGE = 64
 MiB = 1 << 20

@@ -144,8 +144,8 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def shown(value: object) -> str:
-    """``umbp_sim.value_types.shown``, imported when an error is written (``--help`` stays
+    """``umbp_sim.bounded.shown``, imported when an error is written (``--help`` stays
     light: tests/test_cli_imports.py)."""
-    from umbp_sim.value_types import shown as bounded
+    from umbp_sim.bounded import shown as bounded
 
     return bounded(value)

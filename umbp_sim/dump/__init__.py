@@ -17,25 +17,14 @@ from typing import TYPE_CHECKING, Any
 from umbp_sim import _lazy
 
 # What the package offers, by the module that holds it: imported on first use (PEP 562), so
-# importing one submodule (a parser's flags, a constant) does not load every other one.
-_EXPORTS = _lazy.exports(
-    build="build_machine",
-    errors="DumpError",
-    facts=(
-        "DEFAULT_KERNEL_VERSION DumpFacts GlobalPool NodeFacts NodePool infer_arch "
-        "parse_dump spread"
-    ),
-    parse=(
-        "cgroup_hugetlb_name cgroup_hugetlb_size hugepage_dir_size parse_cgroup_max "
-        "parse_cpulist parse_distance parse_int parse_limits parse_meminfo "
-        "parse_node_meminfo parse_nodelist parse_osrelease parse_proc_version"
-    ),
-    source="DirSource DumpSource MemorySource bytes_source open_dump",
-)
-
-if TYPE_CHECKING:  # the same names for mypy (tests/test_cli_imports.py keeps them equal)
+# importing one submodule (a parser's flags, a constant) does not load every other one. The
+# imports below are the one list (umbp_sim/_lazy.py reads them for __getattr__; mypy types them).
+if TYPE_CHECKING:
     from umbp_sim.dump.build import (
         build_machine as build_machine,
+    )
+    from umbp_sim.dump.directory import (
+        DirSource as DirSource,
     )
     from umbp_sim.dump.errors import (
         DumpError as DumpError,
@@ -49,6 +38,10 @@ if TYPE_CHECKING:  # the same names for mypy (tests/test_cli_imports.py keeps th
         infer_arch as infer_arch,
         parse_dump as parse_dump,
         spread as spread,
+    )
+    from umbp_sim.dump.opener import (
+        bytes_source as bytes_source,
+        open_dump as open_dump,
     )
     from umbp_sim.dump.parse import (
         cgroup_hugetlb_name as cgroup_hugetlb_name,
@@ -66,16 +59,13 @@ if TYPE_CHECKING:  # the same names for mypy (tests/test_cli_imports.py keeps th
         parse_proc_version as parse_proc_version,
     )
     from umbp_sim.dump.source import (
-        DirSource as DirSource,
         DumpSource as DumpSource,
         MemorySource as MemorySource,
-        bytes_source as bytes_source,
-        open_dump as open_dump,
     )
 
 
 def __getattr__(name: str) -> Any:
-    return _lazy.attribute(__name__, _EXPORTS, name)
+    return _lazy.attribute(__name__, name, "load_dump")
 
 
 def load_dump(path: str | os.PathLike[str] | DumpSource | bytes):  # -> (Machine, DumpFacts)
@@ -85,6 +75,3 @@ def load_dump(path: str | os.PathLike[str] | DumpSource | bytes):  # -> (Machine
 
     facts = parse_dump(path)
     return build_machine(facts), facts
-
-
-__all__ = [*_EXPORTS, "load_dump"]

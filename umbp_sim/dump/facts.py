@@ -52,6 +52,7 @@ from umbp_sim.dump.host_facts import (
     NodePool,
     _Reader,
 )
+from umbp_sim.dump.opener import bytes_source, open_dump
 from umbp_sim.dump.parse import parse_meminfo
 from umbp_sim.dump.read_pools import (
     _read_global_pools,
@@ -68,7 +69,7 @@ from umbp_sim.dump.read_system import (
     _read_watermarks,
     inferred_overcommit_ratio,
 )
-from umbp_sim.dump.source import DumpSource, bytes_source, open_dump
+from umbp_sim.dump.source import DumpSource
 
 __all__ = [
     "DEFAULT_KERNEL_VERSION",

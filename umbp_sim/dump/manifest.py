@@ -17,13 +17,11 @@ archive unpacked, perhaps from a cut copy) the same way: every error is a ``Dump
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.tarscan import Scan
-
-if TYPE_CHECKING:
-    from umbp_sim.dump.source import DumpSource
 
 MANIFEST = "umbp-sim-collect.json"
 SHOWN = 3  # missing files named in the message
@@ -115,30 +113,34 @@ def cut_short_error(label: str, reason: str, partial: Scan | None) -> DumpError:
 MAX_LISTED = 10_000  # files a directory's manifest may ask to check (collect writes ~100-2000)
 
 
-def check_dir_manifest(src: DumpSource) -> None:
+def check_dir_manifest(
+    read: Callable[[str], bytes | None], name: Callable[[str], str], label: str
+) -> None:
     """For a dump directory with a manifest: raise when a listed file is missing or of another
-    size (the files are read through ``src``: inside the dump only, each at most max_file)."""
-    data = src._read_bytes(MANIFEST)
+    size. ``read(rel)`` gives a file's bytes or None (the directory source's reader: inside the
+    dump only, each at most max_file), ``name(rel)`` how an error names it; ``label`` names the
+    dump."""
+    data = read(MANIFEST)
     if data is None:
         return
-    where = src.where(MANIFEST)
+    where = name(MANIFEST)
     listed = _listed(data, "", where)
     if len(listed) > MAX_LISTED:
         raise DumpError(where, f"lists {len(listed)} files, more than the {MAX_LISTED} checked")
     missing = []
     for rel, size in sorted(listed.items()):
-        got = src._read_bytes(rel) if rel and rel.count("/") < 16 else None
+        got = read(rel) if rel and rel.count("/") < 16 else None
         if got is None:
             missing.append(rel)
         elif size is not None and len(got) != size:
             raise DumpError(
-                src.where(rel),
+                name(rel),
                 f"{len(got)} bytes, its manifest ({where}) says {size}: the dump is not the "
                 "one collect wrote",
             )
     if missing:
         raise DumpError(
-            src.label,
+            label,
             f"cut short: {_missing_text(missing, len(listed), where)}",
             kind="missing",
         )

@@ -128,7 +128,7 @@ def _evidence(r: _Reader, sizes: list[int]) -> ArchEvidence:
 def _loose(r: _Reader, rel: str) -> str | None:
     """A file's text for weighing evidence: undecodable bytes replaced, never an error (the
     readers that use a file's values report its errors)."""
-    data = r.src._read_bytes(rel)
+    data = r.src.read_bytes(rel)
     return None if data is None else data.rstrip(b"\0").decode("utf-8", "replace")
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from umbp_sim.bounded import shown
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.host_facts import (
     _NODE_DIR_RE,
@@ -25,7 +26,6 @@ from umbp_sim.dump.parse import (
     parse_osrelease,
     parse_proc_version,
 )
-from umbp_sim.value_types import shown
 
 
 def _read_watermarks(r: _Reader) -> None:

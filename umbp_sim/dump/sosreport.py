@@ -54,8 +54,8 @@ class SosSource(DumpSource):
     def where(self, rel: str) -> str:
         return self.served[rel][1] if rel in self.served else self.inner.where(rel)
 
-    def _read_bytes(self, rel: str) -> bytes | None:
-        data = self.inner._read_bytes(rel)
+    def read_bytes(self, rel: str) -> bytes | None:
+        data = self.inner.read_bytes(rel)
         if data is None and rel in self.served:
             text, _, note = self.served[rel]
             if note not in self.notes:
@@ -82,7 +82,7 @@ def _sysctl_values(src: DumpSource) -> dict[str, tuple[str, int]]:
 
 
 def _text(src: DumpSource, rel: str) -> str | None:
-    data = src._read_bytes(rel)
+    data = src.read_bytes(rel)
     return None if data is None else data.decode("utf-8", "replace")
 
 

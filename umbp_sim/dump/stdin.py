@@ -14,7 +14,8 @@ from typing import BinaryIO
 
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.limits import DEFAULT_LIMITS, ArchiveLimits
-from umbp_sim.dump.source import MemorySource, bytes_source
+from umbp_sim.dump.opener import bytes_source
+from umbp_sim.dump.source import MemorySource
 from umbp_sim.errors import UmbpSimError
 
 LABEL = "<stdin>"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from umbp_sim.backing import BACKINGS, OUTCOMES
+from umbp_sim.bounded import shown
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.machine import SCENARIO_MACHINE_KEYS, SCENARIO_MACHINE_TYPES
 from umbp_sim.profiles import MORI_LOG_ENV
@@ -39,7 +40,6 @@ from umbp_sim.value_types import (
     check_keys,
     got,
     keyname,
-    shown,
 )
 
 if sys.version_info >= (3, 11):

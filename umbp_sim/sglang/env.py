@@ -19,9 +19,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from umbp_sim.bounded import shown
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.units import SizeError, parse_size
-from umbp_sim.value_types import shown
 
 HUGEPAGE = "SGLANG_HICACHE_HOST_HUGEPAGE"
 HUGEPAGE_SIZE = "SGLANG_HICACHE_HOST_HUGEPAGE_SIZE"

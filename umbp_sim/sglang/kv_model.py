@@ -6,8 +6,9 @@ their bytes per token, KV heads per tensor-parallel rank; ``SizingError`` for ba
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from umbp_sim.value_types import shown
+from umbp_sim.bounded import shown
 
 MHA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_first_kv_split")
@@ -54,28 +55,38 @@ def _positive_int(value: object, what: str, *, allow_zero: bool = False) -> int:
     return value
 
 
+class _KVShape:
+    """What both models check and read alike: their dimensions (``_DIMS`` positive integers,
+    ``_OPTIONAL_DIMS`` too when given, in that order) and the dtype's itemsize."""
+
+    _DIMS: ClassVar[tuple[str, ...]]
+    _OPTIONAL_DIMS: ClassVar[tuple[str, ...]] = ()
+    dtype: str
+
+    def __post_init__(self) -> None:
+        for name in self._DIMS:
+            _positive_int(getattr(self, name), name)
+        for name in self._OPTIONAL_DIMS:
+            if getattr(self, name) is not None:
+                _positive_int(getattr(self, name), name)
+        dtype_itemsize(self.dtype)
+
+    @property
+    def itemsize(self) -> int:
+        return dtype_itemsize(self.dtype)
+
+
 @dataclass(frozen=True)
-class MHAModel:
+class MHAModel(_KVShape):
     """What an MHA host pool needs per rank: kv_heads is the heads this rank holds."""
+
+    kind: ClassVar[str] = "mha"
+    _DIMS = ("layers", "kv_heads", "head_dim")
 
     layers: int
     kv_heads: int
     head_dim: int
     dtype: str = "bfloat16"
-
-    def __post_init__(self) -> None:
-        _positive_int(self.layers, "layers")
-        _positive_int(self.kv_heads, "kv_heads")
-        _positive_int(self.head_dim, "head_dim")
-        dtype_itemsize(self.dtype)
-
-    @property
-    def kind(self) -> str:
-        return "mha"
-
-    @property
-    def itemsize(self) -> int:
-        return dtype_itemsize(self.dtype)
 
     @property
     def bytes_per_token(self) -> int:
@@ -83,7 +94,7 @@ class MHAModel:
 
 
 @dataclass(frozen=True)
-class MLAModel:
+class MLAModel(_KVShape):
     """What an MLA host pool needs per rank (DeepSeek: kv_lora_rank 512, qk_rope_head_dim 64).
 
     ``index_head_dim`` is the DSA indexer's K width (DeepSeek V3.2: 128): only the
@@ -91,30 +102,16 @@ class MLAModel:
     (hence the host check) does not count it.
     """
 
+    kind: ClassVar[str] = "mla"
+    _DIMS = ("layers", "kv_lora_rank", "qk_rope_head_dim")
+    _OPTIONAL_DIMS = ("index_head_dim", "override_kv_cache_dim")
+
     layers: int
     kv_lora_rank: int
     qk_rope_head_dim: int
     dtype: str = "bfloat16"
     index_head_dim: int | None = None
     override_kv_cache_dim: int | None = None
-
-    def __post_init__(self) -> None:
-        _positive_int(self.layers, "layers")
-        _positive_int(self.kv_lora_rank, "kv_lora_rank")
-        _positive_int(self.qk_rope_head_dim, "qk_rope_head_dim")
-        if self.index_head_dim is not None:
-            _positive_int(self.index_head_dim, "index_head_dim")
-        if self.override_kv_cache_dim is not None:
-            _positive_int(self.override_kv_cache_dim, "override_kv_cache_dim")
-        dtype_itemsize(self.dtype)
-
-    @property
-    def kind(self) -> str:
-        return "mla"
-
-    @property
-    def itemsize(self) -> int:
-        return dtype_itemsize(self.dtype)
 
     @property
     def kv_cache_dim(self) -> int:

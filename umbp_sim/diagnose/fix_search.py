@@ -1,0 +1,246 @@
+"""Fixes that search: single changes and their combinations, each re-run in simulation.
+
+A change (:class:`Fix`) is an admin write applied to the fresh simulated host, a changed
+Machine (limits, sysctls the simulation reads at start) and/or a changed request (env, flags,
+``--hicache-size``), with the exact commands a person would type. Candidate changes come from
+the evidence of a run (SimKernel's reasons, what sglang's check read, the allocator's warnings),
+never from re-deriving the kernel's rules here.
+
+``propose`` searches:
+
+1. every single candidate from the replay's evidence;
+2. every pair of candidates of different kinds (pool + node, size + node, pool + size, ...);
+3. for the singles that changed the outcome without getting everything, the candidates from
+   *their* run's evidence (a smaller hicache lets the allocation run, which then shows the node
+   it does not fit on), paired with them, and one more step from the best such pair;
+4. for each set that gets everything, each step removed in turn: a step the rest does without
+   (re-simulated) is dropped, and the steps left are described on the host the steps before
+   them leave.
+
+Each set is simulated. The report shows the smallest sets that get the request everything it
+asks (host-only changes first), then the sets that make it better short of that ("demoted
+successes"); a set is left out when a part of it does as well. When nothing helps, ``limit``
+names the rule that stands in the way.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from umbp_sim.diagnose.explain import gib, kernel_causes
+from umbp_sim.diagnose.fix import COMPROMISES, HEAVY, Fix, combine
+from umbp_sim.diagnose.fixes import candidates
+from umbp_sim.diagnose.pool_writes import PoolWrite
+from umbp_sim.diagnose.request import Request
+from umbp_sim.diagnose.run import Run, simulate_request
+from umbp_sim.machine import Machine
+from umbp_sim.sim import SimHost, host_view
+
+MAX_RUNS = 120  # simulations per diagnosis, a bound on the search
+
+
+@dataclass
+class Search:
+    """The result of ``propose``: recommended sets, partial successes, and what did not help."""
+
+    fixes: list[Fix]
+    not_helping: list[Fix]
+    limit: str | None = None
+    runs: int = 0
+
+
+def run_fix(machine: Machine, request: Request, fix: Fix, profile: str | None = None) -> Run:
+    changes = list(fix.host_changes)
+
+    def setup(host: SimHost) -> str | None:
+        notes = [n for n in (c(host) for c in changes) if n]
+        return "; ".join(notes) or None
+
+    fix.run = simulate_request(fix.machine(machine), fix.request(request), setup, profile)
+    return fix.run
+
+
+def host_after(machine: Machine, fix: Fix) -> SimHost:
+    """The simulated host as ``fix`` leaves it (its Machine change, then its admin writes):
+    where the next step of a combination starts, so that step is sized on what is left."""
+    if not fix.host_changes and fix.machine_change is None:
+        return host_view(machine)
+    host = SimHost(fix.machine(machine).copy())
+    for change in fix.host_changes:
+        change(host)
+    return host
+
+
+def overwrites(fix: Fix) -> bool:
+    """Two steps write the same pool file: the later one's value is all that is left."""
+    targets = [c.target for c in fix.host_changes if isinstance(c, PoolWrite)]
+    return len(targets) != len(set(targets))
+
+
+def _next_steps(machine: Machine, request: Request, f: Fix) -> list[Fix]:
+    """Candidates after ``f``: from its run's evidence, sized on the host it leaves."""
+    assert f.run is not None
+    after = f.machine(machine)
+    steps = frozenset(s.key for s in f.singles)
+    found = candidates(after, f.request(request), f.run, host_after(machine, f))
+    return [replace(g, sized_after=steps) for g in found]
+
+
+def _value(f: Fix) -> tuple[int, int, int]:
+    """Higher is better: outcome rank, fewer compromises, fewer changes."""
+    assert f.run is not None
+    return (f.run.rank, -f.compromises, -len(f.singles))
+
+
+def propose(
+    machine: Machine, request: Request, baseline: Run, profile: str | None = None
+) -> Search:
+    """Search single changes and combinations; every returned fix was simulated."""
+    tried: dict[frozenset[str], Fix] = {}
+    runs = 0
+
+    def trial(fix: Fix) -> Fix | None:
+        nonlocal runs
+        key = frozenset(s.key for s in fix.singles)
+        if key in tried:
+            return tried[key]
+        kinds = [s.category for s in fix.singles if s.category in COMPROMISES]
+        if len(kinds) != len(set(kinds)):
+            return None  # two bindings, two sizes ... at once
+        if overwrites(fix):
+            return None
+        if runs >= MAX_RUNS:
+            return None
+        runs += 1
+        run_fix(machine, request, fix, profile)
+        tried[key] = fix
+        return fix
+
+    singles = candidates(machine, request, baseline)
+    for f in singles:
+        trial(f)
+    done = lambda: any(f.run and f.run.got_what_was_asked for f in tried.values())  # noqa: E731
+
+    # Pairs of different kinds.
+    for a, b in itertools.combinations(singles, 2):
+        if a.category != b.category or a.category == "pool":
+            trial(combine([a, b]))
+    # Extend the singles that changed the outcome: their run shows the next obstacle.
+    frontier = sorted(
+        (f for f in singles if f.run and f.run.rank < 3 and _changed(f.run, baseline)),
+        key=lambda f: -f.run.rank if f.run else 0,
+    )[:3]
+    for f in frontier:
+        for g in _next_steps(machine, request, f):
+            if g.key not in {s.key for s in f.singles}:
+                trial(combine([f, g]))
+    if not done():
+        best = sorted(
+            (
+                f
+                for f in tried.values()
+                if len(f.singles) == 2 and f.run and f.run.rank < 3 and f.run.rank > baseline.rank
+            ),
+            key=lambda f: _value(f),
+            reverse=True,
+        )[:2]
+        for f in best:
+            for g in _next_steps(machine, request, f):
+                if g.key not in {s.key for s in f.singles}:
+                    trial(combine([f, g]))
+
+    # A combination that gets everything may carry a step a later one made moot (a pool
+    # released for sglang's check, when a smaller --hicache-size passes it anyway): drop each
+    # step whose removal, re-simulated, does as well.
+    for f in [f for f in tried.values() if f.run and f.run.rank == 3 and len(f.singles) > 1]:
+        _without_moot_steps(f, trial)
+    helping = [f for f in tried.values() if f.run and f.run.rank > baseline.rank]
+    # Minimal: no proper subset does as well.
+    by_key = {frozenset(s.key for s in f.singles): f for f in helping}
+    minimal = []
+    for key, f in by_key.items():
+        assert f.run is not None
+        sub_better = any(
+            k < key and g.run is not None and g.run.rank >= f.run.rank for k, g in by_key.items()
+        )
+        if not sub_better:
+            minimal.append(f)
+    minimal.sort(key=_value, reverse=True)
+    # The smallest sets that get everything, then the best partial successes.
+    full = [f for f in minimal if f.run and f.run.rank == 3]
+    if full:
+        least = min(len(f.singles) for f in full)
+        full = [f for f in full if len(f.singles) == least]
+    partial = [f for f in minimal if f.run and f.run.rank < 3]
+    # Partial successes (ok but unbound, demoted) only when nothing gets everything.
+    minimal = full[:3] if full else partial[:3]
+    mild_ok = any(
+        f.run and f.run.rank == 3 and not any(s.category in HEAVY for s in f.singles)
+        for f in minimal
+    )
+    if mild_ok:
+        minimal = [f for f in minimal if not any(s.category in HEAVY for s in f.singles)]
+    not_helping = [f for f in singles if f.run is not None and f.run.rank <= baseline.rank]
+    limit = None
+    if not minimal:
+        limit = _limit(baseline, [f for f in singles if f.run is not None])
+    return Search([_described(machine, f) for f in minimal], not_helping, limit, runs)
+
+
+def _without_moot_steps(fix: Fix, trial: Callable[[Fix], Fix | None]) -> Fix:
+    """``fix`` less every step it does without: each removal is simulated (``trial``)."""
+    while len(fix.singles) > 1 and fix.run is not None:
+        for i in range(len(fix.singles)):
+            rest = trial(combine(fix.singles[:i] + fix.singles[i + 1 :]))
+            if rest is not None and rest.run is not None and rest.run.rank >= fix.run.rank:
+                fix = rest
+                break
+        else:
+            break
+    return fix
+
+
+def _described(machine: Machine, fix: Fix) -> Fix:
+    """``fix`` with each step described on the host the steps before it leave (a step read
+    from a run of steps no longer before it is said by its commands)."""
+    if not fix.parts:
+        return fix
+    parts: list[Fix] = []
+    for p in fix.parts:
+        if p.describe is not None:
+            before = host_after(machine, combine(parts)) if parts else host_view(machine)
+            p = replace(p, action=p.describe(before))
+        elif not p.sized_after <= {q.key for q in parts}:
+            p = replace(p, action="; ".join(p.commands))
+        parts.append(p)
+    out = combine(parts)
+    out.run = fix.run
+    return out
+
+
+def _changed(run: Run, baseline: Run) -> bool:
+    return (run.outcome, run.observed.error) != (baseline.outcome, baseline.observed.error)
+
+
+def _limit(baseline: Run, tried: list[Fix]) -> str:
+    """The rule that stands in the way: the last failure SimKernel (or sglang) recorded."""
+    runs = [baseline] + [f.run for f in tried if f.run is not None]
+    for run in runs:
+        failing = [r for r in run.observed.reasons if r.errno or r.signal]
+        if failing:
+            causes = kernel_causes(failing[-1:], run)
+            if causes:
+                return causes[0].text
+    o = baseline.observed
+    if o.budget is not None:
+        avail = o.budget["available"]
+        return (
+            f"sglang's host check: it keeps 10 GiB of the {gib(avail)} available for the rest of "
+            "the server, and no --hicache-size from 1 GB up fits in what is left"
+        )
+    return "none that SimKernel recorded: " + (o.error or "; ".join(o.warnings) or o.outcome)
+
+
+__all__ = ["MAX_RUNS", "Search", "host_after", "overwrites", "propose", "run_fix"]
