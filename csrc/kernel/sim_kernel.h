@@ -88,6 +88,21 @@ struct SimFaultBase {
   long hfree = 0, hresv = 0, hsurp = 0;
 };
 
+struct SimVma;
+
+// What one SimKernel::fault_range call works with (sim_faults.cpp): the mapping, its object and
+// hstate (nullptr: base pages), the policy that applies, the nodes in fallback order, and the
+// mapping's pages [vfirst, vfirst + vcount) of the object.
+struct SimFault {
+  SimVma& v;
+  SimObject& o;
+  SimHState* h;
+  const SimPolicy& pol;
+  std::vector<int> order;
+  uint64_t vfirst = 0;
+  uint64_t vcount = 0;
+};
+
 struct SimVma {
   uintptr_t start = 0;
   uintptr_t end = 0;
@@ -179,7 +194,6 @@ class SimKernel : public Kernel {
   static void register_fork_handlers();
 
  private:
-  friend struct SimFaulter;
   // sim_kernel.cpp
   SimHState* hstate(uint64_t size);
   // sim_render.cpp: the files under `only` (a path; empty: every file), mu_ held.
@@ -232,14 +246,21 @@ class SimKernel : public Kernel {
   int64_t reclaim(int node, int64_t bytes);  // take up to `bytes` of reclaimable memory
   long node_obtainable(int node) const;      // free + reclaimable
 
-  // sim_mmap.cpp
+  // sim_faults.cpp
   std::vector<int> fault_order(const SimPolicy& vma_policy, uint64_t index) const;
   // Fault pages [first, first+count) of vma's object. Returns 0, or a signal number for the
   // failure (SIGBUS / SIGKILL) with *why filled.
   int fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason* why, int* node,
                   uint64_t* hsize);
+  void take_fault_base(SimFault& f);
+  int64_t faulted_since_base(const SimFault& f) const;
+  std::vector<std::pair<int, long>> free_page_plan(const SimFault& f, long cap) const;
+  long fault_surplus(SimFault& f, long need, long have, NodeCounts& got);
+  int fault_hugetlb(SimFault& f, const PageSegment& seg, SimReason* why);
+  int fault_base_pages(SimFault& f, const PageSegment& seg, SimReason* why);
   SysResult populate(uintptr_t start, uintptr_t end, bool write, const std::string& where,
                      bool is_madvise);
+  // sim_mmap.cpp, sim_address_space.cpp
   std::map<uintptr_t, SimVma>::iterator split_vma(uintptr_t at);
   void real_unmap(uintptr_t start, uintptr_t end);
   // 0 or an errno; *writable: the range is real read-write memory (not PROT_NONE, not unbacked).
@@ -248,6 +269,11 @@ class SimKernel : public Kernel {
   int commit_check(uint64_t bytes, uint64_t new_vm_bytes);
   SysResult munmap_locked(uintptr_t start, uintptr_t end);
   SysResult do_mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset);
+  SysResult mmap_backing(int flags, int fd, bool anon, SimObjectPtr* file, SimHState** h);
+  SysResult mmap_make_room(uintptr_t hint, uint64_t len, bool fixed, int flags);
+  SysResult reserve_hugepages(SimHState& h, long delta);
+  SysResult hugetlb_reserve_failed(const SimHState& h, long delta, long free0, long resv0,
+                                   long surp0, SimNumbers pool);
   SysResult do_munmap(void* addr, size_t length);
   SysResult do_madvise(void* addr, size_t length, int advice);
   SysResult do_touch(void* addr, size_t length, size_t stride);
