@@ -4,6 +4,8 @@
 // Layout of the implementation:
 //   sim_config.h   the starting description (from umbp_sim.machine.Machine)
 //   sim_pages.h    PageRuns: per-page state of a mapping's backing object, as interval runs
+//   sim_rules.h    Linux's arithmetic (MemAvailable, CommitLimit, watermarks, round robin) and
+//                  the starting numbers derived from the config's raw facts
 //   sim_kernel.cpp state, hugepage pool arithmetic, admin knobs, crash bookkeeping
 //   sim_mmap.cpp   mmap, munmap: overcommit accounting, VMAs
 //   sim_faults.cpp the fault path: fault_order, fault_range, populate, madvise, touch
@@ -26,6 +28,7 @@
 #include "kernel/kernel.h"
 #include "kernel/sim_config.h"
 #include "kernel/sim_pages.h"
+#include "kernel/sim_rules.h"
 #include "kernel/syscall_format.h"
 
 namespace umbp {
@@ -179,6 +182,9 @@ class SimKernel : public Kernel {
   std::vector<long> hugepage_counters(uint64_t size, int node);
   uint64_t committed_as();
   uint64_t commit_limit();  // CommitLimit in bytes
+  // MemFree, MemAvailable, CommitLimit and each node's MemFree, page cache and reclaimable slab
+  // now (what /proc/meminfo and the nodes' meminfo show), bytes.
+  SimHostNumbers numbers();
   uint64_t total_vm();
   // Every reason recorded since construction (or the last clear_reasons), oldest first.
   std::vector<SimReason> reasons();
@@ -220,6 +226,9 @@ class SimKernel : public Kernel {
   void release_object_range(SimObject& o, uint64_t first, uint64_t count);
   void drop_object_ref(const SimObjectPtr& o);
   uint64_t commit_limit_locked() const;
+  int64_t mem_free_now_locked() const;
+  int64_t mem_available_now_locked() const;
+  SimNodeNumbers node_numbers_locked(const SimNodeConfig& n) const;
   SysResult die(int sig, const std::string& where, int node, uint64_t hsize,
                 const std::string& detail);
   SysResult die(const std::string& where, int node, uint64_t hsize, SimReason r);
