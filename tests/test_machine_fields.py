@@ -27,7 +27,7 @@ from umbp_sim.machine import (
 )
 from umbp_sim.scenario.runner import build_machine
 from umbp_sim.scenario.schema import MACHINE_KEYS, load_scenario
-from umbp_sim.sim import SimHost, to_sim_config
+from umbp_sim.sim import SimHost, start_numbers, to_sim_config
 from umbp_sim.strategies import PRESETS, machines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,17 +99,21 @@ def _distances(cfg: Any, n: Any) -> list[int]:
 
 def effective(m: Machine) -> dict[str, Any]:
     """Every Machine field as the simulator starts from it (None resolved to what it stands
-    for), with nodes and pools as plain tuples; zero entries of size tables dropped."""
+    for: the numbers SimKernel derives are its start numbers), with nodes and pools as plain
+    tuples; zero entries of size tables dropped."""
     cfg = to_sim_config(m)
+    start = start_numbers(m)
+    derived = {"mem_free": start.mem_free, "mem_available": start.mem_available}
     out: dict[str, Any] = {}
     for f in MACHINE_FIELDS:
         value = getattr(cfg, f.cxx) if f.cxx and f.name != "nodes" else getattr(m, f.name)
+        value = derived.get(f.name, value)
         if isinstance(value, dict):
             value = {k: v for k, v in value.items() if v}
         out[f.name] = value
     out["nodes"] = [
-        (n.id, n.mem_total, n.mem_free, n.page_cache, n.slab_reclaimable, n.cpulist,
-         _distances(cfg, n),
+        (n.id, n.mem_total, start.node(n.id).mem_free, start.node(n.id).page_cache,
+         start.node(n.id).slab_reclaimable, n.cpulist, _distances(cfg, n),
          {s: (p.total, p.free, p.surplus) for s, p in n.hugepages.items()
           if p.total or p.free or p.surplus})
         for n in cfg.nodes

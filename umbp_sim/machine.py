@@ -68,7 +68,7 @@ class Node:
 
     id: int
     mem_total: int  # bytes
-    mem_free: int | None = None  # bytes; None: mem_total less this node's hugepage pool
+    mem_free: int | None = None  # bytes; None: SimKernel derives it (kernel/sim_rules.h)
     # Reclaimable memory on the node (bytes): page cache (the file LRU) and SReclaimable.
     # None: the node's share (by mem_total) of the Machine's page_cache / slab_reclaimable.
     page_cache: int | None = None
@@ -153,9 +153,9 @@ class Machine:
                                          "proc/meminfo MemAvailable")
     # Linux reclaims both before the OOM killer runs; MemAvailable counts them.
     page_cache: int = _f(0, "bytes", "the file LRU (Active(file) + Inactive(file)), spread over "
-                         "the nodes by MemTotal", None,
+                         "the nodes by MemTotal", "int",
                          "proc/meminfo Active(file), Inactive(file)")
-    slab_reclaimable: int = _f(0, "bytes", "SReclaimable (reclaimed like page_cache)", None,
+    slab_reclaimable: int = _f(0, "bytes", "SReclaimable (reclaimed like page_cache)", "int",
                                "proc/meminfo SReclaimable")
     watermark_low: int | None = _f(None, "bytes", "sum of the zones' low watermarks; None: 0",
                                    "int", "proc/zoneinfo low")
@@ -318,7 +318,7 @@ class Machine:
         fits("overcommit_ratio", self.overcommit_ratio, top=MAX_INT + 1)
         if self.overcommit_ratio < 0:
             raise MachineError(f"overcommit_ratio: negative ({self.overcommit_ratio})")
-        # the commit limit: pages * overcommit_ratio / 100 * page_size + swap, as the sim does
+        # a bound on SimKernel's CommitLimit (csrc/kernel/sim_rules.h), not the rule itself
         fits("overcommit_ratio * memory", self.total_memory() * self.overcommit_ratio // 100)
         fits("overcommit_kbytes", self.overcommit_kbytes, KiB)
         for what in ("swap_total", "mem_total", "mem_free", "mem_available", "committed_as",
@@ -388,10 +388,12 @@ class Machine:
             for node, pools in zip(node_list, hugepages_per_node, strict=True):
                 for s, count in pools.items():
                     node.hugepages[parse_size(s, "hugepages_per_node")] = HugePool(count)
+        from umbp_sim import _native  # lazy: machine.py stays import-light
+
         for s, count in (hugepages or {}).items():
             size = parse_size(s, "hugepages")
-            for i, node in enumerate(node_list):
-                share = count // nodes + (1 if i < count % nodes else 0)
+            # SimKernel's round robin of a vm.nr_hugepages write
+            for node, share in zip(node_list, _native.interleave(count, nodes), strict=True):
                 pool = node.hugepages.setdefault(size, HugePool())
                 pool.total += share
         m = cls(

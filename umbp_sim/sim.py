@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from umbp_sim import _context, _native
 from umbp_sim.errors import SimulatedCrash, UmbpSimError
@@ -25,12 +26,13 @@ __all__ = [
     "Mapping",
     "Reason",
     "SimHost",
+    "HostNumbers",
+    "NodeNumbers",
     "build_kernel",
     "host_view",
-    "mem_available",
-    "node_free",
-    "si_mem_available",
+    "overcommit_ratio_for",
     "simulate",
+    "start_numbers",
     "to_sim_config",
 ]
 
@@ -89,85 +91,58 @@ class Mapping:
     reserved_pages: int
 
 
-def _node_pool_bytes(node) -> int:  # type: ignore[no-untyped-def]
-    return sum(size * pool.total for size, pool in node.hugepages.items())
+@dataclass(frozen=True)
+class NodeNumbers:
+    """One node's MemFree, page cache and reclaimable slab (bytes), as SimKernel has them."""
+
+    id: int
+    mem_free: int
+    page_cache: int
+    slab_reclaimable: int
 
 
-def si_mem_available(free: int, page_cache: int, slab_reclaimable: int, low: int) -> int:
-    """MemAvailable as the kernel estimates it (mm/show_mem.c si_mem_available), in bytes.
+@dataclass(frozen=True)
+class HostNumbers:
+    """The numbers Linux derives from a host's raw facts, as SimKernel derives them
+    (csrc/kernel/sim_rules.h): MemFree, MemAvailable (si_mem_available when the host does not
+    give it), CommitLimit and each node's MemFree, page cache and SReclaimable, in bytes.
+    ``start_numbers`` gives a Machine's at start, ``SimHost.numbers`` a running host's now."""
 
-    Free memory above the low watermarks, plus the page cache and reclaimable slab less what
-    reclaim cannot get back (half of each, at most the low watermark). Never below 0.
-    """
-    avail = free - low
-    avail += page_cache - min(page_cache // 2, low)
-    avail += slab_reclaimable - min(slab_reclaimable // 2, low)
-    return max(0, avail)
+    mem_free: int
+    mem_available: int
+    commit_limit: int
+    nodes: tuple[NodeNumbers, ...]
 
+    @classmethod
+    def from_native(cls, d: dict[str, Any]) -> HostNumbers:
+        nodes = tuple(NodeNumbers(**n) for n in d["nodes"])
+        return cls(d["mem_free"], d["mem_available"], d["commit_limit"], nodes)
 
-def node_shares(machine: Machine, total: int, attr: str) -> list[int]:
-    """Each node's part of ``total`` (page cache or slab): its own figure, else by MemTotal."""
-    given = [getattr(n, attr) for n in machine.nodes]
-    rest = max(0, total - sum(g for g in given if g is not None))
-    unknown = [n for n, g in zip(machine.nodes, given, strict=True) if g is None]
-    weight = sum(n.mem_total for n in unknown)
-    out, left = [], rest
-    for n, g in zip(machine.nodes, given, strict=True):
-        if g is not None:
-            out.append(g)
-            continue
-        share = rest * n.mem_total // weight if weight else 0
-        if n is unknown[-1]:
-            share = left
-        left -= share
-        out.append(share)
-    return out
+    def node(self, node_id: int) -> NodeNumbers:
+        """The numbers of node ``node_id``."""
+        (found,) = [n for n in self.nodes if n.id == node_id]
+        return found
 
 
-def node_free(machine: Machine) -> list[int]:
-    """Each node's free memory (buddy MemFree) at start, one rule for every caller.
-
-    A node's own ``mem_free``; else its share (by MemTotal) of what the Machine's ``mem_free``
-    leaves; else MemTotal less its hugepage pool, page cache and reclaimable slab.
-    """
-    caches = node_shares(machine, machine.page_cache, "page_cache")
-    slabs = node_shares(machine, machine.slab_reclaimable, "slab_reclaimable")
-    if machine.mem_free is not None:
-        known = sum(n.mem_free for n in machine.nodes if n.mem_free is not None)
-        unknown = [n for n in machine.nodes if n.mem_free is None]
-        rest = max(0, machine.mem_free - known)
-        weight = sum(n.mem_total for n in unknown)
-        out, left = [], rest
-        for n in machine.nodes:
-            if n.mem_free is not None:
-                out.append(n.mem_free)
-                continue
-            share = left if n is unknown[-1] else (rest * n.mem_total // weight if weight else 0)
-            left -= share
-            out.append(share)
-        return out
-    return [
-        n.mem_free
-        if n.mem_free is not None
-        else max(0, n.mem_total - _node_pool_bytes(n) - cache - slab)
-        for n, cache, slab in zip(machine.nodes, caches, slabs, strict=True)
-    ]
+def start_numbers(machine: Machine) -> HostNumbers:
+    """What a SimKernel of ``machine`` starts with, derived by the same C++ code without
+    building one (a dump being read, the picture of a host)."""
+    return HostNumbers.from_native(_native.host_numbers(to_sim_config(machine)))
 
 
-def mem_available(machine: Machine) -> int:
-    """The MemAvailable the simulated host starts with: the dump's, else the kernel's estimate."""
-    if machine.mem_available is not None:
-        return machine.mem_available
-    free = machine.mem_free
-    if free is None:
-        free = sum(node_free(machine))
-    return si_mem_available(
-        free, machine.page_cache, machine.slab_reclaimable, machine.watermark_low or 0
-    )
+def overcommit_ratio_for(machine: Machine, commit_limit: int) -> int | None:
+    """The smallest ``overcommit_ratio`` whose CommitLimit on ``machine`` reaches
+    ``commit_limit`` bytes (SimKernel's vm_commit_limit solved), or None if none does."""
+    return _native.overcommit_ratio_for(to_sim_config(machine), commit_limit)
 
 
 def _unlimited(value: int | None) -> int:
     return value if value is not None else _UNLIMITED
+
+
+def _given(value: int | None) -> int:
+    """A number the host gives, or UNKNOWN: SimKernel derives it (sim_rules.h)."""
+    return value if value is not None else _native.UNKNOWN
 
 
 # How a Machine field becomes its SimConfig value when it is not a plain copy: the defaults a
@@ -177,8 +152,8 @@ _RESOLVE: dict[str, Callable[[Machine], object]] = {
     "possible_nodes": Machine.possible,
     "online_nodes": Machine.online,
     "mem_total": Machine.total_memory,
-    "mem_free": lambda m: m.mem_free if m.mem_free is not None else sum(node_free(m)),
-    "mem_available": lambda m: mem_available(m),
+    "mem_free": lambda m: _given(m.mem_free),
+    "mem_available": lambda m: _given(m.mem_available),
     "mem_available_line": lambda m: (
         m.mem_available_line if m.mem_available_line is not None else m.kernel_tuple() >= (3, 14, 0)
     ),
@@ -196,16 +171,13 @@ def _plain(value: object) -> object:
 
 def _node_configs(machine: Machine) -> list[_native.SimNodeConfig]:
     nodes = []
-    caches = node_shares(machine, machine.page_cache, "page_cache")
-    slabs = node_shares(machine, machine.slab_reclaimable, "slab_reclaimable")
-    frees = node_free(machine)
-    for n, cache, slab, free in zip(machine.nodes, caches, slabs, frees, strict=True):
+    for n in machine.nodes:
         nc = _native.SimNodeConfig()
         nc.id = n.id
         nc.mem_total = n.mem_total
-        nc.mem_free = free
-        nc.page_cache = cache
-        nc.slab_reclaimable = slab
+        nc.mem_free = _given(n.mem_free)
+        nc.page_cache = _given(n.page_cache)
+        nc.slab_reclaimable = _given(n.slab_reclaimable)
         nc.cpulist = n.cpus
         nc.distances = list(n.distances or [])
         pools = {}
@@ -307,6 +279,11 @@ class SimHost:
     def reasons(self) -> list[Reason]:
         """What SimKernel recorded: every errno, every signal, and the deciding events."""
         return [Reason(**r) for r in self.kernel.reasons()]
+
+    def numbers(self) -> HostNumbers:
+        """MemFree, MemAvailable, CommitLimit and each node's MemFree, page cache and
+        SReclaimable now, as the kernel shows them (bytes)."""
+        return HostNumbers.from_native(self.kernel.host_numbers())
 
     def reclaimable(self, node: int | None = None) -> int:
         """Page cache + SReclaimable left, on ``node`` or the whole host (bytes)."""

@@ -1,5 +1,7 @@
 // The description a SimKernel starts from: plain data, filled from umbp_sim.machine.Machine.
-// All sizes are bytes; page counts are pages of the size they belong to. Each field here is
+// All sizes are bytes; page counts are pages of the size they belong to. The raw facts only:
+// a number a dump may not give is kUnknown there, and SimKernel derives it as Linux shows it
+// (sim_rules.h derive_start), never Python. Each field here is
 // named by a Machine field's declaration (umbp_sim/machine.py MACHINE_FIELDS, or
 // SIM_CONFIG_DERIVED); tests/test_machine_fields.py checks this struct's binding against it.
 #pragma once
@@ -11,6 +13,9 @@
 
 namespace umbp {
 
+// A number the description does not give (SimKernel derives it).
+inline constexpr uint64_t kUnknown = UINT64_MAX;
+
 // One hugepage size on one node.
 struct SimPoolConfig {
   long total = 0;
@@ -21,9 +26,11 @@ struct SimPoolConfig {
 struct SimNodeConfig {
   int id = 0;
   uint64_t mem_total = 0;  // 0: an online node without memory
-  uint64_t mem_free = 0;
-  uint64_t page_cache = 0;        // reclaimable file pages (Active(file) + Inactive(file))
-  uint64_t slab_reclaimable = 0;  // SReclaimable
+  // kUnknown: derived (sim_rules.cpp): page cache and slab by MemTotal from the host's
+  // figures; MemFree from the host's MemFree, else MemTotal less pools, cache and slab.
+  uint64_t mem_free = kUnknown;
+  uint64_t page_cache = kUnknown;        // reclaimable file pages (Active(file) + Inactive(file))
+  uint64_t slab_reclaimable = kUnknown;  // SReclaimable
   std::string cpulist;
   std::vector<int> distances;
   std::map<uint64_t, SimPoolConfig> hugepages;  // size -> pool
@@ -44,8 +51,10 @@ struct SimConfig {
   uint64_t overcommit_kbytes = 0;
   uint64_t swap_total = 0;
   uint64_t mem_total = 0;
-  uint64_t mem_free = 0;
-  uint64_t mem_available = 0;
+  uint64_t mem_free = kUnknown;       // kUnknown: the sum of the nodes'
+  uint64_t mem_available = kUnknown;  // kUnknown: si_mem_available of the numbers below
+  uint64_t page_cache = 0;            // the host's file LRU, spread over nodes without their own
+  uint64_t slab_reclaimable = 0;      // the host's SReclaimable, spread the same way
   bool show_mem_available = true;  // /proc/meminfo has a MemAvailable line (3.14+, or backported)
   uint64_t watermark_low = 0;      // sum of the zones' low watermarks, bytes (/proc/zoneinfo)
   uint64_t committed_as = 0;       // bytes committed by other processes

@@ -36,11 +36,10 @@ std::vector<int> SimKernel::fault_order(const SimPolicy& vp, uint64_t) const {
 int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason* why, int* node,
                            uint64_t* hsize) {
   SimObject& o = *v.obj;
-  SimHState* h = o.h;
-  const SimPolicy& pol = v.policy.mode == MPOL_DEFAULT ? task_policy_ : v.policy;
-  std::vector<int> order = fault_order(v.policy, first);
-  *node = order.empty() ? -1 : order.front();
-  *hsize = h ? h->size : 0;
+  SimFault f{v, o, o.h, v.policy.mode == MPOL_DEFAULT ? task_policy_ : v.policy,
+             fault_order(v.policy, first)};
+  *node = f.order.empty() ? -1 : f.order.front();
+  *hsize = f.h ? f.h->size : 0;
   uint64_t limit = count;
   bool beyond_eof = false;
   if (o.is_file) {
@@ -52,191 +51,16 @@ int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason*
   }
   // The mapping's pages (up to the end of a memfd) and, from its first fault on, what the
   // allowed nodes held then: the numbers a failure is explained with (SimFaultBase).
-  const uint64_t vfirst = v.pgoff;
-  uint64_t vcount = v.len() / o.page;
+  f.vfirst = v.pgoff;
+  f.vcount = v.len() / o.page;
   if (o.is_file)
-    vcount = std::min(vcount, o.i_size / o.page > vfirst ? o.i_size / o.page - vfirst : 0);
-  SimFaultBase& base = v.fault_base;
-  if (base.start != v.start || base.end != v.end || base.order != order) {
-    base = SimFaultBase{};
-    base.start = v.start;
-    base.end = v.end;
-    base.order = order;
-    base.faulted = o.pages.count(vfirst, vcount, PageState::Faulted);
-    base.unfaulted = vcount - base.faulted;
-    for (int n : order) {
-      if (h) base.nodes_free += h->node[n].free;
-      base.mem_free += node_mem_free(n);
-      auto r = node_reclaim_.find(n);
-      if (r != node_reclaim_.end()) base.reclaim += std::max<int64_t>(r->second, 0);
-    }
-    base.hfree = h ? h->free() : 0;
-    base.hresv = h ? h->resv : 0;
-    base.hsurp = h ? h->surp() : 0;
-  }
-  // Pages of the mapping faulted since its base, once this fault is done.
-  auto faulted_since_base = [&]() {
-    return static_cast<int64_t>(o.pages.count(vfirst, vcount, PageState::Faulted)) -
-           static_cast<int64_t>(base.faulted);
-  };
+    f.vcount = std::min(f.vcount, o.i_size / o.page > f.vfirst ? o.i_size / o.page - f.vfirst : 0);
+  take_fault_base(f);
   for (const auto& seg : o.pages.segments(first, limit)) {
     if (seg.state == PageState::Faulted) continue;
-    long need = static_cast<long>(seg.len);
-    NodeCounts got;
-    long have = 0;
-    if (h) {
-      auto cm = cfg_.hugetlb_cgroup_max.find(h->size);
-      bool cg_limited = false;
-      if (cm != cfg_.hugetlb_cgroup_max.end()) {
-        long room =
-            static_cast<long>((cm->second > h->cg_usage ? cm->second - h->cg_usage : 0) / h->size);
-        if (room < need) {
-          need = room;
-          cg_limited = true;
-        }
-      }
-      // Free pages on the allowed nodes; an unreserved fault also needs free - resv >= 1.
-      long cap = need;
-      if (seg.state == PageState::None) cap = std::min(cap, std::max(0L, h->free() - h->resv));
-      std::vector<std::pair<int, long>> take;
-      if (pol.mode == MPOL_INTERLEAVE) {
-        std::map<int, long> share;
-        long left = cap;
-        // Spread over the interleave nodes, then fall back in order.
-        std::vector<int> nodes = pol.nodes;
-        while (left > 0) {
-          long given = 0;
-          std::vector<int> live;
-          for (int n : nodes)
-            if (h->node[n].free - share[n] > 0) live.push_back(n);
-          if (live.empty()) break;
-          long each = std::max(1L, left / static_cast<long>(live.size()));
-          for (int n : live) {
-            long k = std::min({each, left - given, h->node[n].free - share[n]});
-            share[n] += k;
-            given += k;
-          }
-          left -= given;
-          if (!given) break;
-        }
-        for (int n : order) {
-          long k = std::min(left, h->node[n].free - share[n]);
-          if (k > 0) {
-            share[n] += k;
-            left -= k;
-          }
-        }
-        for (int n : order)
-          if (share[n] > 0) take.push_back({n, share[n]});
-      } else {
-        long left = cap;
-        for (int n : order) {
-          long k = std::min(left, h->node[n].free);
-          if (k > 0) take.push_back({n, k});
-          left -= std::max(k, 0L);
-        }
-      }
-      for (auto& [n, k] : take) {
-        h->node[n].free -= k;
-        got.push_back({n, static_cast<uint64_t>(k)});
-        have += k;
-      }
-      // Then surplus pages from the buddy allocator on the same nodes, within overcommit.
-      while (have < need) {
-        long room = h->overcommit - h->surp();
-        if (room <= 0 || (gigantic(*h) && !version_at_least(6, 19))) break;
-        long before = have;
-        for (int n : order) {
-          long k = std::min({need - have, room, node_obtainable(n) / static_cast<long>(h->size)});
-          if (k <= 0 || !has_memory(n)) continue;
-          node_mem_take(n, static_cast<int64_t>(h->size) * k);
-          h->node[n].nr += k;
-          h->node[n].surp += k;
-          got.push_back({n, static_cast<uint64_t>(k)});
-          have += k;
-          room -= k;
-        }
-        if (have == before) break;
-      }
-      if (seg.state == PageState::Reserved) {
-        h->resv -= have;
-        h->cg_rsvd -= std::min<uint64_t>(h->cg_rsvd, static_cast<uint64_t>(have) * h->size);
-      }
-      h->cg_usage += static_cast<uint64_t>(have) * h->size;
-      o.pages.assign(seg.start, static_cast<uint64_t>(have), PageState::Faulted, got);
-      if (have < static_cast<long>(seg.len)) {
-        why->signal = SIGBUS;
-        why->numbers = {{"hugepage_size", i64(h->size)},
-                        {"node", order.empty() ? -1 : order.front()},
-                        {"pages_needed", static_cast<int64_t>(base.unfaulted)},
-                        {"pages_faulted", faulted_since_base()},
-                        {"node_free", base.nodes_free},
-                        {"free", base.hfree},
-                        {"reserved", base.hresv},
-                        {"surplus", base.hsurp},
-                        {"surplus_allowed", h->overcommit}};
-        if (cg_limited && have == need) {
-          why->rule = "hugetlb_cgroup_limit";
-          why->numbers.push_back({"limit", i64(cm->second)});
-          why->text = "hugetlb cgroup limit " + kb(cm->second) + " reached";
-        } else {
-          why->rule = "hugetlb_fault_no_page";
-          why->text = "no free " + kb(h->size) + " hugepage on node(s) " + node_list(order) +
-                      " (HugePages_Free=" + std::to_string(h->free()) +
-                      " Rsvd=" + std::to_string(h->resv) + " Surp=" + std::to_string(h->surp()) +
-                      " nr_overcommit=" + std::to_string(h->overcommit) + ")";
-        }
-        return SIGBUS;
-      }
-    } else {
-      // Base pages: charged to the memory cgroup, taken from the nodes' free memory.
-      const uint64_t pg = o.page;
-      bool memcg_limited = false;
-      if (cfg_.memcg_max != UINT64_MAX) {
-        long room = static_cast<long>(
-            (cfg_.memcg_max > memcg_usage_ ? cfg_.memcg_max - memcg_usage_ : 0) / pg);
-        if (room < need) {
-          need = room;
-          memcg_limited = true;
-        }
-      }
-      // Free memory on the allowed nodes first (in fallback order), then reclaim: page cache
-      // and reclaimable slab go before the OOM killer is called.
-      std::map<int, uint64_t> by_node;
-      for (int pass = 0; pass < 2 && have < need; ++pass) {
-        for (int n : order) {
-          long cap = pass == 0 ? node_mem_free(n) : node_obtainable(n);
-          long k = std::min(need - have, cap / static_cast<long>(pg));
-          if (k <= 0) continue;
-          node_mem_take(n, static_cast<int64_t>(pg) * k);
-          by_node[n] += static_cast<uint64_t>(k);
-          have += k;
-        }
-      }
-      for (int n : order)
-        if (by_node[n]) got.push_back({n, by_node[n]});
-      memcg_usage_ += static_cast<uint64_t>(have) * pg;
-      o.pages.assign(seg.start, static_cast<uint64_t>(have), PageState::Faulted, got);
-      if (have < static_cast<long>(seg.len)) {
-        why->signal = SIGKILL;
-        why->numbers = {{"node", order.empty() ? -1 : order.front()},
-                        {"node_count", static_cast<int64_t>(order.size())},
-                        {"bytes_needed", static_cast<int64_t>(base.unfaulted * pg)},
-                        {"bytes_faulted", faulted_since_base() * i64(pg)},
-                        {"node_free", base.mem_free},
-                        {"reclaimable", base.reclaim}};
-        if (memcg_limited) {
-          why->rule = "memcg_oom";
-          why->numbers.push_back({"limit", i64(cfg_.memcg_max)});
-          why->text = "memory cgroup limit " + kb(cfg_.memcg_max) + " reached: OOM kill";
-        } else {
-          why->rule = "oom";
-          why->text = "out of memory on node(s) " + node_list(order) + ": OOM kill";
-        }
-        *hsize = 0;
-        return SIGKILL;
-      }
-    }
+    const int sig = f.h ? fault_hugetlb(f, seg, why) : fault_base_pages(f, seg, why);
+    if (sig == SIGKILL) *hsize = 0;
+    if (sig) return sig;
   }
   if (beyond_eof) {
     why->signal = SIGBUS;
@@ -246,6 +70,209 @@ int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason*
     return SIGBUS;
   }
   return 0;
+}
+
+// The mapping's fault base: kept while the VMA and the node order are the ones it was taken
+// for, else taken now.
+void SimKernel::take_fault_base(SimFault& f) {
+  SimFaultBase& base = f.v.fault_base;
+  if (base.start == f.v.start && base.end == f.v.end && base.order == f.order) return;
+  base = SimFaultBase{};
+  base.start = f.v.start;
+  base.end = f.v.end;
+  base.order = f.order;
+  base.faulted = f.o.pages.count(f.vfirst, f.vcount, PageState::Faulted);
+  base.unfaulted = f.vcount - base.faulted;
+  for (int n : f.order) {
+    if (f.h) base.nodes_free += f.h->node[n].free;
+    base.mem_free += node_mem_free(n);
+    auto r = node_reclaim_.find(n);
+    if (r != node_reclaim_.end()) base.reclaim += std::max<int64_t>(r->second, 0);
+  }
+  base.hfree = f.h ? f.h->free() : 0;
+  base.hresv = f.h ? f.h->resv : 0;
+  base.hsurp = f.h ? f.h->surp() : 0;
+}
+
+// Pages of the mapping faulted since its base, once this fault is done.
+int64_t SimKernel::faulted_since_base(const SimFault& f) const {
+  return static_cast<int64_t>(f.o.pages.count(f.vfirst, f.vcount, PageState::Faulted)) -
+         static_cast<int64_t>(f.v.fault_base.faulted);
+}
+
+// Which nodes give up to `cap` free hugepages: an INTERLEAVE policy spreads them over its nodes
+// and then falls back in order; any other policy takes them in fallback order.
+std::vector<std::pair<int, long>> SimKernel::free_page_plan(const SimFault& f, long cap) const {
+  std::vector<std::pair<int, long>> take;
+  SimHState& h = *f.h;
+  if (f.pol.mode != MPOL_INTERLEAVE) {
+    long left = cap;
+    for (int n : f.order) {
+      long k = std::min(left, h.node[n].free);
+      if (k > 0) take.push_back({n, k});
+      left -= std::max(k, 0L);
+    }
+    return take;
+  }
+  std::map<int, long> share;
+  long left = cap;
+  // Spread over the interleave nodes, then fall back in order.
+  while (left > 0) {
+    long given = 0;
+    std::vector<int> live;
+    for (int n : f.pol.nodes)
+      if (h.node[n].free - share[n] > 0) live.push_back(n);
+    if (live.empty()) break;
+    long each = std::max(1L, left / static_cast<long>(live.size()));
+    for (int n : live) {
+      long k = std::min({each, left - given, h.node[n].free - share[n]});
+      share[n] += k;
+      given += k;
+    }
+    left -= given;
+    if (!given) break;
+  }
+  for (int n : f.order) {
+    long k = std::min(left, h.node[n].free - share[n]);
+    if (k > 0) {
+      share[n] += k;
+      left -= k;
+    }
+  }
+  for (int n : f.order)
+    if (share[n] > 0) take.push_back({n, share[n]});
+  return take;
+}
+
+// Surplus pages from the buddy allocator on the fault's nodes, within nr_overcommit_hugepages,
+// until `have` reaches `need`. Returns the new `have`.
+long SimKernel::fault_surplus(SimFault& f, long need, long have, NodeCounts& got) {
+  SimHState& h = *f.h;
+  while (have < need) {
+    long room = h.overcommit - h.surp();
+    if (room <= 0 || (gigantic(h) && !version_at_least(6, 19))) break;
+    long before = have;
+    for (int n : f.order) {
+      long k = std::min({need - have, room, node_obtainable(n) / static_cast<long>(h.size)});
+      if (k <= 0 || !has_memory(n)) continue;
+      node_mem_take(n, static_cast<int64_t>(h.size) * k);
+      h.node[n].nr += k;
+      h.node[n].surp += k;
+      got.push_back({n, static_cast<uint64_t>(k)});
+      have += k;
+      room -= k;
+    }
+    if (have == before) break;
+  }
+  return have;
+}
+
+// A segment of hugepages: within the hugetlb cgroup limit, free pages on the allowed nodes
+// (an unreserved fault also needs free - resv >= 1), then surplus pages. 0 or SIGBUS.
+int SimKernel::fault_hugetlb(SimFault& f, const PageSegment& seg, SimReason* why) {
+  SimHState& h = *f.h;
+  long need = static_cast<long>(seg.len);
+  auto cm = cfg_.hugetlb_cgroup_max.find(h.size);
+  bool cg_limited = false;
+  if (cm != cfg_.hugetlb_cgroup_max.end()) {
+    long room = static_cast<long>((cm->second > h.cg_usage ? cm->second - h.cg_usage : 0) / h.size);
+    if (room < need) {
+      need = room;
+      cg_limited = true;
+    }
+  }
+  long cap = need;
+  if (seg.state == PageState::None) cap = std::min(cap, std::max(0L, h.free() - h.resv));
+  NodeCounts got;
+  long have = 0;
+  for (auto& [n, k] : free_page_plan(f, cap)) {
+    h.node[n].free -= k;
+    got.push_back({n, static_cast<uint64_t>(k)});
+    have += k;
+  }
+  have = fault_surplus(f, need, have, got);
+  if (seg.state == PageState::Reserved) {
+    h.resv -= have;
+    h.cg_rsvd -= std::min<uint64_t>(h.cg_rsvd, static_cast<uint64_t>(have) * h.size);
+  }
+  h.cg_usage += static_cast<uint64_t>(have) * h.size;
+  f.o.pages.assign(seg.start, static_cast<uint64_t>(have), PageState::Faulted, got);
+  if (have >= static_cast<long>(seg.len)) return 0;
+  const SimFaultBase& base = f.v.fault_base;
+  why->signal = SIGBUS;
+  why->numbers = {{"hugepage_size", i64(h.size)},
+                  {"node", f.order.empty() ? -1 : f.order.front()},
+                  {"pages_needed", static_cast<int64_t>(base.unfaulted)},
+                  {"pages_faulted", faulted_since_base(f)},
+                  {"node_free", base.nodes_free},
+                  {"free", base.hfree},
+                  {"reserved", base.hresv},
+                  {"surplus", base.hsurp},
+                  {"surplus_allowed", h.overcommit}};
+  if (cg_limited && have == need) {
+    why->rule = "hugetlb_cgroup_limit";
+    why->numbers.push_back({"limit", i64(cm->second)});
+    why->text = "hugetlb cgroup limit " + kb(cm->second) + " reached";
+  } else {
+    why->rule = "hugetlb_fault_no_page";
+    why->text = "no free " + kb(h.size) + " hugepage on node(s) " + node_list(f.order) +
+                " (HugePages_Free=" + std::to_string(h.free()) + " Rsvd=" + std::to_string(h.resv) +
+                " Surp=" + std::to_string(h.surp()) +
+                " nr_overcommit=" + std::to_string(h.overcommit) + ")";
+  }
+  return SIGBUS;
+}
+
+// A segment of base pages: charged to the memory cgroup, taken from the allowed nodes' free
+// memory (in fallback order), then by reclaim: page cache and reclaimable slab go before the
+// OOM killer is called. 0 or SIGKILL.
+int SimKernel::fault_base_pages(SimFault& f, const PageSegment& seg, SimReason* why) {
+  const uint64_t pg = f.o.page;
+  long need = static_cast<long>(seg.len);
+  bool memcg_limited = false;
+  if (cfg_.memcg_max != UINT64_MAX) {
+    long room =
+        static_cast<long>((cfg_.memcg_max > memcg_usage_ ? cfg_.memcg_max - memcg_usage_ : 0) / pg);
+    if (room < need) {
+      need = room;
+      memcg_limited = true;
+    }
+  }
+  std::map<int, uint64_t> by_node;
+  long have = 0;
+  for (int pass = 0; pass < 2 && have < need; ++pass) {
+    for (int n : f.order) {
+      long cap = pass == 0 ? node_mem_free(n) : node_obtainable(n);
+      long k = std::min(need - have, cap / static_cast<long>(pg));
+      if (k <= 0) continue;
+      node_mem_take(n, static_cast<int64_t>(pg) * k);
+      by_node[n] += static_cast<uint64_t>(k);
+      have += k;
+    }
+  }
+  NodeCounts got;
+  for (int n : f.order)
+    if (by_node[n]) got.push_back({n, by_node[n]});
+  memcg_usage_ += static_cast<uint64_t>(have) * pg;
+  f.o.pages.assign(seg.start, static_cast<uint64_t>(have), PageState::Faulted, got);
+  if (have >= static_cast<long>(seg.len)) return 0;
+  const SimFaultBase& base = f.v.fault_base;
+  why->signal = SIGKILL;
+  why->numbers = {{"node", f.order.empty() ? -1 : f.order.front()},
+                  {"node_count", static_cast<int64_t>(f.order.size())},
+                  {"bytes_needed", static_cast<int64_t>(base.unfaulted * pg)},
+                  {"bytes_faulted", faulted_since_base(f) * i64(pg)},
+                  {"node_free", base.mem_free},
+                  {"reclaimable", base.reclaim}};
+  if (memcg_limited) {
+    why->rule = "memcg_oom";
+    why->numbers.push_back({"limit", i64(cfg_.memcg_max)});
+    why->text = "memory cgroup limit " + kb(cfg_.memcg_max) + " reached: OOM kill";
+  } else {
+    why->rule = "oom";
+    why->text = "out of memory on node(s) " + node_list(f.order) + ": OOM kill";
+  }
+  return SIGKILL;
 }
 
 // Fault every page of [start, end): MADV_POPULATE_* (is_madvise) or MAP_POPULATE.

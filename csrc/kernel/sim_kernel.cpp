@@ -11,6 +11,7 @@
 
 #include "kernel/crash_record.h"
 #include "kernel/memory_lifetimes.h"
+#include "kernel/sim_rules.h"
 
 namespace umbp {
 
@@ -33,38 +34,6 @@ long SimHState::surp() const {
 namespace {
 long persistent(const SimHState& h) { return h.nr() - h.surp(); }
 
-// Spread `want` items over `nodes` as the kernel's round-robin does (for_each_node_mask_to_alloc
-// / _to_free: one item per node in turn, starting at the first node, skipping nodes that are
-// full), each node limited by cap(node). Whole rounds are given in bulk: after a round the
-// cursor is back at its start, so dropping the nodes a round filled keeps the order.
-template <typename Cap>
-std::vector<std::pair<int, long>> distribute(long want, const std::vector<int>& nodes, Cap cap) {
-  std::map<int, long> got;
-  std::vector<int> live;
-  for (int n : nodes)
-    if (cap(n) > 0) live.push_back(n);
-  while (want > 0 && !live.empty()) {
-    const long width = static_cast<long>(live.size());
-    if (want < width) {
-      // A last, partial round: the first `want` nodes get one more each.
-      for (long i = 0; i < want; ++i) got[live[static_cast<size_t>(i)]] += 1;
-      break;
-    }
-    long rounds = want / width;
-    for (int n : live) rounds = std::min(rounds, cap(n) - got[n]);
-    for (int n : live) got[n] += rounds;
-    want -= rounds * width;
-    std::vector<int> still;
-    for (int n : live)
-      if (cap(n) - got[n] > 0) still.push_back(n);
-    live = std::move(still);
-  }
-  std::vector<std::pair<int, long>> out;
-  for (int n : nodes)
-    if (got[n] > 0) out.push_back({n, got[n]});
-  return out;
-}
-
 // Take `want` items from `nodes` in order, each limited by cap(node).
 template <typename Cap>
 std::vector<std::pair<int, long>> fill_in_order(long want, const std::vector<int>& nodes, Cap cap) {
@@ -80,6 +49,15 @@ std::vector<std::pair<int, long>> fill_in_order(long want, const std::vector<int
 }  // namespace
 
 SimKernel::SimKernel(const SimConfig& cfg) : cfg_(cfg) {
+  // The numbers the description leaves to the kernel (kUnknown), derived in its node order.
+  const SimHostNumbers start = derive_start(cfg_);
+  cfg_.mem_free = start.mem_free;
+  cfg_.mem_available = start.mem_available;
+  for (size_t i = 0; i < cfg_.nodes.size(); ++i) {
+    cfg_.nodes[i].mem_free = start.nodes[i].mem_free;
+    cfg_.nodes[i].page_cache = start.nodes[i].page_cache;
+    cfg_.nodes[i].slab_reclaimable = start.nodes[i].slab_reclaimable;
+  }
   if (cfg_.possible_nodes.empty())
     for (const auto& n : cfg_.nodes) cfg_.possible_nodes.push_back(n.id);
   if (cfg_.online_nodes.empty())
@@ -327,8 +305,9 @@ int SimKernel::set_nr_hugepages(uint64_t size, long count, int node) {
   while (h->surp() > 0 && count > persistent(*h))
     if (!adjust_surplus(*h, allowed, -1)) break;
   if (count > persistent(*h)) {
-    auto plan = distribute(count - persistent(*h), allowed,
-                           [&](int n) { return node_obtainable(n) / static_cast<long>(h->size); });
+    auto plan = rules::distribute(count - persistent(*h), allowed, [&](int n) {
+      return node_obtainable(n) / static_cast<long>(h->size);
+    });
     for (auto& [n, c] : plan) {
       node_mem_take(n, static_cast<int64_t>(h->size) * c);
       h->node[n].nr += c;
@@ -338,8 +317,8 @@ int SimKernel::set_nr_hugepages(uint64_t size, long count, int node) {
   // Shrink: free pages not needed by reservations go back; the rest become surplus.
   long min_count = std::max(count, h->resv + h->nr() - h->free());
   if (min_count < persistent(*h)) {
-    auto plan =
-        distribute(persistent(*h) - min_count, allowed, [&](int n) { return h->node[n].free; });
+    auto plan = rules::distribute(persistent(*h) - min_count, allowed,
+                                  [&](int n) { return h->node[n].free; });
     for (auto& [n, c] : plan) {
       h->node[n].nr -= c;
       h->node[n].free -= c;
@@ -347,8 +326,8 @@ int SimKernel::set_nr_hugepages(uint64_t size, long count, int node) {
     }
   }
   if (count < persistent(*h)) {
-    auto plan = distribute(persistent(*h) - count, allowed,
-                           [&](int n) { return h->node[n].nr - h->node[n].surp; });
+    auto plan = rules::distribute(persistent(*h) - count, allowed,
+                                  [&](int n) { return h->node[n].nr - h->node[n].surp; });
     for (auto& [n, c] : plan) h->node[n].surp += c;
   }
   h->max_persistent = persistent(*h);
@@ -554,14 +533,45 @@ uint64_t SimKernel::commit_limit() {
   return commit_limit_locked();
 }
 
-// vm_commit_limit (mm/util.c), in bytes.
+// vm_commit_limit (mm/util.c), in bytes: the pools as they are now.
 uint64_t SimKernel::commit_limit_locked() const {
-  uint64_t ps = cfg_.page_size;
-  if (cfg_.overcommit_kbytes) return cfg_.overcommit_kbytes * 1024 + cfg_.swap_total;
-  uint64_t total_pages = cfg_.mem_total / ps;
-  uint64_t pool = static_cast<uint64_t>(pool_pages_total());
-  uint64_t pages = total_pages > pool ? total_pages - pool : 0;
-  return pages * static_cast<uint64_t>(cfg_.overcommit_ratio) / 100 * ps + cfg_.swap_total;
+  return rules::commit_limit(cfg_.mem_total, static_cast<uint64_t>(pool_pages_total()),
+                             cfg_.page_size, cfg_.overcommit_ratio, cfg_.overcommit_kbytes,
+                             cfg_.swap_total);
+}
+
+int64_t SimKernel::mem_free_now_locked() const {
+  return std::max<int64_t>(0, static_cast<int64_t>(cfg_.mem_free) + mem_free_delta_);
+}
+
+// Memory taken since start came from MemFree or from reclaimed cache: either way it is no
+// longer available.
+int64_t SimKernel::mem_available_now_locked() const {
+  return std::max<int64_t>(0,
+                           static_cast<int64_t>(cfg_.mem_available) + mem_free_delta_ - reclaimed_);
+}
+
+// A node's MemFree, page cache and reclaimable slab now: reclaim takes the cache first.
+SimNodeNumbers SimKernel::node_numbers_locked(const SimNodeConfig& n) const {
+  auto gone = node_cache_reclaimed_.find(n.id);
+  const uint64_t cache_gone =
+      gone == node_cache_reclaimed_.end() ? 0 : static_cast<uint64_t>(gone->second);
+  const uint64_t cache = n.page_cache - std::min<uint64_t>(n.page_cache, cache_gone);
+  auto r = node_reclaim_.find(n.id);
+  const uint64_t reclaim =
+      r == node_reclaim_.end() ? 0 : static_cast<uint64_t>(std::max<int64_t>(r->second, 0));
+  return {n.id, static_cast<uint64_t>(node_mem_free(n.id)), cache,
+          reclaim > cache ? reclaim - cache : 0};
+}
+
+SimHostNumbers SimKernel::numbers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  SimHostNumbers out;
+  out.mem_free = static_cast<uint64_t>(mem_free_now_locked());
+  out.mem_available = static_cast<uint64_t>(mem_available_now_locked());
+  out.commit_limit = commit_limit_locked();
+  for (const auto& n : cfg_.nodes) out.nodes.push_back(node_numbers_locked(n));
+  return out;
 }
 
 }  // namespace umbp

@@ -4,6 +4,8 @@
 // Layout of the implementation:
 //   sim_config.h   the starting description (from umbp_sim.machine.Machine)
 //   sim_pages.h    PageRuns: per-page state of a mapping's backing object, as interval runs
+//   sim_rules.h    Linux's arithmetic (MemAvailable, CommitLimit, watermarks, round robin) and
+//                  the starting numbers derived from the config's raw facts
 //   sim_kernel.cpp state, hugepage pool arithmetic, admin knobs, crash bookkeeping
 //   sim_mmap.cpp   mmap, munmap: overcommit accounting, VMAs
 //   sim_faults.cpp the fault path: fault_order, fault_range, populate, madvise, touch
@@ -26,6 +28,7 @@
 #include "kernel/kernel.h"
 #include "kernel/sim_config.h"
 #include "kernel/sim_pages.h"
+#include "kernel/sim_rules.h"
 #include "kernel/syscall_format.h"
 
 namespace umbp {
@@ -86,6 +89,21 @@ struct SimFaultBase {
   long nodes_free = 0;           // free hugepages on `order`
   int64_t mem_free = 0, reclaim = 0;
   long hfree = 0, hresv = 0, hsurp = 0;
+};
+
+struct SimVma;
+
+// What one SimKernel::fault_range call works with (sim_faults.cpp): the mapping, its object and
+// hstate (nullptr: base pages), the policy that applies, the nodes in fallback order, and the
+// mapping's pages [vfirst, vfirst + vcount) of the object.
+struct SimFault {
+  SimVma& v;
+  SimObject& o;
+  SimHState* h;
+  const SimPolicy& pol;
+  std::vector<int> order;
+  uint64_t vfirst = 0;
+  uint64_t vcount = 0;
 };
 
 struct SimVma {
@@ -164,6 +182,9 @@ class SimKernel : public Kernel {
   std::vector<long> hugepage_counters(uint64_t size, int node);
   uint64_t committed_as();
   uint64_t commit_limit();  // CommitLimit in bytes
+  // MemFree, MemAvailable, CommitLimit and each node's MemFree, page cache and reclaimable slab
+  // now (what /proc/meminfo and the nodes' meminfo show), bytes.
+  SimHostNumbers numbers();
   uint64_t total_vm();
   // Every reason recorded since construction (or the last clear_reasons), oldest first.
   std::vector<SimReason> reasons();
@@ -179,7 +200,6 @@ class SimKernel : public Kernel {
   static void register_fork_handlers();
 
  private:
-  friend struct SimFaulter;
   // sim_kernel.cpp
   SimHState* hstate(uint64_t size);
   // sim_render.cpp: the files under `only` (a path; empty: every file), mu_ held.
@@ -206,6 +226,9 @@ class SimKernel : public Kernel {
   void release_object_range(SimObject& o, uint64_t first, uint64_t count);
   void drop_object_ref(const SimObjectPtr& o);
   uint64_t commit_limit_locked() const;
+  int64_t mem_free_now_locked() const;
+  int64_t mem_available_now_locked() const;
+  SimNodeNumbers node_numbers_locked(const SimNodeConfig& n) const;
   SysResult die(int sig, const std::string& where, int node, uint64_t hsize,
                 const std::string& detail);
   SysResult die(const std::string& where, int node, uint64_t hsize, SimReason r);
@@ -232,14 +255,21 @@ class SimKernel : public Kernel {
   int64_t reclaim(int node, int64_t bytes);  // take up to `bytes` of reclaimable memory
   long node_obtainable(int node) const;      // free + reclaimable
 
-  // sim_mmap.cpp
+  // sim_faults.cpp
   std::vector<int> fault_order(const SimPolicy& vma_policy, uint64_t index) const;
   // Fault pages [first, first+count) of vma's object. Returns 0, or a signal number for the
   // failure (SIGBUS / SIGKILL) with *why filled.
   int fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason* why, int* node,
                   uint64_t* hsize);
+  void take_fault_base(SimFault& f);
+  int64_t faulted_since_base(const SimFault& f) const;
+  std::vector<std::pair<int, long>> free_page_plan(const SimFault& f, long cap) const;
+  long fault_surplus(SimFault& f, long need, long have, NodeCounts& got);
+  int fault_hugetlb(SimFault& f, const PageSegment& seg, SimReason* why);
+  int fault_base_pages(SimFault& f, const PageSegment& seg, SimReason* why);
   SysResult populate(uintptr_t start, uintptr_t end, bool write, const std::string& where,
                      bool is_madvise);
+  // sim_mmap.cpp, sim_address_space.cpp
   std::map<uintptr_t, SimVma>::iterator split_vma(uintptr_t at);
   void real_unmap(uintptr_t start, uintptr_t end);
   // 0 or an errno; *writable: the range is real read-write memory (not PROT_NONE, not unbacked).
@@ -248,6 +278,11 @@ class SimKernel : public Kernel {
   int commit_check(uint64_t bytes, uint64_t new_vm_bytes);
   SysResult munmap_locked(uintptr_t start, uintptr_t end);
   SysResult do_mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset);
+  SysResult mmap_backing(int flags, int fd, bool anon, SimObjectPtr* file, SimHState** h);
+  SysResult mmap_make_room(uintptr_t hint, uint64_t len, bool fixed, int flags);
+  SysResult reserve_hugepages(SimHState& h, long delta);
+  SysResult hugetlb_reserve_failed(const SimHState& h, long delta, long free0, long resv0,
+                                   long surp0, SimNumbers pool);
   SysResult do_munmap(void* addr, size_t length);
   SysResult do_madvise(void* addr, size_t length, int advice);
   SysResult do_touch(void* addr, size_t length, size_t stride);

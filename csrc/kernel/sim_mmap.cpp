@@ -119,62 +119,16 @@ SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int
 
   SimObjectPtr file;
   SimHState* h = nullptr;
-  if (!anon) {
-    auto it = fds_.find(fd);
-    if (it == fds_.end()) return SysResult::Err(EBADF);
-    file = it->second;
-    if (file->h)
-      h = file->h;
-    else if (flags & MAP_HUGETLB)
-      return SysResult::Err(EINVAL);
-  } else if (flags & MAP_HUGETLB) {
-    // Size field: log2 of the hugepage size in bits 26..31 (ignored before 3.8); 0 = default.
-    int log = (flags >> kMapHugeShift) & kMapHugeMask;
-    if (!version_at_least(3, 8)) log = 0;
-    uint64_t size = log ? (uint64_t{1} << log) : cfg_.default_hugepage_size;
-    h = size ? hstate(size) : nullptr;
-    if (!h) {
-      std::string sizes;
-      for (uint64_t z : cfg_.hugepage_sizes) sizes += (sizes.empty() ? "" : ", ") + kb(z);
-      return fail(EINVAL, "mmap", "hugepage_size_unknown",
-                  "this kernel has no " + kb(size) +
-                      " hugepages (sizes: " + (sizes.empty() ? std::string("none") : sizes) +
-                      "): mmap(MAP_HUGETLB) fails with EINVAL",
-                  {{"hugepage_size", i64(size)}});
-    }
-  }
+  SysResult backing = mmap_backing(flags, fd, anon, &file, &h);
+  if (!backing.ok()) return backing;
   if (length == 0) return SysResult::Err(EINVAL);
   const uint64_t unit = h ? h->size : ps;
   uint64_t len = round_up(length, unit);
   if (len < length || len > (uint64_t{1} << 62)) return SysResult::Err(ENOMEM);
   if (h && static_cast<uint64_t>(offset) % h->size) return SysResult::Err(EINVAL);
   if (fixed && hint % unit) return SysResult::Err(EINVAL);
-
-  // MAP_FIXED replaces what is there; the model only replaces its own mappings.
-  if (fixed && (flags & MAP_FIXED)) {
-    SysResult r = munmap_locked(hint, hint + len);
-    if (!r.ok()) return r;
-  }
-  // get_unmapped_area: the simulated process's address space (TASK_SIZE) must hold it (the
-  // model adds sizes: no fragmentation, no stack gap). Never the analyst's own address space,
-  // which only decides where the simulated mapping really lives (sim_address_space.cpp).
-  uint64_t vm = cfg_.base_vm;
-  for (const auto& [s, v] : vmas_) vm += v.len();
-  if (!fixed && (vm > cfg_.task_size || len > cfg_.task_size - vm))
-    return fail(ENOMEM, "mmap", "address_space",
-                "no room for " + str(i64(len)) +
-                    " bytes in the address space: the simulated process's user address space "
-                    "(TASK_SIZE) is " +
-                    str(i64(cfg_.task_size)) + " bytes, it maps " + str(i64(vm)) +
-                    " and asks for " + str(i64(len)) + " more",
-                {{"length", i64(len)}, {"vm", i64(vm)}, {"task_size", i64(cfg_.task_size)}});
-  // RLIMIT_AS counts every VMA, hugetlb and NORESERVE included.
-  if (cfg_.rlimit_as != UINT64_MAX && vm + len > cfg_.rlimit_as)
-    return fail(ENOMEM, "mmap", "rlimit_as",
-                "RLIMIT_AS (Max address space) is " + str(i64(cfg_.rlimit_as)) +
-                    " bytes: the process maps " + str(i64(vm)) + " and asks for " + str(i64(len)) +
-                    " more",
-                {{"vm", i64(vm)}, {"length", i64(len)}, {"limit", i64(cfg_.rlimit_as)}});
+  SysResult room = mmap_make_room(hint, len, fixed, flags);
+  if (!room.ok()) return room;
 
   const bool noreserve = flags & MAP_NORESERVE;
   const bool writable = prot & PROT_WRITE;
@@ -204,74 +158,10 @@ SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int
   if (h && !noreserve) {
     delta = static_cast<long>(npages - obj->pages.count(pgoff, npages, PageState::Reserved) -
                               obj->pages.count(pgoff, npages, PageState::Faulted));
-    auto rm = cfg_.hugetlb_cgroup_rsvd_max.find(h->size);
-    if (rm != cfg_.hugetlb_cgroup_rsvd_max.end() && version_at_least(5, 7) &&
-        h->cg_rsvd + static_cast<uint64_t>(delta) * h->size > rm->second) {
+    SysResult r = reserve_hugepages(*h, delta);
+    if (!r.ok()) {
       if (accounted) committed_ -= len;
-      return fail(
-          ENOMEM, "mmap", "hugetlb_cgroup_rsvd",
-          "the hugetlb cgroup reservation limit for " + kb(h->size) + " pages is " +
-              str(i64(rm->second)) + " bytes; " + str(delta) + " pages more do not fit",
-          {{"hugepage_size", i64(h->size)}, {"pages_needed", delta}, {"limit", i64(rm->second)}});
-    }
-    const long free0 = h->free(), resv0 = h->resv, surp0 = h->surp();
-    const long short0 = std::max(0L, resv0 + delta - free0);
-    long room0 = h->overcommit - surp0;
-    if (gigantic(*h) && !version_at_least(6, 19)) room0 = 0;
-    SimNumbers pool = {{"hugepage_size", i64(h->size)},
-                       {"pages_needed", delta},
-                       {"free", free0},
-                       {"reserved", resv0},
-                       {"available", free0 - resv0},
-                       {"surplus", surp0},
-                       {"surplus_allowed", h->overcommit}};
-    if (delta > 0 && gather_surplus(*h, delta)) {
-      if (accounted) committed_ -= len;
-      std::string base = "mmap(MAP_HUGETLB) reserves all " + str(delta) + " " + kb(h->size) +
-                         " pages at mmap time: HugePages_Free " + str(free0) + " - Rsvd " +
-                         str(resv0) + " = " + str(free0 - resv0) + " available, " + str(short0) +
-                         " short";
-      if (room0 < short0) {
-        return fail(ENOMEM, "mmap", "hugetlb_reserve",
-                    base + "; nr_overcommit_hugepages " + str(h->overcommit) + " with " +
-                        str(surp0) + " surplus in use allows " + str(std::max(0L, room0)) +
-                        " more: ENOMEM",
-                    pool);
-      }
-      long obtainable = 0;
-      for (int n : memory_nodes()) obtainable += node_obtainable(n) / static_cast<long>(h->size);
-      pool.push_back({"surplus_obtainable", obtainable});
-      return fail(ENOMEM, "mmap", "hugetlb_surplus_no_memory",
-                  base + "; nr_overcommit_hugepages allows them as surplus pages, but the " +
-                      "buddy allocator has only " + str(obtainable) + " free " + kb(h->size) +
-                      " blocks: ENOMEM",
-                  pool);
-    }
-    if (delta > 0 && short0 > 0) {
-      note("mmap", "hugetlb_surplus_gathered",
-           "mmap(MAP_HUGETLB) reserves " + str(delta) + " " + kb(h->size) +
-               " pages: " + str(free0 - resv0) + " available in the pool, and the " + str(short0) +
-               " missing were allocated as surplus pages (nr_overcommit_hugepages " +
-               str(h->overcommit) + ", surplus now " + str(h->surp()) + ")",
-           pool);
-    } else if (delta > 0) {
-      note("mmap", "hugetlb_reserved",
-           "mmap(MAP_HUGETLB) reserves " + str(delta) + " " + kb(h->size) +
-               " pages from the global pool (HugePages_Free " + str(free0) + " - Rsvd " +
-               str(resv0) + " = " + str(free0 - resv0) +
-               " available); which node gives them is decided at fault time",
-           pool);
-    }
-    if (delta > 0 && version_at_least(5, 9) && task_policy_.mode == MPOL_BIND) {
-      long allowed = 0;
-      for (int n : task_policy_.nodes) allowed += h->node[n].free;
-      if (delta > allowed) {
-        return_unused_surplus(*h, delta);
-        return fail(ENOMEM, "mmap", "hugetlb_reserve_mpol_bind",
-                    "the task's MPOL_BIND nodes have " + str(allowed) + " free " + kb(h->size) +
-                        " pages, " + str(delta) + " needed (5.9+ checks them at mmap)",
-                    {{"hugepage_size", i64(h->size)}, {"pages_needed", delta}, {"free", allowed}});
-      }
+      return r;
     }
   }
 
@@ -315,6 +205,144 @@ SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int
     crash_ = SimCrash{};
   }
   return SysResult::Ok(static_cast<long>(start));
+}
+
+// What the mapping is of: a memfd (`fd`, its hstate if on hugetlbfs) or anonymous memory, and
+// for MAP_HUGETLB the hstate its flags name. Ok(0) or the errno.
+SysResult SimKernel::mmap_backing(int flags, int fd, bool anon, SimObjectPtr* file, SimHState** h) {
+  if (!anon) {
+    auto it = fds_.find(fd);
+    if (it == fds_.end()) return SysResult::Err(EBADF);
+    *file = it->second;
+    if ((*file)->h)
+      *h = (*file)->h;
+    else if (flags & MAP_HUGETLB)
+      return SysResult::Err(EINVAL);
+    return SysResult::Ok(0);
+  }
+  if (!(flags & MAP_HUGETLB)) return SysResult::Ok(0);
+  // Size field: log2 of the hugepage size in bits 26..31 (ignored before 3.8); 0 = default.
+  int log = (flags >> kMapHugeShift) & kMapHugeMask;
+  if (!version_at_least(3, 8)) log = 0;
+  uint64_t size = log ? (uint64_t{1} << log) : cfg_.default_hugepage_size;
+  *h = size ? hstate(size) : nullptr;
+  if (*h) return SysResult::Ok(0);
+  std::string sizes;
+  for (uint64_t z : cfg_.hugepage_sizes) sizes += (sizes.empty() ? "" : ", ") + kb(z);
+  return fail(EINVAL, "mmap", "hugepage_size_unknown",
+              "this kernel has no " + kb(size) +
+                  " hugepages (sizes: " + (sizes.empty() ? std::string("none") : sizes) +
+                  "): mmap(MAP_HUGETLB) fails with EINVAL",
+              {{"hugepage_size", i64(size)}});
+}
+
+// MAP_FIXED replaces what is there (the model only replaces its own mappings); then the
+// simulated address space must hold `len` more bytes: TASK_SIZE and RLIMIT_AS. Ok(0) or ENOMEM.
+SysResult SimKernel::mmap_make_room(uintptr_t hint, uint64_t len, bool fixed, int flags) {
+  if (fixed && (flags & MAP_FIXED)) {
+    SysResult r = munmap_locked(hint, hint + len);
+    if (!r.ok()) return r;
+  }
+  // get_unmapped_area: the simulated process's address space (TASK_SIZE) must hold it (the
+  // model adds sizes: no fragmentation, no stack gap). Never the analyst's own address space,
+  // which only decides where the simulated mapping really lives (sim_address_space.cpp).
+  uint64_t vm = cfg_.base_vm;
+  for (const auto& [s, v] : vmas_) vm += v.len();
+  if (!fixed && (vm > cfg_.task_size || len > cfg_.task_size - vm))
+    return fail(ENOMEM, "mmap", "address_space",
+                "no room for " + str(i64(len)) +
+                    " bytes in the address space: the simulated process's user address space "
+                    "(TASK_SIZE) is " +
+                    str(i64(cfg_.task_size)) + " bytes, it maps " + str(i64(vm)) +
+                    " and asks for " + str(i64(len)) + " more",
+                {{"length", i64(len)}, {"vm", i64(vm)}, {"task_size", i64(cfg_.task_size)}});
+  // RLIMIT_AS counts every VMA, hugetlb and NORESERVE included.
+  if (cfg_.rlimit_as != UINT64_MAX && vm + len > cfg_.rlimit_as)
+    return fail(ENOMEM, "mmap", "rlimit_as",
+                "RLIMIT_AS (Max address space) is " + str(i64(cfg_.rlimit_as)) +
+                    " bytes: the process maps " + str(i64(vm)) + " and asks for " + str(i64(len)) +
+                    " more",
+                {{"vm", i64(vm)}, {"length", i64(len)}, {"limit", i64(cfg_.rlimit_as)}});
+  return SysResult::Ok(0);
+}
+
+// Reserve `delta` hugepages of `h` at mmap time (docs/kernel-model.md section 1 steps 1-3):
+// the hugetlb cgroup's reservation limit, free - resv or surplus pages, then the task's
+// MPOL_BIND nodes. Ok(0) with resv += delta, or ENOMEM with nothing changed.
+SysResult SimKernel::reserve_hugepages(SimHState& h, long delta) {
+  auto rm = cfg_.hugetlb_cgroup_rsvd_max.find(h.size);
+  if (rm != cfg_.hugetlb_cgroup_rsvd_max.end() && version_at_least(5, 7) &&
+      h.cg_rsvd + static_cast<uint64_t>(delta) * h.size > rm->second)
+    return fail(
+        ENOMEM, "mmap", "hugetlb_cgroup_rsvd",
+        "the hugetlb cgroup reservation limit for " + kb(h.size) + " pages is " +
+            str(i64(rm->second)) + " bytes; " + str(delta) + " pages more do not fit",
+        {{"hugepage_size", i64(h.size)}, {"pages_needed", delta}, {"limit", i64(rm->second)}});
+  const long free0 = h.free(), resv0 = h.resv, surp0 = h.surp();
+  const long short0 = std::max(0L, resv0 + delta - free0);
+  SimNumbers pool = {{"hugepage_size", i64(h.size)},
+                     {"pages_needed", delta},
+                     {"free", free0},
+                     {"reserved", resv0},
+                     {"available", free0 - resv0},
+                     {"surplus", surp0},
+                     {"surplus_allowed", h.overcommit}};
+  if (delta > 0 && gather_surplus(h, delta))
+    return hugetlb_reserve_failed(h, delta, free0, resv0, surp0, pool);
+  if (delta > 0 && short0 > 0) {
+    note("mmap", "hugetlb_surplus_gathered",
+         "mmap(MAP_HUGETLB) reserves " + str(delta) + " " + kb(h.size) +
+             " pages: " + str(free0 - resv0) + " available in the pool, and the " + str(short0) +
+             " missing were allocated as surplus pages (nr_overcommit_hugepages " +
+             str(h.overcommit) + ", surplus now " + str(h.surp()) + ")",
+         pool);
+  } else if (delta > 0) {
+    note("mmap", "hugetlb_reserved",
+         "mmap(MAP_HUGETLB) reserves " + str(delta) + " " + kb(h.size) +
+             " pages from the global pool (HugePages_Free " + str(free0) + " - Rsvd " + str(resv0) +
+             " = " + str(free0 - resv0) +
+             " available); which node gives them is decided at fault time",
+         pool);
+  }
+  if (delta > 0 && version_at_least(5, 9) && task_policy_.mode == MPOL_BIND) {
+    long allowed = 0;
+    for (int n : task_policy_.nodes) allowed += h.node[n].free;
+    if (delta > allowed) {
+      return_unused_surplus(h, delta);
+      return fail(ENOMEM, "mmap", "hugetlb_reserve_mpol_bind",
+                  "the task's MPOL_BIND nodes have " + str(allowed) + " free " + kb(h.size) +
+                      " pages, " + str(delta) + " needed (5.9+ checks them at mmap)",
+                  {{"hugepage_size", i64(h.size)}, {"pages_needed", delta}, {"free", allowed}});
+    }
+  }
+  return SysResult::Ok(0);
+}
+
+// Why the pool (free0, resv0, surp0 before: `pool`) could not back a reservation of `delta` pages:
+// nr_overcommit_hugepages leaves too little room for surplus pages, or the buddy allocator has
+// too few free blocks for them. ENOMEM.
+SysResult SimKernel::hugetlb_reserve_failed(const SimHState& h, long delta, long free0, long resv0,
+                                            long surp0, SimNumbers pool) {
+  const long short0 = std::max(0L, resv0 + delta - free0);
+  long room0 = h.overcommit - surp0;
+  if (gigantic(h) && !version_at_least(6, 19)) room0 = 0;
+  std::string base = "mmap(MAP_HUGETLB) reserves all " + str(delta) + " " + kb(h.size) +
+                     " pages at mmap time: HugePages_Free " + str(free0) + " - Rsvd " + str(resv0) +
+                     " = " + str(free0 - resv0) + " available, " + str(short0) + " short";
+  if (room0 < short0) {
+    return fail(ENOMEM, "mmap", "hugetlb_reserve",
+                base + "; nr_overcommit_hugepages " + str(h.overcommit) + " with " + str(surp0) +
+                    " surplus in use allows " + str(std::max(0L, room0)) + " more: ENOMEM",
+                pool);
+  }
+  long obtainable = 0;
+  for (int n : memory_nodes()) obtainable += node_obtainable(n) / static_cast<long>(h.size);
+  pool.push_back({"surplus_obtainable", obtainable});
+  return fail(ENOMEM, "mmap", "hugetlb_surplus_no_memory",
+              base + "; nr_overcommit_hugepages allows them as surplus pages, but the " +
+                  "buddy allocator has only " + str(obtainable) + " free " + kb(h.size) +
+                  " blocks: ENOMEM",
+              pool);
 }
 
 SysResult SimKernel::munmap(void* addr, size_t length) {

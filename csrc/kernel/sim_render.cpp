@@ -62,12 +62,8 @@ void SimKernel::render_locked(std::map<std::string, std::string>& f, const std::
   if (wants("/proc/meminfo")) {
     std::string m;
     const uint64_t total = cfg_.mem_total;
-    const int64_t free =
-        std::max<int64_t>(0, static_cast<int64_t>(cfg_.mem_free) + mem_free_delta_);
-    // Memory taken since start came from MemFree or from reclaimed cache: either way it is
-    // no longer available.
-    const int64_t avail = std::max<int64_t>(
-        0, static_cast<int64_t>(cfg_.mem_available) + mem_free_delta_ - reclaimed_);
+    const int64_t free = mem_free_now_locked();
+    const int64_t avail = mem_available_now_locked();
     uint64_t cache = 0, slab = 0;
     for (const auto& n : cfg_.nodes) {
       cache += n.page_cache;
@@ -219,15 +215,8 @@ void SimKernel::render_nodes_locked(std::map<std::string, std::string>& f, const
     if (one_node && only.compare(0, d.size(), d) != 0) continue;
     std::string prefix = "Node " + std::to_string(n.id) + " ";
     std::string m;
-    uint64_t nfree = static_cast<uint64_t>(node_mem_free(n.id));
-    auto nc = node_cache_reclaimed_.find(n.id);
-    const uint64_t ncache_gone =
-        nc == node_cache_reclaimed_.end() ? 0 : static_cast<uint64_t>(nc->second);
-    const uint64_t ncache = n.page_cache - std::min<uint64_t>(n.page_cache, ncache_gone);
-    auto nr = node_reclaim_.find(n.id);
-    const uint64_t nreclaim =
-        nr == node_reclaim_.end() ? 0 : static_cast<uint64_t>(std::max<int64_t>(nr->second, 0));
-    const uint64_t nslab = nreclaim > ncache ? nreclaim - ncache : 0;
+    const SimNodeNumbers now = node_numbers_locked(n);
+    const uint64_t nfree = now.mem_free, ncache = now.page_cache, nslab = now.slab_reclaimable;
     kb_line(m, prefix, "MemTotal:", n.mem_total / 1024);
     kb_line(m, prefix, "MemFree:", nfree / 1024);
     kb_line(m, prefix, "MemUsed:", (n.mem_total > nfree ? n.mem_total - nfree : 0) / 1024);

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernel/sim_kernel.h"
+#include "kernel/sim_rules.h"
 #include "kernel/syscall_format.h"
 #include "python/bindings.h"
 
@@ -35,9 +36,65 @@ void check(int err, const std::string& what) {
   }
 }
 
+// {mem_free, mem_available, commit_limit, nodes: [{id, mem_free, page_cache,
+// slab_reclaimable}]}, bytes.
+py::dict numbers_dict(const SimHostNumbers& x) {
+  py::dict d;
+  d["mem_free"] = x.mem_free;
+  d["mem_available"] = x.mem_available;
+  d["commit_limit"] = x.commit_limit;
+  py::list nodes;
+  for (const auto& n : x.nodes) {
+    py::dict nd;
+    nd["id"] = n.id;
+    nd["mem_free"] = n.mem_free;
+    nd["page_cache"] = n.page_cache;
+    nd["slab_reclaimable"] = n.slab_reclaimable;
+    nodes.append(nd);
+  }
+  d["nodes"] = nodes;
+  return d;
+}
+
+py::object ratio_or_none(int64_t r) { return r < 0 ? py::none() : py::object(py::int_(r)); }
+
+// Linux's arithmetic (kernel/sim_rules.h), for Python callers that need a number before any
+// SimKernel exists: the same code SimKernel runs.
+void bind_rules(py::module_& m) {
+  m.attr("UNKNOWN") = kUnknown;
+  m.def(
+      "host_numbers", [](const SimConfig& cfg) { return numbers_dict(derive_start(cfg)); },
+      py::arg("config"),
+      "The numbers a SimKernel of `config` starts with (its unknowns derived): {mem_free, "
+      "mem_available, commit_limit, nodes: [{id, mem_free, page_cache, slab_reclaimable}]}");
+  m.def("default_watermark_low", &rules::default_watermark_low, py::arg("mem_total"),
+        "Σ low watermarks of the default min_free_kbytes of a host of mem_total bytes");
+  m.def("watermark_low_from_min_free_kbytes", &rules::watermark_low_from_min_free_kbytes,
+        py::arg("min_free_kbytes"), "Σ low watermarks (bytes) of vm.min_free_kbytes");
+  m.def(
+      "solve_overcommit_ratio",
+      [](uint64_t commit_limit, uint64_t mem_total, uint64_t pool_bytes, uint64_t swap) {
+        return ratio_or_none(
+            rules::solve_overcommit_ratio(commit_limit, mem_total, pool_bytes, swap));
+      },
+      py::arg("commit_limit"), py::arg("mem_total"), py::arg("pool_bytes"), py::arg("swap"),
+      "The overcommit_ratio CommitLimit was computed with, or None");
+  m.def(
+      "overcommit_ratio_for",
+      [](const SimConfig& cfg, uint64_t target) {
+        return ratio_or_none(rules::overcommit_ratio_for(
+            target, cfg.mem_total, rules::pool_pages(cfg), cfg.page_size, cfg.swap_total));
+      },
+      py::arg("config"), py::arg("commit_limit"),
+      "The smallest overcommit_ratio whose CommitLimit reaches commit_limit bytes, or None");
+  m.def("interleave", &rules::interleave, py::arg("count"), py::arg("nodes"),
+        "Each node's share of count new hugepages written to vm.nr_hugepages (round robin)");
+}
+
 }  // namespace
 
 void bind_sim(py::module_& m) {
+  bind_rules(m);
   py::class_<SimPoolConfig>(m, "SimPoolConfig")
       .def(py::init<>())
       .def_readwrite("total", &SimPoolConfig::total)
@@ -71,6 +128,8 @@ void bind_sim(py::module_& m) {
       .def_readwrite("mem_total", &SimConfig::mem_total)
       .def_readwrite("mem_free", &SimConfig::mem_free)
       .def_readwrite("mem_available", &SimConfig::mem_available)
+      .def_readwrite("page_cache", &SimConfig::page_cache)
+      .def_readwrite("slab_reclaimable", &SimConfig::slab_reclaimable)
       .def_readwrite("show_mem_available", &SimConfig::show_mem_available)
       .def_readwrite("watermark_low", &SimConfig::watermark_low)
       .def_readwrite("committed_as", &SimConfig::committed_as)
@@ -151,6 +210,10 @@ void bind_sim(py::module_& m) {
            py::arg("node") = -1, "[total, free, reserved, surplus]; [] for an unknown size/node")
       .def("committed_as", &SimKernel::committed_as)
       .def("commit_limit", &SimKernel::commit_limit)
+      .def(
+          "host_numbers", [](SimKernel& k) { return numbers_dict(k.numbers()); },
+          "MemFree, MemAvailable, CommitLimit and each node's MemFree, page cache and "
+          "reclaimable slab now, bytes (the shape of umbp_sim._native.host_numbers)")
       .def("total_vm", &SimKernel::total_vm)
       .def("backed", &SimKernel::backed, py::arg("addr"),
            "whether addr is in a simulated mapping with real memory behind it (writable through "

@@ -25,7 +25,7 @@ from umbp_sim.dump.parse import cgroup_hugetlb_name
 from umbp_sim.machine import Machine
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.sizing import HICACHE_HOST_MEMORY_RESERVE_BYTES, largest_hicache_size_that_fits
-from umbp_sim.sim import Reason, SimHost, host_view
+from umbp_sim.sim import Reason, SimHost, host_view, overcommit_ratio_for
 from umbp_sim.units import SizeError, parse_size, size_at_most
 
 
@@ -332,10 +332,10 @@ def _commit_fixes(machine: Machine, n: dict[str, int]) -> list[Fix]:
         )
     ]
     extra = n["committed_as"] + n["length"] - n["limit"]
-    if extra > 0 and n["commit_limit"] > 0 and not machine.overcommit_kbytes:
-        ratio = math.ceil(
-            machine.overcommit_ratio * (n["commit_limit"] + extra) * 1.01 / n["commit_limit"]
-        )
+    # the ratio whose CommitLimit (SimKernel's) has 1% to spare
+    target = math.ceil((n["commit_limit"] + extra) * 1.01)
+    ratio = overcommit_ratio_for(machine, target) if extra > 0 else None
+    if ratio is not None and n["commit_limit"] > 0 and not machine.overcommit_kbytes:
         out.append(
             Fix(
                 f"raise CommitLimit by about {gib(extra)}: overcommit_ratio "

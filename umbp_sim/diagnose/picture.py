@@ -3,7 +3,8 @@
 Plain data in, text out: :func:`picture` takes a ``Machine``, the request's buffer sizes and
 settings and the outcome, and returns a :class:`Picture` (numbers only); :func:`render_bars`
 draws it as one terminal bar per node, ``umbp_sim.diagnose.html.render_html`` as an HTML page.
-Nothing here runs the allocator or reads a dump.
+Nothing here runs the allocator or reads a dump; each node's free memory is the one SimKernel
+starts with (``umbp_sim.sim.start_numbers``).
 
 A node's bar is its MemTotal, split into (left to right) the free and the used pages of the
 requested hugepage size, the pools of other sizes, the memory in use and the free memory
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from umbp_sim.backing import HUGETLB_BACKINGS
 from umbp_sim.machine import Machine
+from umbp_sim.sim import start_numbers
 
 if TYPE_CHECKING:
     from umbp_sim.diagnose import Diagnosis
@@ -107,14 +109,15 @@ def picture(
     """The bars' numbers for a request of ``sizes`` (bytes per buffer) on ``machine``."""
     hugetlb = backing in HUGETLB_BACKINGS
     needed = needed_bytes(sizes, hugetlb, hugepage_size)
+    start = start_numbers(machine)  # each node's MemFree as SimKernel starts with it
     nodes = []
     for node in machine.nodes:
         pool_bytes = sum(size * p.total for size, p in node.hugepages.items())
         pool = node.hugepages.get(hugepage_size)
         pool_total = pool.total * hugepage_size if pool else 0
         pool_free = (pool.total if pool.free is None else pool.free) * hugepage_size if pool else 0
-        mem_free = node.mem_free if node.mem_free is not None else node.mem_total - pool_bytes
-        mem_free = max(0, min(mem_free, node.mem_total - pool_bytes))
+        # on the bar: what is free, within the memory outside the pools
+        mem_free = max(0, min(start.node(node.id).mem_free, node.mem_total - pool_bytes))
         segments = (
             Segment("pool_free", pool_free),
             Segment("pool_used", pool_total - pool_free),

@@ -12,10 +12,11 @@ Rules (each one that fires adds a line to ``facts.notes``):
 - MemAvailable: the dump's line; a meminfo without one (kernels before 3.14) gets the kernel's
   own estimate (si_mem_available: MemFree above the low watermarks, plus page cache and
   SReclaimable less what reclaim cannot free); the low watermarks come from proc/zoneinfo, else
-  5/4 of vm.min_free_kbytes, else the kernel's default min_free_kbytes for MemTotal. The
-  estimate is ``umbp_sim.sim.mem_available`` of the built Machine, so a dump without MemFree
-  gets the MemFree the simulated host starts with, and the note, the simulated /proc/meminfo
-  and sglang's reading are one number.
+  5/4 of vm.min_free_kbytes, else the kernel's default min_free_kbytes for MemTotal (both
+  SimKernel's rules, csrc/kernel/sim_rules.h). The estimate is what a SimKernel of the built
+  Machine starts with (``umbp_sim.sim.start_numbers``), so a dump without MemFree gets the
+  MemFree the simulated host starts with, and the note, the simulated /proc/meminfo and
+  sglang's reading are one number.
 - Node MemTotal figures that do not add up to MemTotal are noted (the nodes' figures are used
   for the nodes, MemTotal for CommitLimit and the host-wide lines).
 - overcommit_memory 0, overcommit_ratio solved from CommitLimit (else 50) and overcommit_kbytes
@@ -24,21 +25,10 @@ Rules (each one that fires adds a line to ``facts.notes``):
 
 from __future__ import annotations
 
+from umbp_sim import _native
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.facts import DumpFacts, inferred_overcommit_ratio
 from umbp_sim.machine import MACHINE_FIELDS, GiB, HugePool, Machine, MachineError, Node
-
-
-def default_watermark_low(mem_total: int) -> int:
-    """Σ low watermarks for a host of ``mem_total`` with the kernel's default min_free_kbytes.
-
-    min_free_kbytes = sqrt(lowmem kB * 16), within 128..262144 (mm/page_alloc.c), and the low
-    watermark is min + min / 4.
-    """
-    import math
-
-    min_kb = min(262144, max(128, math.isqrt(mem_total // 1024 * 16)))
-    return (min_kb + min_kb // 4) * 1024
 
 
 def build_machine(f: DumpFacts) -> Machine:
@@ -89,7 +79,7 @@ def build_machine(f: DumpFacts) -> Machine:
     estimate_at = None  # where the MemAvailable estimate's note goes, once the Machine is built
     if f.mem_available is None:
         if watermark_low is None:
-            watermark_low = default_watermark_low(f.mem_total)
+            watermark_low = _native.default_watermark_low(f.mem_total)
             wm_from = f"the kernel's default for {f.mem_total // GiB} GiB (no proc/zoneinfo)"
         else:
             wm_from = "proc/zoneinfo" if "proc/zoneinfo" not in f.missing else "min_free_kbytes"
@@ -139,27 +129,28 @@ def build_machine(f: DumpFacts) -> Machine:
     for key in ("admin_reserve_kbytes", "user_reserve_kbytes"):
         if getattr(f, key) is not None:
             setattr(m, key, getattr(f, key))
-    if estimate_at is not None:
-        f.notes.insert(estimate_at, _estimate_mem_available(f, m, wm_from))
     for spec in MACHINE_FIELDS:
         if spec.dump is None:
             f.notes.append(
                 f"{spec.name} = {spec.default!r}: not in a dump, the default ({spec.doc})"
             )
     try:
+        if estimate_at is not None:  # SimKernel's estimate, of a Machine that validates
+            f.notes.insert(estimate_at, _estimate_mem_available(f, m, wm_from))
         return m.validate()
     except MachineError as e:  # a rule above missed a case: still the dump's fault
         raise DumpError(f.source, f"inconsistent dump: {e}") from None
 
 
 def _estimate_mem_available(f: DumpFacts, m: Machine, wm_from: str) -> str:
-    """Set ``m.mem_available`` the way the simulated host would start from it (sim.py's
-    ``mem_available``: one rule, so the note, the simulated /proc/meminfo and what sglang reads
-    agree) and return the note that says how."""
-    from umbp_sim.sim import mem_available, node_free
+    """Set ``m.mem_available`` to what a SimKernel of ``m`` starts with (its si_mem_available:
+    one rule, so the note, the simulated /proc/meminfo and what sglang reads agree) and return
+    the note that says how."""
+    from umbp_sim.sim import start_numbers
 
-    free = m.mem_free if m.mem_free is not None else sum(node_free(m))
-    m.mem_available = mem_available(m)
+    start = start_numbers(m)
+    free = start.mem_free
+    m.mem_available = start.mem_available
     why = (
         "no proc/meminfo, so no MemAvailable"
         if f.meminfo_source == "nodes"

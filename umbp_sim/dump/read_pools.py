@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from umbp_sim import _native
 from umbp_sim.dump.arch import ArchEvidence, ArchReading, read_arch, recorded
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.host_facts import (
@@ -184,8 +185,9 @@ def _read_global_pools(r: _Reader, mi: dict[str, int]) -> None:
 
 
 def spread(count: int, n: int) -> list[int]:
-    """How the kernel spreads ``count`` pages over ``n`` nodes: round robin, first node first."""
-    return [count // n + (1 if i < count % n else 0) for i in range(n)] if n else []
+    """How the kernel spreads ``count`` pages over ``n`` nodes: round robin, first node first
+    (SimKernel's rule, csrc/kernel/sim_rules.h)."""
+    return _native.interleave(count, n)
 
 
 def _read_node_pools(r: _Reader, mi: dict[str, int]) -> None:

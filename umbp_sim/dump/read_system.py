@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from umbp_sim import _native
 from umbp_sim.bounded import shown
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.host_facts import (
@@ -53,7 +54,7 @@ def _read_watermarks(r: _Reader) -> None:
         return
     mfk = r.int("proc/sys/vm/min_free_kbytes", record=False)
     if mfk is not None:
-        f.watermark_low = mfk * 1024 * 5 // 4
+        f.watermark_low = _native.watermark_low_from_min_free_kbytes(mfk)
 
 
 def _read_nodes(r: _Reader) -> None:
@@ -129,17 +130,15 @@ def _read_sysctls(r: _Reader, mi: dict[str, int]) -> None:
 
 
 def inferred_overcommit_ratio(f: DumpFacts) -> int | None:
-    """Solve CommitLimit = (MemTotal - hugetlb pool) * ratio / 100 + SwapTotal for ratio."""
+    """The overcommit_ratio the dump's CommitLimit was computed with: SimKernel's
+    vm_commit_limit solved for it (None when no whole ratio gives it)."""
     if f.commit_limit is None:
         return None
     pool = sum(p.total * s for s, p in f.hugepages.items())
-    ram = f.mem_total - pool
-    if ram <= 0:
-        return None
-    ratio = (f.commit_limit - (f.swap_total or 0)) * 100 / ram
-    if ratio < 0 or abs(ratio - round(ratio)) > 0.05:
-        return None
-    return round(ratio)
+    # a pool at least MemTotal leaves no memory to solve with, as any larger one
+    return _native.solve_overcommit_ratio(
+        f.commit_limit, f.mem_total, min(pool, f.mem_total), f.swap_total or 0
+    )
 
 
 def _read_kernel_version(r: _Reader, mi: dict[str, int]) -> None:
