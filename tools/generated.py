@@ -9,9 +9,16 @@ holding ``END generated``; the text between is replaced, the marker lines are ke
 umbp_sim installed (``-P``: the installed package, not the source tree); tests/test_generated.py
 fails when a block is not what this tool writes.
 
-- ``umbp_sim/collect_scripts/collect.sh``: the lists of files a dump carries, declared in
-  ``collect.py`` (``PROC_FILES``, ``VM_SYSCTLS``, ``NODE_LISTS``, ``NODE_FILES``). collect.sh is
-  a stand-alone POSIX script users copy to a server, so it holds a copy, written here.
+- ``umbp_sim/collect_scripts/collect.sh``: its exit statuses (``umbp_sim/exit_codes.py``) and
+  the lists of files a dump carries, declared in ``collect.py`` (``PROC_FILES``, ``VM_SYSCTLS``,
+  ``NODE_LISTS``, ``NODE_FILES``). collect.sh is a stand-alone POSIX script users copy to a
+  server, so it holds a copy, written here.
+- ``umbp_sim/_native.pyi``: the fields of ``SimConfig``, from ``MACHINE_FIELDS`` (the ones with a
+  ``cxx`` name) and ``SIM_CONFIG_DERIVED`` (umbp_sim/machine.py); the binding itself
+  (csrc/python/bind_sim.cpp) is checked against the same declaration by
+  tests/test_machine_fields.py.
+- ``scenarios/README.md``: the ``[machine]`` table, from ``MACHINE_FIELDS`` (meaning, default,
+  the dump file carrying it) and ``SCENARIO_KEY_DOCS`` (the keys that are no Machine field).
 """
 
 from __future__ import annotations
@@ -26,15 +33,66 @@ END = "END generated"
 
 
 def collect_sh_lists() -> str:
+    from umbp_sim import exit_codes
     from umbp_sim.collect_scripts import collect
 
+    codes = "".join(f"{n}={getattr(exit_codes, n)}\n" for n in ("EX_USAGE", "EX_CANTCREAT"))
     lists = ("PROC_FILES", "VM_SYSCTLS", "NODE_LISTS", "NODE_FILES")
-    return "".join(f'{name}="{" ".join(getattr(collect, name))}"\n' for name in lists)
+    return codes + "".join(f'{n}="{" ".join(getattr(collect, n))}"\n' for n in lists)
+
+
+def sim_config_stub() -> str:
+    from umbp_sim.machine import MACHINE_FIELDS, SIM_CONFIG_DERIVED
+
+    fields = {f.cxx: f.cxx_type for f in MACHINE_FIELDS if f.cxx is not None}
+    fields.update(SIM_CONFIG_DERIVED)
+    return "".join(f"    {name}: {typ}\n" for name, typ in sorted(fields.items()))
+
+
+def _toml(value: object, unit: str) -> str:
+    """A default as a scenario file writes it (sizes in their shortest binary spelling)."""
+    from umbp_sim.units import format_size
+
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    if isinstance(value, int):
+        return f'`"{format_size(value)}"`' if unit == "bytes" and value else f"`{value}`"
+    if isinstance(value, list):
+        items = [f'"{format_size(v)}"' if unit == "bytes" else str(v) for v in value]
+        return f"`[{', '.join(items)}]`"
+    assert value == {}, value
+    return "`{}`"
+
+
+def scenario_machine_table() -> str:
+    import inspect
+
+    from umbp_sim.machine import MACHINE_FIELDS, SCENARIO_KEY_DOCS, Machine
+
+    build = inspect.signature(Machine.build).parameters
+    rows = ["| key | meaning | default | in a dump |", "|---|---|---|---|"]
+    for key, doc in SCENARIO_KEY_DOCS.items():
+        default = build[key].default if key in build else None
+        shown = f'`"{default}"`' if isinstance(default, str) else _toml(default, "")
+        dumped = "overrides the dump's" if key == "free_hugepages_per_node" else "the dump's own"
+        rows.append(f"| `{key}` | {doc} | {shown} | {dumped} |")
+    for f in MACHINE_FIELDS:
+        if f.name not in SCENARIO_KEY_DOCS:
+            dump = f.dump if f.dump is not None else "no: a dumped host takes the default"
+            doc, dump = (t.replace("<", "&lt;") for t in (f.doc, dump))  # <size>: no HTML tag
+            rows.append(f"| `{f.name}` | {doc} | {_toml(f.default, f.unit)} | {dump} |")
+    return "\n".join(rows) + "\n"
 
 
 # file (from the repository root) -> the text of its block
 BLOCKS: dict[str, Callable[[], str]] = {
     "umbp_sim/collect_scripts/collect.sh": collect_sh_lists,
+    "umbp_sim/_native.pyi": sim_config_stub,
+    "scenarios/README.md": scenario_machine_table,
 }
 
 

@@ -50,7 +50,7 @@ NUMA_TOKEN = re.compile(
 )
 USAGE = "usage: collect.py [-o FILE.tar.gz] [--name NAME] [--pid PID]"
 # sysexits.h, as umbp_sim/exit_codes.py declares them (this file cannot import umbp_sim;
-# tests/test_exit_codes.py checks they agree).
+# tests/test_package_fit.py checks they agree).
 EX_USAGE = 64
 EX_CANTCREAT = 73
 

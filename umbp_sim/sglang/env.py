@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_USAGE
 from umbp_sim.units import SizeError, parse_size
 from umbp_sim.value_types import shown
 
@@ -50,7 +51,7 @@ class EnvVarError(UmbpSimError, ValueError):
     A ValueError like sglang's own, so code that treats it as sglang does sees the same type.
     """
 
-    exit_code = 64
+    exit_code = EX_USAGE
 
     def __init__(self, variable: str, value: str, message: str) -> None:
         self.variable = variable
