@@ -93,3 +93,16 @@ def test_a_dump_without_the_reserve_sysctls_says_it_took_the_defaults(tmp_path: 
     assert loaded.admin_reserve_kbytes == 8192
     notes = [n for n in facts.notes if n.code == "reserve-default"]
     assert notes == ["admin_reserve_kbytes 8192: the kernel default (not in the dump)"]
+
+
+def test_replay_json_gives_a_dump_notes_code_beside_its_cause() -> None:
+    from umbp_sim.diagnose import diagnose
+
+    machine, facts = load_dump(ROOT / "tests" / "data" / "machines" / "2i386-2c-nohugepage.tar.bz2")
+    doc = diagnose(machine, facts, REQUESTS["anonymous"]).to_json()
+    pairs = list(zip(doc["cause_sources"], doc["cause_note_codes"], doc["causes"], strict=True))
+    dump = [(code, text) for source, code, text in pairs if source == "dump"]
+    (guess,) = [n for n in facts.notes if n.code == "kernel-version-assumed"]
+    assert ("kernel-version-assumed", f"dump note: {guess}") in dump
+    assert all(code in NOTES_ALWAYS for code, _ in dump)
+    assert all(code is None for source, code, _ in pairs if source != "dump")

@@ -229,6 +229,22 @@ def test_the_stand_alone_collectors_keep_every_field(
     assert_keeps_every_field(m, loaded)
 
 
+def test_a_tarball_keeps_every_declared_file() -> None:
+    """The tarball reader skips members no parser reads (dump/source.py's RELEVANT, a list of
+    its own): none of the declared files of a dump is among them."""
+    from umbp_sim.collect_scripts import collect as declared
+    from umbp_sim.dump.source import relevant
+
+    node = "sys/devices/system/node"
+    files = [
+        *(f"proc/{k}" for k in declared.PROC_FILES),
+        *(f"proc/sys/vm/{k}" for k in declared.VM_SYSCTLS),
+        *(f"{node}/{k}" for k in declared.NODE_LISTS),
+        *(f"{node}/node3/{k}" for k in declared.NODE_FILES),
+    ]
+    assert [rel for rel in files if not relevant(rel)] == []
+
+
 def test_a_collected_dump_carries_the_reserve_sysctls(tmp_path: Path) -> None:
     m = Machine.x86_64(admin_reserve_kbytes=0, user_reserve_kbytes=4096)
     loaded = collected_round_trip(m, tmp_path, "module")

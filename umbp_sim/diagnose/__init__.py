@@ -81,6 +81,7 @@ class Diagnosis:
             "fixes_not_helping": [f.to_json() for f in self.not_helping],
             "limit": self.limit,
             "cause_sources": [c.source for c in self.evidence],
+            "cause_note_codes": [c.note_code for c in self.evidence],  # a dump note's code
             "reasons": [r.to_json() for r in o.reasons],
             "got_what_was_asked": self.run.got_what_was_asked,
             "mapped_size": o.mapped_size,

@@ -42,12 +42,14 @@ class Cause:
 
     ``source``: ``kernel`` (SimKernel reasons, ``rules`` names them), ``sglang`` (its host check
     or env parse), ``allocator`` (a warning it logged), ``outcome`` (a consequence of the
-    observed outcome) or ``dump`` (a note from reading the dump).
+    observed outcome) or ``dump`` (a note from reading the dump; ``note_code`` is its code,
+    umbp_sim/dump/notes.py).
     """
 
     text: str
     source: str
     rules: tuple[str, ...] = ()
+    note_code: str | None = None
 
 
 def nodelist(ids: list[int]) -> str:
@@ -317,7 +319,9 @@ def _notes(facts: DumpFacts | None, request: Request) -> list[Cause]:
         codes |= NOTES_HUGEPAGES
     if request.settings()[2] >= 0:  # bound to a node: a dump without NUMA files says one node
         codes |= NOTES_NUMA
-    return [Cause(f"dump note: {n}", "dump") for n in facts.notes if n.code in codes]
+    return [
+        Cause(f"dump note: {n}", "dump", note_code=n.code) for n in facts.notes if n.code in codes
+    ]
 
 
 # The dump notes (their codes: umbp_sim/dump/notes.py) that change an answer: for any request,

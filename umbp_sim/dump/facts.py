@@ -2,7 +2,8 @@
 
 ``DumpFacts`` keeps "the dump does not say" (None) apart from 0, so ``inspect`` can print null;
 ``umbp_sim.dump.build.build_machine`` turns it into a ``Machine`` (which has no unknowns).
-Every guess the reader makes is written to ``notes`` in plain words; the rules are:
+Every guess the reader makes is written to ``notes`` in plain words, each with a code
+(``umbp_sim.dump.notes``); the rules are:
 
 - arch/page size (``umbp_sim.dump.arch``): the collector's record (``umbp-sim-collect.json``
   ``machine`` and ``page_size``), else the kernel string (osrelease, proc/version, a
