@@ -90,7 +90,7 @@ def test_fixture_without_proc_meminfo_is_built_from_its_nodes(name: str) -> None
         "(sys/devices/system/node/nodeN/meminfo); MemFree, page cache and SReclaimable are "
         "summed likewise"
     )
-    for key, instead in MISSING_FIGURES:
+    for key, instead, _code in MISSING_FIGURES:
         assert f"no proc/meminfo: {key} not in the dump ({instead})" in facts.notes
     assert any(n.startswith("no proc/meminfo, so no MemAvailable: estimated") for n in facts.notes)
     assert not any("kernel before 3.14" in n for n in facts.notes)

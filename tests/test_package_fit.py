@@ -17,6 +17,7 @@ import pytest
 
 import umbp_sim
 from umbp_sim import cli
+from umbp_sim.exit_codes import EX_CANTCREAT, EX_USAGE, EXIT_CODES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -125,14 +126,40 @@ def test_help_lists_every_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["--help"])
     out = capsys.readouterr().out
     listed = [int(m) for m in re.findall(r"^ +(\d+)  \S", out.split("exit status:\n")[1], re.M)]
-    assert listed == list(cli.EXIT_CODES)
+    assert listed == list(EXIT_CODES)
 
 
 def test_readme_documents_the_same_exit_codes() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     table = readme.split("<!-- exit-codes -->")[1].split("\n\n")[1]
     codes = [int(m) for m in re.findall(r"^\| (\d+) \|", table, re.M)]
-    assert codes == list(cli.EXIT_CODES)
+    assert codes == list(EXIT_CODES)
+
+
+# Files of other helpers' work this round that still spell a status as a number (to become
+# names from umbp_sim/exit_codes.py when their work lands).
+LITERAL_STATUSES = {
+    "commands/compare.py", "commands/probe.py", "diagnose/request.py", "diagnose/verify.py",
+    "external/child.py", "external/runner.py", "profiles.py",
+}  # fmt: skip
+
+
+def test_exit_statuses_are_named_in_one_module() -> None:
+    """Every ``exit_code = N`` and ``EX_* = N`` is in umbp_sim/exit_codes.py; the stand-alone
+    collectors (which cannot import it) use the same numbers."""
+    declared = ROOT / "umbp_sim" / "exit_codes.py"
+    spelled = set()
+    for path in (ROOT / "umbp_sim").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if path != declared and re.search(r"\bexit_code\s*=\s*\d|^EX_\w+\s*=\s*\d", text, re.M):
+            spelled.add(path.relative_to(ROOT / "umbp_sim").as_posix())
+    assert spelled - LITERAL_STATUSES == {"collect_scripts/collect.py"}
+    from umbp_sim.collect_scripts import collect as standalone
+
+    assert (standalone.EX_USAGE, standalone.EX_CANTCREAT) == (EX_USAGE, EX_CANTCREAT)
+    sh = (ROOT / "umbp_sim" / "collect_scripts" / "collect.sh").read_text(encoding="utf-8")
+    assert f"EX_USAGE={EX_USAGE}\n" in sh and f"EX_CANTCREAT={EX_CANTCREAT}\n" in sh
+    assert set(re.findall(r"\bexit (\d+)", sh)) == {"0", "130"}  # the rest by name
 
 
 def test_the_code_uses_no_undocumented_exit_code() -> None:
@@ -147,4 +174,4 @@ def test_the_code_uses_no_undocumented_exit_code() -> None:
         used |= {int(n) for n in re.findall(r"\breturn \d+ if .* else (\d+)\b", text)}
     used |= {0, 1, 2}  # Diagnosis.exit_code (preflight)
     assert used >= {0, 1, 64, 65, 73}
-    assert used <= set(cli.EXIT_CODES), used - set(cli.EXIT_CODES)
+    assert used <= set(EXIT_CODES), used - set(EXIT_CODES)

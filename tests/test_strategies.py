@@ -50,6 +50,28 @@ def test_pins_take_strategies(machine: Machine) -> None:
     assert machine.kernel_version in ("5.13.0", "5.14.0")
 
 
+@SETTINGS
+@given(
+    machines(
+        admin_reserve_kbytes=0,
+        user_reserve_kbytes=st.sampled_from([0, 4096]),
+        swap_total=GiB,
+        root=False,
+        watermark_low=st.just(MiB),
+    )
+)
+def test_any_declared_field_can_be_pinned(machine: Machine) -> None:
+    assert (machine.admin_reserve_kbytes, machine.swap_total) == (0, GiB)
+    assert machine.user_reserve_kbytes in (0, 4096)
+    assert (machine.root, machine.watermark_low) == (False, MiB)
+
+
+def test_the_fields_the_preset_decides_are_not_pins() -> None:
+    for key in ("arch", "page_size", "hugepage_sizes", "default_hugepage_size", "hugepages"):
+        with pytest.raises(TypeError, match=rf"unknown keyword\(s\) \['{key}'\]"):
+            machines(**{key: None})
+
+
 def test_pins_are_checked() -> None:
     with pytest.raises(TypeError, match=r"machines\(\): unknown keyword\(s\) \['node'\]"):
         machines(node=2)

@@ -19,39 +19,17 @@ import sys
 import textwrap
 
 from umbp_sim.errors import Terminated, UmbpSimError
+from umbp_sim.exit_codes import (
+    EX_DATAERR,
+    EX_INTERRUPTED,
+    EX_OK,
+    EX_SOFTWARE,
+    EX_USAGE,
+    EXIT_CODES,
+)
 
-EX_USAGE = 64
-EX_DATAERR = 65
-EX_SOFTWARE = 70
-EX_CANTCREAT = 73
-EX_TEMPFAIL = 75
-
-# Every exit status of every command (tests/test_package_fit.py checks that the code uses
-# no other and that the README's table says the same).
-EXIT_CODES: dict[int, str] = {
-    0: "success: run: every scenario passed; probe: every backing behaved; preflight: the "
-    "request gets what it asks for; replay, inspect, collect: done",
-    1: "a negative answer: run: a scenario failed or none matched; probe: a backing did not "
-    "get what it asked for; preflight: the request is demoted (or not bound to its node)",
-    2: "preflight: the request fails or kills the process (replay of several dumps: the worst "
-    "host's 0/1/2)",
-    3: "preflight --verify: the real allocation on this host disagrees with the prediction",
-    EX_USAGE: "bad usage: an unknown flag, a bad argument or environment value (one line names it)",
-    EX_DATAERR: "bad input data: a scenario file, dump, meminfo file or fault rule (one line "
-    "names the file and key)",
-    EX_SOFTWARE: "an internal error: a bug in umbp-sim (one line; UMBP_SIM_TRACEBACK=1 prints "
-    "the traceback)",
-    66: "replay, inspect, preflight --root: a dump argument names no file (or, for a fleet, "
-    "no dump)",
-    EX_CANTCREAT: "an output file cannot be written (collect's tarball, an --html page) or is "
-    "refused (collect -o at a link, directory or device)",
-    EX_TEMPFAIL: "replay, preflight: an external --allocator's run (or its import) went past "
-    "--run-timeout (one line names the stage), or could not run under umbp-sim's own ulimit -v "
-    "(one line names it)",
-    129: "run, replay, preflight, compare: ended by SIGHUP (every process it started ended first)",
-    130: "interrupted (Ctrl-C)",
-    143: "run, replay, preflight, compare: ended by SIGTERM (every process it started ended first)",
-}
+# Every exit status of every command: declared in umbp_sim/exit_codes.py (tests/test_package_fit.py
+# checks that the code uses no other and that the README's table says the same).
 
 
 def _epilog() -> str:
@@ -193,9 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         # `umbp-sim inspect ... | head`: the reader left; stop quietly like other Unix tools.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 0
+        return EX_OK
     except KeyboardInterrupt:
-        return 130
+        return EX_INTERRUPTED
     except Terminated as e:  # SIGTERM, SIGHUP: what it started is ended (the finally blocks)
         print(f"umbp-sim {args.command}: {e}", file=sys.stderr)
         return e.exit_code

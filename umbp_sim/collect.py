@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 from umbp_sim.collect_scripts import collect as standalone
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_CANTCREAT
 
-EX_CANTCREAT = 73
 MANIFEST = standalone.MANIFEST
 
 

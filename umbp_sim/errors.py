@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from umbp_sim.exit_codes import EX_SIGHUP, EX_SIGTERM
+
 
 class UmbpSimError(Exception):
     """Base of umbp-sim's own errors (bad input, bad dumps, bad scenario files).
@@ -56,7 +58,9 @@ class Terminated(BaseException):
 
         self.signal = sig
         # 128 + the signal, as a shell reports a death by it (the two README's table lists)
-        self.exit_code = {int(signal.SIGTERM): 143, int(signal.SIGHUP): 129}.get(sig, 128 + sig)
+        self.exit_code = {int(signal.SIGTERM): EX_SIGTERM, int(signal.SIGHUP): EX_SIGHUP}.get(
+            sig, 128 + sig
+        )
         try:
             name = signal.Signals(sig).name
         except ValueError:

@@ -58,6 +58,7 @@ from typing import Any
 from umbp_sim import _native
 from umbp_sim.bounded import shown
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_DATAERR
 from umbp_sim.units import SizeError, format_size, parse_size
 from umbp_sim.value_types import keyname
 
@@ -70,7 +71,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 class FaultPlanError(UmbpSimError):
     """A bad fault plan; the message is one line naming the rule and key."""
 
-    exit_code = 65
+    exit_code = EX_DATAERR
 
 
 OPS = (

@@ -107,31 +107,40 @@ class Machine:
     # and the file of a dump that carries it (None: a dump cannot say). MACHINE_FIELDS reads it
     # back; the scenario keys, to_sim_config, the binding check and the dump round trip use it.
     # fmt: off
-    arch: str = _f("x86_64", "", "architecture; with page_size picks the hugepage sizes", None,
+    arch: str = _f("x86_64", "", '"x86_64", "arm64", "ppc64le", "s390x", ...; with page_size '
+                   "picks the hugepage sizes", None,
                    "umbp-sim-collect.json machine, proc/cpuinfo, the kernel string, the sizes")
-    page_size: int = _f(4096, "bytes", "base page size", "int",
+    page_size: int = _f(4096, "bytes", 'base page size; arm64 also "16KiB" or "64KiB", '
+                        'ppc64le "64KiB"', "int",
                         "umbp-sim-collect.json page_size, else from the arch and the sizes")
     # Hugepage sizes registered at boot (directories under /sys/kernel/mm/hugepages).
     hugepage_sizes: list[int] = _f(lambda: [2 * MiB, GiB], "bytes",
-                                   "hugepage sizes; empty: a kernel without CONFIG_HUGETLB_PAGE",
+                                   "hugepage sizes registered at boot, by arch and page size "
+                                   "(x86_64: 2M and 1G; arm64 64K: 2M, 512M, 16G; ppc64le: "
+                                   'radix\'s 2M and 1G, ["16MiB", "16GiB"] for a hash MMU); '
+                                   "empty: a kernel without CONFIG_HUGETLB_PAGE",
                                    "list[int]", "sys/kernel/mm/hugepages/hugepages-<N>kB")
-    default_hugepage_size: int | None = _f(2 * MiB, "bytes", "Hugepagesize of /proc/meminfo; "
-                                           "None only without hugepage sizes", "int",
-                                           "proc/meminfo Hugepagesize")
+    default_hugepage_size: int | None = _f(2 * MiB, "bytes", "Hugepagesize of /proc/meminfo "
+                                           "(the PMD size); None only without hugepage sizes",
+                                           "int", "proc/meminfo Hugepagesize")
     nodes: list[Node] = _f(lambda: [Node(0, 16 * GiB)], "", "the NUMA nodes: memory, CPUs, "
                            "hugepage pools, distances", "list[SimNodeConfig]",
                            "sys/devices/system/node/nodeN")
-    possible_nodes: list[int] | None = _f(None, "node ids", "possible nodes; None: the node ids",
-                                          "list[int]", "sys/devices/system/node/possible")
+    possible_nodes: list[int] | None = _f(None, "node ids", "possible nodes (a possible node "
+                                          "that is not a node of the machine has no memory); "
+                                          "None: the node ids", "list[int]",
+                                          "sys/devices/system/node/possible")
     online_nodes: list[int] | None = _f(None, "node ids", "online nodes; None: the node ids",
                                         "list[int]", "sys/devices/system/node/online")
     numa_sysfs: bool = _f(True, "", "whether /sys/devices/system/node exists (not on s390)",
                           "bool", "sys/devices/system/node")
     hugepages_reserved: dict[int, int] = _f(dict, "size -> pages", "HugePages_Rsvd other "
-                                            "processes hold at start", "dict[int, int]",
+                                            'processes hold at start: { "2MiB" = 768 }',
+                                            "dict[int, int]",
                                             "sys/kernel/mm/hugepages/*/resv_hugepages")
     nr_overcommit_hugepages: dict[int, int] = _f(dict, "size -> pages", "surplus pages the "
-                                                 "kernel may allocate at mmap", "dict[int, int]",
+                                                 'kernel may allocate at mmap: { "2MiB" = 1024 }',
+                                                 "dict[int, int]",
                                                  "sys/kernel/mm/hugepages/*/nr_overcommit_hugepages")
     overcommit_memory: int = _f(0, "mode", "vm.overcommit_memory (0, 1 or 2)", "int",
                                 "proc/sys/vm/overcommit_memory")
@@ -144,42 +153,49 @@ class Machine:
                                "proc/meminfo MemTotal")
     mem_free: int | None = _f(None, "bytes", "MemFree; None: the sum of the nodes'", "int",
                               "proc/meminfo MemFree")
-    mem_available: int | None = _f(None, "bytes", "MemAvailable; None: estimated as "
-                                   "si_mem_available does", "int",
+    mem_available: int | None = _f(None, "bytes", "MemAvailable, what sglang's host check "
+                                   "reads; None: estimated as si_mem_available does", "int",
                                    "proc/meminfo MemAvailable (else estimated)")
     # RHEL 7's 3.10 prints MemAvailable (backported).
     mem_available_line: bool | None = _f(None, "", "whether /proc/meminfo prints MemAvailable; "
-                                         "None: kernel 3.14+", "bool",
+                                         "None: kernel 3.14+ (RHEL 7's 3.10 has it)", "bool",
                                          "proc/meminfo MemAvailable")
     # Linux reclaims both before the OOM killer runs; MemAvailable counts them.
-    page_cache: int = _f(0, "bytes", "the file LRU (Active(file) + Inactive(file)), spread over "
-                         "the nodes by MemTotal", "int",
+    page_cache: int = _f(0, "bytes", "the file LRU (Active(file) + Inactive(file)): faults take "
+                         "free memory first, then reclaim it and slab_reclaimable, and only then "
+                         "call the OOM killer; spread over the nodes by MemTotal", "int",
                          "proc/meminfo Active(file), Inactive(file)")
     slab_reclaimable: int = _f(0, "bytes", "SReclaimable (reclaimed like page_cache)", "int",
                                "proc/meminfo SReclaimable")
-    watermark_low: int | None = _f(None, "bytes", "sum of the zones' low watermarks; None: 0",
-                                   "int", "proc/zoneinfo low")
+    watermark_low: int | None = _f(None, "bytes", "sum of the zones' low watermarks (/proc/"
+                                   "zoneinfo low), for MemAvailable's estimate; None: 0", "int",
+                                   "proc/zoneinfo low")
     committed_as: int = _f(0, "bytes", "Committed_AS of other processes at start", "int",
                            "proc/meminfo Committed_AS")
-    admin_reserve_kbytes: int = _f(8192, "kB", "vm.admin_reserve_kbytes", "int",
+    admin_reserve_kbytes: int = _f(8192, "kB", "vm.admin_reserve_kbytes: what overcommit_memory "
+                                   "2 keeps back for root", "int",
                                    "proc/sys/vm/admin_reserve_kbytes")
-    user_reserve_kbytes: int = _f(131072, "kB", "vm.user_reserve_kbytes", "int",
+    user_reserve_kbytes: int = _f(131072, "kB", "vm.user_reserve_kbytes: what overcommit_memory "
+                                  "2 keeps back from a process", "int",
                                   "proc/sys/vm/user_reserve_kbytes")
     rlimit_as: int | None = _f(None, "bytes", "RLIMIT_AS (ulimit -v); None: unlimited", "int",
                                "proc/self/limits")
-    memcg_max: int | None = _f(None, "bytes", "the memory cgroup's memory.max; None: max", "int",
+    memcg_max: int | None = _f(None, "bytes", "the memory cgroup's memory.max: anonymous faults "
+                               "beyond it are an OOM kill (SIGKILL); None: max", "int",
                                "sys/fs/cgroup/memory.max")
     hugetlb_cgroup_max: dict[int, int] = _f(dict, "size -> bytes", "hugetlb.<size>.max, "
-                                            "enforced at fault time", "dict[int, int]",
-                                            "sys/fs/cgroup/hugetlb.<size>.max")
+                                            "enforced at fault time (SIGBUS, or EFAULT from "
+                                            'MADV_POPULATE_WRITE): { "2MiB" = "512MiB" }',
+                                            "dict[int, int]", "sys/fs/cgroup/hugetlb.<size>.max")
     hugetlb_cgroup_rsvd_max: dict[int, int] = _f(dict, "size -> bytes", "hugetlb.<size>.rsvd.max"
                                                  ", enforced at mmap (reservation) time",
                                                  "dict[int, int]",
                                                  "sys/fs/cgroup/hugetlb.<size>.rsvd.max")
     root: bool = _f(True, "", "the process has CAP_SYS_ADMIN / CAP_SYS_NICE (admin reserve, "
                     "MPOL_MF_MOVE_ALL)", "bool", None)
-    kernel_version: str = _f("6.18.0", "", "kernel release; decides which calls exist", "str",
-                             "proc/sys/kernel/osrelease")
+    kernel_version: str = _f("6.18.0", "", "kernel release; decides MADV_POPULATE_WRITE (5.14), "
+                             "MFD_HUGETLB (4.14), memfd_create (3.17), MemAvailable (3.14)",
+                             "str", "proc/sys/kernel/osrelease")
     name: str = _f("sim", "", "the host's name", None, "the dump's file or directory name")
     # fmt: on
 
@@ -496,7 +512,25 @@ _SIZE_VALUED_FIELDS = {f.name for f in MACHINE_FIELDS if f.unit == "size -> byte
 # The keys of a scenario's [machine] table: Machine.build's keywords, every Machine field
 # (``nodes`` is build's node count there) and the scenario runner's free_hugepages_per_node.
 BUILD_KEYWORDS = frozenset(inspect.signature(Machine.build).parameters) - {"cls", "kw"}
+# build's keywords that describe the nodes and their pools (``nodes`` is their count), in its
+# order: a dumped host has its own, so a scenario cannot give them beside a dump.
+NODE_AND_POOL_KEYWORDS = tuple(
+    k for k in inspect.signature(Machine.build).parameters
+    if k in BUILD_KEYWORDS and (k == "nodes" or k not in _FIELD_NAMES)
+)  # fmt: skip
 SCENARIO_MACHINE_KEYS = frozenset(_FIELD_NAMES | BUILD_KEYWORDS | {"free_hugepages_per_node"})
+# What the [machine] keys that are no Machine field mean (``nodes`` there is build's count);
+# with the fields' declarations they make scenarios/README.md's table (tools/generated.py).
+SCENARIO_KEY_DOCS = {
+    "nodes": "number of NUMA nodes, ids 0..n-1",
+    "mem_per_node": "MemTotal of each node",
+    "hugepages": '{ "2MiB" = 1024 }: pages per size, interleaved over the nodes as writing '
+    "vm.nr_hugepages does (node 0 first)",
+    "hugepages_per_node": '[{ "2MiB" = 1024 }, { "2MiB" = 0 }]: one table per node',
+    "free_hugepages_per_node": '[{ "2MiB" = 16 }, ...]: free pages per node and size, when other '
+    "processes already hold pages (free < total)",
+}
+assert set(SCENARIO_KEY_DOCS) == (SCENARIO_MACHINE_KEYS - _FIELD_NAMES) | {"nodes"}
 
 # ---- the type of each field, as written (scenario [machine] tables, ``apply``) and as held ----
 # node ids: 0..MAX_NODE_ID (a dump's, a scenario's); hugepage sizes per host: a few.

@@ -24,6 +24,8 @@ Public and usable from other projects' tests::
     ``max_pool_pages`` (default 8; 2 for sizes of 1 GiB and more) caps each drawn pool.
     Every keyword pins that field: a plain value, or a strategy to draw it from
     (``machines(nodes=2, kernel_version="6.18.0")``, ``machines(nodes=st.integers(2, 4))``).
+    Any other Machine field (``umbp_sim.machine.MACHINE_FIELDS``) but those the preset decides
+    can be pinned too (``machines(admin_reserve_kbytes=0)``); unpinned, it keeps its default.
     Shrinks toward a plain host: one x86_64 node, no pools, no overcommit, no limits, 6.18.
 
 ``fault_plans(ops=OPS, max_rules=3, seed=None)``
@@ -46,7 +48,15 @@ from hypothesis import strategies as st
 
 from umbp_sim.backing import BACKINGS
 from umbp_sim.faults import OPS, FaultPlan, FaultRule
-from umbp_sim.machine import GiB, KiB, Machine, MiB, default_hugepage_sizes
+from umbp_sim.machine import (
+    BUILD_KEYWORDS,
+    MACHINE_FIELDS,
+    GiB,
+    KiB,
+    Machine,
+    MiB,
+    default_hugepage_sizes,
+)
 from umbp_sim.request import AllocRequest
 
 __all__ = [
@@ -75,11 +85,20 @@ KERNEL_VERSIONS = (
 )  # fmt: skip
 MEM_PER_NODE = (16 * GiB, 4 * GiB, 64 * GiB, 256 * GiB)
 
-_MACHINE_PINS = {
-    "preset", "nodes", "mem_per_node", "hugepages_per_node", "nr_overcommit_hugepages",
-    "overcommit_memory", "overcommit_ratio", "rlimit_as", "memcg_max", "kernel_version",
-    "max_pool_pages", "hugepages_reserved",
+# What machines() draws itself, besides the preset; a pin replaces the draw.
+_DRAWN = {
+    "nodes", "mem_per_node", "hugepages_per_node", "nr_overcommit_hugepages", "overcommit_memory",
+    "overcommit_ratio", "rlimit_as", "memcg_max", "kernel_version", "hugepages_reserved",
 }  # fmt: skip
+# The preset decides these (a pin would contradict it).
+_BY_PRESET = {"arch", "page_size", "hugepage_sizes", "default_hugepage_size", "hugepages"}
+# Keywords machines() takes: Machine.build's and every Machine field as declared (machine.py;
+# ``nodes`` is the node count, as in a scenario's [machine]) but the preset's, the preset, and
+# the pool cap. A field it does not draw keeps its default unless pinned.
+_MACHINE_PINS = ((BUILD_KEYWORDS | {f.name for f in MACHINE_FIELDS}) - _BY_PRESET) | {
+    "preset",
+    "max_pool_pages",
+}
 
 
 def _pinned(pins: dict[str, Any], key: str, default: st.SearchStrategy[Any]) -> Any:
@@ -144,6 +163,8 @@ def _machine(draw: st.DrawFn, pins: dict[str, Any]) -> Machine:
     )
     if any(resv.values()):
         kw["hugepages_reserved"] = {s: n for s, n in resv.items() if n}
+    for key in sorted((_MACHINE_PINS - _DRAWN - {"preset", "max_pool_pages"}) & pins.keys()):
+        kw[key] = draw(_pinned(pins, key, st.nothing()))
     builds: dict[str, Callable[..., Machine]] = {
         "x86_64": Machine.x86_64, "arm64": Machine.arm64, "ppc64le": Machine.ppc64le
     }  # fmt: skip

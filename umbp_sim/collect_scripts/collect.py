@@ -49,6 +49,31 @@ NUMA_TOKEN = re.compile(
     r"[0-9]+$|^(?:huge|heap|stack)$"
 )
 USAGE = "usage: collect.py [-o FILE.tar.gz] [--name NAME] [--pid PID]"
+# sysexits.h, as umbp_sim/exit_codes.py declares them (this file cannot import umbp_sim;
+# tests/test_package_fit.py checks they agree).
+EX_USAGE = 64
+EX_CANTCREAT = 73
+
+# ---- the files of a dump: declared once --------------------------------------------------------
+# What both collectors gather and umbp_sim.dump reads: the reader (dump/read_system.py) and a
+# sosreport's sysctl lines (dump/sosreport.py) take these lists from here. collect.sh cannot
+# import this file (a server may have no python3): its copy of the lists is generated from these
+# by tools/generated.py between its "generated" marks, and tests/test_generated.py
+# fails when that copy is not current. (Generating collect.sh at packaging time would leave the
+# file in the source tree, the one users copy, without its lists.)
+PROC_FILES = ("meminfo", "zoneinfo")  # /proc/; zoneinfo: the low watermarks (MemAvailable)
+VM_SYSCTLS = (  # /proc/sys/vm/
+    "min_free_kbytes",
+    "nr_hugepages",
+    "nr_overcommit_hugepages",
+    "overcommit_memory",
+    "overcommit_ratio",
+    "overcommit_kbytes",
+    "admin_reserve_kbytes",
+    "user_reserve_kbytes",
+)
+NODE_LISTS = ("online", "possible", "has_memory")  # /sys/devices/system/node/
+NODE_FILES = ("meminfo", "cpulist", "distance")  # /sys/devices/system/node/nodeN/
 
 
 class Usage(Exception):
@@ -261,16 +286,9 @@ def collect_server(c, pid):
 
 def collect_host(c, proc, pid=None):
     """Everything but the cgroup limits and the server's own files; the hugepage sizes."""
-    c.copy("/proc/meminfo")
-    c.copy("/proc/zoneinfo")  # the low watermarks: MemAvailable's estimate on old kernels
-    for key in (
-        "min_free_kbytes",
-        "nr_hugepages",
-        "nr_overcommit_hugepages",
-        "overcommit_memory",
-        "overcommit_ratio",
-        "overcommit_kbytes",
-    ):
+    for key in PROC_FILES:
+        c.copy("/proc/" + key)
+    for key in VM_SYSCTLS:
         c.copy("/proc/sys/vm/" + key)
     if c.copy("/proc/sys/kernel/osrelease") is None and c.root == "/":
         c.add("proc/sys/kernel/osrelease", (os.uname().release + "\n").encode())
@@ -281,11 +299,11 @@ def collect_host(c, proc, pid=None):
         c.notes.append("proc/self/limits: from /proc/%d/limits (the server process)" % pid)
     c.copy_tree("/sys/kernel/mm/hugepages")
     node = "/sys/devices/system/node"
-    for key in ("online", "possible", "has_memory"):
+    for key in NODE_LISTS:
         c.copy(node + "/" + key)
     for entry in c.listdir(node):
         if re.match(r"^node[0-9]+$", entry):
-            for key in ("meminfo", "cpulist", "distance"):
+            for key in NODE_FILES:
                 c.copy("%s/%s/%s" % (node, entry, key))
             c.copy_tree("%s/%s/hugepages" % (node, entry))
     hp = c.host("/sys/kernel/mm/hugepages")
@@ -528,12 +546,12 @@ def main(argv):
         opts = parse_args(argv)
     except Usage as e:
         sys.stderr.write("%s: %s\n%s\n" % (PROG, e, USAGE))
-        return 64
+        return EX_USAGE
     try:
         c = collect(opts["output"], opts["name"], opts["root"], opts["pid"])
     except OSError as e:
         sys.stderr.write("%s: %s\n" % (PROG, e))
-        return 73
+        return EX_CANTCREAT
     sys.stderr.write(
         "%s: %s/, %d files, %d missing (listed in %s/%s)\n"
         % (

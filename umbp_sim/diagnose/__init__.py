@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from umbp_sim import _lazy
+from umbp_sim.exit_codes import EX_FAILS, EX_NEGATIVE, EX_OK
 from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, canonical_profile, mori_log_lines
 
 # The simulation (explain, fixes, run: the allocator and the compiled extension) is imported
@@ -54,8 +55,8 @@ class Diagnosis:
     def exit_code(self) -> int:
         """preflight's answer: 0 gets what it asks, 1 demoted (or unbound), 2 failed/crashed."""
         if self.run.outcome in ("failed", "crashed"):
-            return 2
-        return 0 if self.run.got_what_was_asked else 1
+            return EX_FAILS
+        return EX_OK if self.run.got_what_was_asked else EX_NEGATIVE
 
     def to_json(self) -> dict[str, Any]:
         o = self.run.observed
@@ -71,6 +72,7 @@ class Diagnosis:
             "fixes_not_helping": [f.to_json() for f in self.not_helping],
             "limit": self.limit,
             "cause_sources": [c.source for c in self.evidence],
+            "cause_note_codes": [c.note_code for c in self.evidence],  # a dump note's code
             "reasons": [r.to_json() for r in o.reasons],
             "got_what_was_asked": self.run.got_what_was_asked,
             "mapped_size": o.mapped_size,

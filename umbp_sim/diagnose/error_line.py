@@ -17,6 +17,7 @@ from typing import IO, Any
 from umbp_sim.backing import BACKINGS
 from umbp_sim.bounded import short_list
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_USAGE
 
 _LINE = re.compile(
     r"UMBPHostMemAllocator\.alloc\((?P<size>\d+) bytes\) failed\s*"
@@ -37,7 +38,7 @@ def _word(text: str) -> str:
 class ErrorLineError(UmbpSimError):
     """Text that holds no ``UMBPHostMemAllocator.alloc(...) failed`` line."""
 
-    exit_code = 64
+    exit_code = EX_USAGE
 
 
 @dataclass(frozen=True)

@@ -42,12 +42,14 @@ class Cause:
 
     ``source``: ``kernel`` (SimKernel reasons, ``rules`` names them), ``sglang`` (its host check
     or env parse), ``allocator`` (a warning it logged), ``outcome`` (a consequence of the
-    observed outcome) or ``dump`` (a note from reading the dump).
+    observed outcome) or ``dump`` (a note from reading the dump; ``note_code`` is its code,
+    umbp_sim/dump/notes.py).
     """
 
     text: str
     source: str
     rules: tuple[str, ...] = ()
+    note_code: str | None = None
 
 
 def nodelist(ids: list[int]) -> str:
@@ -313,16 +315,30 @@ def _notes(facts: DumpFacts | None, request: Request) -> list[Cause]:
     architecture umbp-sim does not model."""
     if facts is None:
         return []
-    keys = ["kernel version", "MemAvailable", "MemTotal add up", "is not modelled"]
+    codes = set(NOTES_ALWAYS)
     if request.wants_hugepages():
-        keys += ["pages", "hugepage", "reserved"]
+        codes |= NOTES_HUGEPAGES
     if request.settings()[2] >= 0:  # bound to a node: a dump without NUMA files says one node
-        keys.append("no NUMA information")
+        codes |= NOTES_NUMA
     return [
-        Cause(f"dump note: {n}", "dump")
-        for n in facts.notes
-        if any(k in n for k in keys) and not n.startswith("page size")
+        Cause(f"dump note: {n}", "dump", note_code=n.code) for n in facts.notes if n.code in codes
     ]
+
+
+# The dump notes (their codes: umbp_sim/dump/notes.py) that change an answer: for any request,
+# for a hugepage request, and for a request bound to a node.
+NOTES_ALWAYS = frozenset(
+    {"kernel-version-from-proc-version", "kernel-version-assumed", "mem-available-estimated",
+     "node-memtotal-mismatch", "arch-not-modelled"}
+)  # fmt: skip
+NOTES_HUGEPAGES = frozenset(
+    {"hugepage-sizes-from-nodes", "hugepage-size-assumed", "hugepage-size-from-meminfo",
+     "hugepage-size-added", "default-hugepage-size-assumed", "no-hugetlb",
+     "pool-sysfs-meminfo-differ", "pool-spread", "pool-summed-from-nodes",
+     "pool-nodes-differ-global", "reserved-cut", "hugepage-figure-missing",
+     "hugepage-path-ignored"}
+)  # fmt: skip
+NOTES_NUMA = frozenset({"bare-meminfo", "no-numa-sysfs"})
 
 
 __all__ = [

@@ -37,6 +37,7 @@ from umbp_sim.diagnose.picture import (
     picture_of,
 )
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_CANTCREAT
 
 if TYPE_CHECKING:
     from umbp_sim.diagnose import Diagnosis
@@ -249,7 +250,7 @@ def render_fleet_html(report: FleetReport, title: str = "umbp-sim replay") -> st
 class ReportWriteError(UmbpSimError):
     """The HTML report cannot be written (exit 73, like collect's output)."""
 
-    exit_code = 73
+    exit_code = EX_CANTCREAT
 
 
 class PageFile:

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 from umbp_sim.diagnose import Diagnosis, log_lines
 from umbp_sim.printable import printable
-from umbp_sim.profiles import FIELD_PROFILE, mori_log_level
+from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, mori_log_level
 from umbp_sim.sglang.release import describe_release
 
 _ALLOCATOR = {
-    "mori-624002c": "mori-624002c (mori's HostMemAllocator as deployed, ROCm/mori 624002c)",
-    "umbp-sim": "umbp-sim (mori's allocator plus umbp-sim's fixes)",
+    FIELD_PROFILE: f"{FIELD_PROFILE} (mori's HostMemAllocator as deployed, ROCm/mori 624002c)",
+    FIXED_PROFILE: f"{FIXED_PROFILE} (mori's allocator plus umbp-sim's fixes)",
 }
 
 _SAW = {

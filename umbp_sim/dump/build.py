@@ -28,6 +28,7 @@ from __future__ import annotations
 from umbp_sim import _native
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.facts import DumpFacts, inferred_overcommit_ratio
+from umbp_sim.dump.notes import Note
 from umbp_sim.machine import MACHINE_FIELDS, GiB, HugePool, Machine, MachineError, Node
 
 
@@ -36,9 +37,10 @@ def build_machine(f: DumpFacts) -> Machine:
     node_ids = [n.id for n in nodes]
     possible = sorted(set(f.possible_nodes or []) | set(node_ids) | set(f.online_nodes or []))
     if f.possible_nodes is not None and possible != f.possible_nodes:
-        f.notes.append(
+        f.note(
+            "possible-nodes-extended",
             f"possible nodes {f.possible_nodes} do not include all nodes/online nodes: "
-            f"using {possible}"
+            f"using {possible}",
         )
     online = f.online_nodes if f.online_nodes is not None else None
 
@@ -48,15 +50,17 @@ def build_machine(f: DumpFacts) -> Machine:
         node_total = sum(n.hugepages.get(size, HugePool()).total for n in nodes)
         node_free = sum(n.hugepages.get(size, HugePool()).free_pages() for n in nodes)
         if f.nodes and node_total != pool.total:
-            f.notes.append(
+            f.note(
+                "pool-nodes-differ-global",
                 f"{size // 1024} kB pages: nodes hold {node_total}, the global count is "
-                f"{pool.total}; the simulation uses the nodes' pages"
+                f"{pool.total}; the simulation uses the nodes' pages",
             )
         resv = pool.reserved
         if resv > node_free:
-            f.notes.append(
+            f.note(
+                "reserved-cut",
                 f"{size // 1024} kB pages: {resv} reserved but {node_free} free; reserved "
-                f"cut to {node_free}"
+                f"cut to {node_free}",
             )
             resv = node_free
         if resv:
@@ -68,12 +72,17 @@ def build_machine(f: DumpFacts) -> Machine:
     if ratio is None:
         ratio = inferred_overcommit_ratio(f) if not f.overcommit_kbytes else None
         if ratio is not None:
-            f.notes.append(f"overcommit_ratio {ratio}: solved from CommitLimit")
+            f.note("overcommit-ratio-solved", f"overcommit_ratio {ratio}: solved from CommitLimit")
         else:
             ratio = 50
-            f.notes.append("overcommit_ratio 50: the kernel default (not in the dump)")
+            f.note(
+                "overcommit-ratio-default",
+                "overcommit_ratio 50: the kernel default (not in the dump)",
+            )
     if f.overcommit_memory is None:
-        f.notes.append("overcommit_memory 0: the kernel default (not in the dump)")
+        f.note(
+            "overcommit-memory-default", "overcommit_memory 0: the kernel default (not in the dump)"
+        )
 
     watermark_low = f.watermark_low
     estimate_at = None  # where the MemAvailable estimate's note goes, once the Machine is built
@@ -88,10 +97,11 @@ def build_machine(f: DumpFacts) -> Machine:
     if f.nodes and len(known_totals) == len(f.nodes):
         node_sum = sum(known_totals)
         if abs(node_sum - f.mem_total) > max(f.mem_total // 100, 64 << 20):
-            f.notes.append(
+            f.note(
+                "node-memtotal-mismatch",
                 f"the nodes' MemTotal add up to {node_sum // 1024} kB, meminfo's MemTotal is "
                 f"{f.mem_total // 1024} kB: per-node memory follows the nodes' files, CommitLimit "
-                "and the host-wide lines follow MemTotal"
+                "and the host-wide lines follow MemTotal",
             )
 
     m = Machine(
@@ -129,14 +139,21 @@ def build_machine(f: DumpFacts) -> Machine:
     for key in ("admin_reserve_kbytes", "user_reserve_kbytes"):
         if getattr(f, key) is not None:
             setattr(m, key, getattr(f, key))
+        else:
+            f.note(
+                "reserve-default", f"{key} {getattr(m, key)}: the kernel default (not in the dump)"
+            )
     for spec in MACHINE_FIELDS:
         if spec.dump is None:
-            f.notes.append(
-                f"{spec.name} = {spec.default!r}: not in a dump, the default ({spec.doc})"
+            f.note(
+                "field-not-in-dump",
+                f"{spec.name} = {spec.default!r}: not in a dump, the default ({spec.doc})",
             )
     try:
         if estimate_at is not None:  # SimKernel's estimate, of a Machine that validates
-            f.notes.insert(estimate_at, _estimate_mem_available(f, m, wm_from))
+            f.notes.insert(
+                estimate_at, Note("mem-available-estimated", _estimate_mem_available(f, m, wm_from))
+            )
         return m.validate()
     except MachineError as e:  # a rule above missed a case: still the dump's fault
         raise DumpError(f.source, f"inconsistent dump: {e}") from None
@@ -199,9 +216,10 @@ def _nodes(f: DumpFacts) -> list[Node]:
     unknown = [n for n in f.nodes if n.mem_total is None]
     share = max(0, f.mem_total - known) // len(unknown) if unknown else 0
     if unknown:
-        f.notes.append(
+        f.note(
+            "node-meminfo-missing",
             f"no meminfo for node(s) {','.join(str(n.id) for n in unknown)}: each given "
-            f"{share} bytes of the MemTotal the other nodes do not hold"
+            f"{share} bytes of the MemTotal the other nodes do not hold",
         )
     out = []
     for n in f.nodes:
@@ -225,7 +243,8 @@ def _nodes(f: DumpFacts) -> list[Node]:
 
 def _pool(total: int, free: int, surplus: int, f: DumpFacts, what: str) -> HugePool:
     if free > total or surplus > total:
-        f.notes.append(
-            f"{what}: free {free} / surplus {surplus} exceed total {total}; cut to {total}"
+        f.note(
+            "pool-counts-cut",
+            f"{what}: free {free} / surplus {surplus} exceed total {total}; cut to {total}",
         )
     return HugePool(total, min(free, total), min(surplus, total))

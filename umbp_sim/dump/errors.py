@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from umbp_sim.errors import UmbpSimError
-
-EX_DATAERR = 65
+from umbp_sim.exit_codes import EX_DATAERR, EX_NOINPUT
 
 
 class DumpError(UmbpSimError):
@@ -33,4 +32,4 @@ class DumpNotFound(DumpError):
     """The path given as a dump does not exist (sysexits' EX_NOINPUT, as for a fleet argument
     that names no dump)."""
 
-    exit_code = 66
+    exit_code = EX_NOINPUT

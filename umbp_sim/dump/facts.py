@@ -2,7 +2,8 @@
 
 ``DumpFacts`` keeps "the dump does not say" (None) apart from 0, so ``inspect`` can print null;
 ``umbp_sim.dump.build.build_machine`` turns it into a ``Machine`` (which has no unknowns).
-Every guess the reader makes is written to ``notes`` in plain words; the rules are:
+Every guess the reader makes is written to ``notes`` in plain words, each with a code
+(``umbp_sim.dump.notes``); the rules are:
 
 - arch/page size (``umbp_sim.dump.arch``): the collector's record (``umbp-sim-collect.json``
   ``machine`` and ``page_size``), else the kernel string (osrelease, proc/version, a
@@ -131,14 +132,16 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
         f.page_cache = mi["Active(file)"] + mi["Inactive(file)"]
     elif "Cached" in mi:
         f.page_cache = max(0, mi["Cached"] - mi.get("Shmem", 0))
-        f.notes.append(
-            "meminfo has no Active(file)/Inactive(file): page cache taken as Cached - Shmem"
+        f.note(
+            "page-cache-from-cached",
+            "meminfo has no Active(file)/Inactive(file): page cache taken as Cached - Shmem",
         )
     elif "FilePages" in mi:  # node files only (hwloc.py), of a kernel without the file LRU lines
         f.page_cache = max(0, mi["FilePages"] - mi.get("Shmem", 0))
-        f.notes.append(
+        f.note(
+            "page-cache-from-filepages",
             "the nodes' meminfo has no Active(file)/Inactive(file): page cache taken as their "
-            f"FilePages - Shmem ({f.page_cache // KiB} kB)"
+            f"FilePages - Shmem ({f.page_cache // KiB} kB)",
         )
     f.slab_reclaimable = mi.get("SReclaimable")
 
@@ -152,5 +155,6 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
     _read_watermarks(r)
     f.notes.extend(getattr(src, "notes", ()))  # what a sosreport's sos_commands/ gave
     for rel in src.rejected:  # after the reads: a directory dump finds its links as it reads
-        f.notes.append(f"ignored {rel}: absolute path, '..' or a link leaving the dump")
+        code = "hugepage-path-ignored" if "hugepages" in rel else "path-ignored"
+        f.note(code, f"ignored {rel}: absolute path, '..' or a link leaving the dump")
     return f

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from umbp_sim.dump.notes import Note
 from umbp_sim.dump.parse import parse_int
 from umbp_sim.dump.source import DumpSource
 
@@ -94,7 +95,7 @@ class DumpFacts:
     hugetlb_cgroup_rsvd_max: dict[int, int | str] = field(default_factory=dict)
     admin_reserve_kbytes: int | None = None
     user_reserve_kbytes: int | None = None
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)  # each with its code (dump/notes.py)
     missing: list[str] = field(default_factory=list)  # optional files the dump lacks
     meminfo_source: str = "proc/meminfo"  # or "nodes": summed from nodeN/meminfo (hwloc.py)
 
@@ -156,11 +157,16 @@ class DumpFacts:
                     str(s): v for s, v in sorted(self.hugetlb_cgroup_rsvd_max.items())
                 },
                 "notes": list(self.notes),
+                "note_codes": [n.code for n in self.notes],  # beside the texts, in order
                 "missing": list(self.missing),
                 "meminfo_source": self.meminfo_source,
             }
         )
         return doc
+
+    def note(self, code: str, text: str) -> None:
+        """Add the note ``text`` written by the rule ``code`` (umbp_sim/dump/notes.py)."""
+        self.notes.append(Note(code, text))
 
     def to_machine(self):  # -> Machine (lazy import keeps machine.py free of dump imports)
         from umbp_sim.dump.build import build_machine

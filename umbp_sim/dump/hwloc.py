@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.limits import MAX_BYTES
+from umbp_sim.dump.notes import Note
 from umbp_sim.dump.parse import MAX_NODES, MAX_VALUE, parse_node_meminfo
 
 NODES = "sys/devices/system/node"
@@ -33,14 +34,14 @@ SUMMED = ("MemTotal", "MemFree", "Active(file)", "Inactive(file)", "FilePages", 
           "SReclaimable")  # fmt: skip
 SUMMED_IF_ALL = ("HugePages_Total", "HugePages_Free", "HugePages_Surp")
 
-# /proc/meminfo figures a node-only dump lacks, and what stands in for each (MemAvailable is
-# estimated, and noted, by build).
+# /proc/meminfo figures a node-only dump lacks, what stands in for each (MemAvailable is
+# estimated, and noted, by build) and the code of the note saying so.
 MISSING_FIGURES = (
-    ("CommitLimit", "overcommit_ratio cannot be solved from it"),
-    ("Committed_AS", "taken as 0"),
-    ("SwapTotal", "taken as 0"),
-    ("Hugepagesize", "the default hugepage size is inferred"),
-    ("HugePages_Rsvd", "sysfs resv_hugepages, else 0"),
+    ("CommitLimit", "overcommit_ratio cannot be solved from it", "meminfo-figure-missing"),
+    ("Committed_AS", "taken as 0", "meminfo-figure-missing"),
+    ("SwapTotal", "taken as 0", "meminfo-figure-missing"),
+    ("Hugepagesize", "the default hugepage size is inferred", "hugepage-figure-missing"),
+    ("HugePages_Rsvd", "sysfs resv_hugepages, else 0", "hugepage-figure-missing"),
 )
 
 
@@ -52,7 +53,7 @@ class NodeMeminfo:
     meminfo: dict[str, int]
     where: str
     nodes: list[int]
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
 
 
 def marker_top(name: str) -> str | None:
@@ -121,12 +122,15 @@ def meminfo_from_nodes(src) -> NodeMeminfo:  # type: ignore[no-untyped-def]
             )
     listed = ",".join(map(str, with_total))
     notes = [
-        f"no proc/meminfo: MemTotal {mi['MemTotal'] // 1024} kB is the sum of node(s) {listed}'s "
-        f"MemTotal ({NODES}/nodeN/meminfo); MemFree, page cache and SReclaimable are summed "
-        "likewise"
+        Note(
+            "meminfo-from-nodes",
+            f"no proc/meminfo: MemTotal {mi['MemTotal'] // 1024} kB is the sum of node(s) "
+            f"{listed}'s MemTotal ({NODES}/nodeN/meminfo); MemFree, page cache and SReclaimable "
+            "are summed likewise",
+        )
     ]
-    notes += [f"no proc/meminfo: {key} not in the dump ({instead})" for key, instead in
-              MISSING_FIGURES]  # fmt: skip
+    notes += [Note(code, f"no proc/meminfo: {key} not in the dump ({instead})")
+              for key, instead, code in MISSING_FIGURES]  # fmt: skip
     return NodeMeminfo(mi, first_where or src.where(NODES), [nid for nid, _ in parsed], notes)
 
 

@@ -36,9 +36,10 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
         f.missing.append(HUGEPAGES)
         sizes = _node_sizes(r)
         if sizes:
-            f.notes.append(
+            f.note(
+                "hugepage-sizes-from-nodes",
                 f"no {HUGEPAGES}: the hugepage sizes are the nodes' "
-                f"({NODES}/nodeN/hugepages: {', '.join(f'{s // KiB} kB' for s in sizes)})"
+                f"({NODES}/nodeN/hugepages: {', '.join(f'{s // KiB} kB' for s in sizes)})",
             )
     default = mi.get("Hugepagesize")
     if default is not None and (default == 0 or default & (default - 1)):
@@ -51,27 +52,30 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
     f.arch, f.page_size, f.arch_modelled, f.mmu = (
         reading.arch, reading.page_size, reading.modelled, reading.mmu
     )  # fmt: skip
-    f.notes.append(reading.note)
+    f.note("arch" if reading.modelled else "arch-not-modelled", reading.note)
     if not sizes and default is None and "HugePages_Total" in mi:
         from umbp_sim.machine import default_hugepage_sizes, pmd_size
 
         registered = default_hugepage_sizes(f.arch, f.page_size, f.mmu or "radix")
         default = pmd_size(f.arch, f.page_size, registered)
         sizes = [default]
-        f.notes.append(
+        f.note(
+            "hugepage-size-assumed",
             "no hugepage size in the dump, but the nodes' meminfo has HugePages_* lines "
-            f"(hugetlb is built in): the default size taken as {f.arch}'s, {default // KiB} kB"
+            f"(hugetlb is built in): the default size taken as {f.arch}'s, {default // KiB} kB",
         )
     if not sizes and default is not None:
         sizes = [default]
-        f.notes.append(
+        f.note(
+            "hugepage-size-from-meminfo",
             f"no {HUGEPAGES} directories: the only hugepage size is meminfo's Hugepagesize "
-            f"({default // KiB} kB)"
+            f"({default // KiB} kB)",
         )
     elif default is not None and default not in sizes:
         sizes.append(default)
-        f.notes.append(
-            f"meminfo's Hugepagesize {default // KiB} kB has no {HUGEPAGES} directory; added"
+        f.note(
+            "hugepage-size-added",
+            f"meminfo's Hugepagesize {default // KiB} kB has no {HUGEPAGES} directory; added",
         )
     for s in sizes:
         if s <= f.page_size:
@@ -85,11 +89,12 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
 
         pmd = pmd_size(f.arch, f.page_size, f.hugepage_sizes)
         default = pmd if pmd in f.hugepage_sizes else f.hugepage_sizes[0]
-        f.notes.append(
-            f"meminfo has no Hugepagesize: default hugepage size taken as {default // KiB} kB"
+        f.note(
+            "default-hugepage-size-assumed",
+            f"meminfo has no Hugepagesize: default hugepage size taken as {default // KiB} kB",
         )
     if not f.hugepage_sizes:
-        f.notes.append("no hugepage sizes: kernel without CONFIG_HUGETLB_PAGE")
+        f.note("no-hugetlb", "no hugepage sizes: kernel without CONFIG_HUGETLB_PAGE")
     f.default_hugepage_size = default
 
 
@@ -166,9 +171,10 @@ def _read_global_pools(r: _Reader, mi: dict[str, int]) -> None:
                     vals[k] = mi[key]
                     pool.source = "meminfo"
                 elif vals[k] is not None and key in mi and mi[key] != vals[k]:
-                    f.notes.append(
+                    f.note(
+                        "pool-sysfs-meminfo-differ",
                         f"{d}/{k} says {vals[k]}, meminfo {key} says {mi[key]} (read at "
-                        "different moments?): the sysfs value is used"
+                        "different moments?): the sysfs value is used",
                     )
             if vals["nr_overcommit_hugepages"] is None:
                 vals["nr_overcommit_hugepages"] = r.int(
@@ -232,16 +238,20 @@ def _read_node_pools(r: _Reader, mi: dict[str, int]) -> None:
                 ):
                     setattr(n.hugepages[size], attr, share)
             if rest.total:
-                f.notes.append(
+                f.note(
+                    "pool-spread",
                     f"no per-node files for {size // KiB} kB pages on node(s) "
                     f"{','.join(str(n.id) for n in unknown)}: {rest.total} pages spread round "
-                    "robin as the kernel does"
+                    "robin as the kernel does",
                 )
         if f.hugepages[size].source == "nodes":
             pool = f.hugepages[size]
             pool.total = sum(n.hugepages[size].total for n in f.nodes)
             pool.free = sum(n.hugepages[size].free for n in f.nodes)
             pool.surplus = sum(n.hugepages[size].surplus for n in f.nodes)
-            f.notes.append(f"no global counts for {size // KiB} kB pages: summed from the nodes")
+            f.note(
+                "pool-summed-from-nodes",
+                f"no global counts for {size // KiB} kB pages: summed from the nodes",
+            )
     for node in f.nodes:
         node.__dict__.pop("_meminfo", None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from umbp_sim import _native
 from umbp_sim.bounded import shown
+from umbp_sim.collect_scripts.collect import NODE_LISTS
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.host_facts import (
     _NODE_DIR_RE,
@@ -60,7 +61,9 @@ def _read_watermarks(r: _Reader) -> None:
 def _read_nodes(r: _Reader) -> None:
     f = r.facts
     if r.src.bare_meminfo:
-        f.notes.append("a bare meminfo: no NUMA information (one node, node 0, in the Machine)")
+        f.note(
+            "bare-meminfo", "a bare meminfo: no NUMA information (one node, node 0, in the Machine)"
+        )
         return
     ids = []
     for name in r.src.listdir(NODES):
@@ -70,7 +73,7 @@ def _read_nodes(r: _Reader) -> None:
             if nid >= MAX_NODES:
                 raise DumpError(r.src.where(f"{NODES}/{name}"), f"node id {nid} >= {MAX_NODES}")
             ids.append(nid)
-    for key in ("online", "possible", "has_memory"):
+    for key in NODE_LISTS:
         t = r.text(f"{NODES}/{key}")
         if t is not None:
             setattr(
@@ -80,11 +83,16 @@ def _read_nodes(r: _Reader) -> None:
             )
     f.numa_sysfs = bool(ids) or f.online_nodes is not None or f.possible_nodes is not None
     if not f.numa_sysfs:
-        f.notes.append(f"no {NODES}: no NUMA information (one node, node 0, in the Machine)")
+        f.note(
+            "no-numa-sysfs", f"no {NODES}: no NUMA information (one node, node 0, in the Machine)"
+        )
         return
     if not ids:
         ids = list(f.online_nodes or f.possible_nodes or [])
-        f.notes.append(f"no nodeN directories: nodes taken from the online list {ids}")
+        f.note(
+            "nodes-from-online-list",
+            f"no nodeN directories: nodes taken from the online list {ids}",
+        )
     for nid in sorted(ids):
         node = NodeFacts(nid)
         base = f"{NODES}/node{nid}"
@@ -152,7 +160,10 @@ def _read_kernel_version(r: _Reader, mi: dict[str, int]) -> None:
     if t is not None:
         f.kernel_version = parse_proc_version(t, r.src.where("proc/version"))
         f.kernel_version_source = "proc/version"
-        f.notes.append(f"kernel version {f.kernel_version} from proc/version (no osrelease)")
+        f.note(
+            "kernel-version-from-proc-version",
+            f"kernel version {f.kernel_version} from proc/version (no osrelease)",
+        )
         return
     f.kernel_version_source = "meminfo"
     if f.meminfo_source == "nodes":  # node files date nothing
@@ -169,7 +180,7 @@ def _read_kernel_version(r: _Reader, mi: dict[str, int]) -> None:
         f.kernel_version = DEFAULT_KERNEL_VERSION
         f.kernel_version_source = "default"
         why = "nothing in the dump dates it: the default"
-    f.notes.append(f"kernel version taken as {f.kernel_version}: {why}")
+    f.note("kernel-version-assumed", f"kernel version taken as {f.kernel_version}: {why}")
 
 
 def _read_limits(r: _Reader) -> None:
@@ -181,7 +192,10 @@ def _read_limits(r: _Reader) -> None:
             soft = limits["Max address space"][0]
             f.rlimit_as = "unlimited" if soft is None else soft
         else:
-            f.notes.append("proc/self/limits has no 'Max address space' line: RLIMIT_AS unknown")
+            f.note(
+                "rlimit-as-unknown",
+                "proc/self/limits has no 'Max address space' line: RLIMIT_AS unknown",
+            )
     t = r.text("sys/fs/cgroup/memory.max")
     if t is not None:
         v = parse_cgroup_max(t, r.src.where("sys/fs/cgroup/memory.max"))

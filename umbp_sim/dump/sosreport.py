@@ -19,19 +19,13 @@ from __future__ import annotations
 
 import re
 
+from umbp_sim.collect_scripts.collect import VM_SYSCTLS
+from umbp_sim.dump.notes import Note
 from umbp_sim.dump.source import DumpSource
 
 SYSCTL = "sos_commands/kernel/sysctl_-a"
 UNAME = "sos_commands/kernel/uname_-a"
 HOSTNAME = "sos_commands/host/hostname"
-VM_KEYS = (
-    "min_free_kbytes",
-    "nr_hugepages",
-    "nr_overcommit_hugepages",
-    "overcommit_memory",
-    "overcommit_ratio",
-    "overcommit_kbytes",
-)
 _SYSCTL_LINE = re.compile(r"^(vm\.[a-z_]+|kernel\.osrelease)\s*=\s*(\S+)\s*$", re.ASCII)
 _NUMBER = re.compile(r"^[0-9]{1,20}$", re.ASCII)
 _RELEASE = re.compile(r"^[0-9]+\.[0-9]+[A-Za-z0-9._+~-]{0,120}$", re.ASCII)
@@ -49,7 +43,7 @@ class SosSource(DumpSource):
         self.name = name
         self.bare_meminfo = inner.bare_meminfo
         self.rejected = inner.rejected
-        self.notes: list[str] = []  # the notes of the served files that were read
+        self.notes: list[Note] = []  # the notes of the served files that were read
 
     def where(self, rel: str) -> str:
         return self.served[rel][1] if rel in self.served else self.inner.where(rel)
@@ -59,7 +53,7 @@ class SosSource(DumpSource):
         if data is None and rel in self.served:
             text, _, note = self.served[rel]
             if note not in self.notes:
-                self.notes.append(note)
+                self.notes.append(Note("sos-commands", note))
             return text.encode()
         return data
 
@@ -92,7 +86,7 @@ def with_sos_commands(src: DumpSource) -> DumpSource:
         return src
     served: dict[str, tuple[str, str, str]] = {}
     sysctl = _sysctl_values(src)
-    for key in VM_KEYS:
+    for key in VM_SYSCTLS:  # the sysctls a dump carries (collect_scripts/collect.py)
         value = sysctl.get(f"vm.{key}")
         if value and _NUMBER.match(value[0]):
             served[f"proc/sys/vm/{key}"] = (

@@ -17,6 +17,7 @@ from umbp_sim.dump.limits import DEFAULT_LIMITS, ArchiveLimits
 from umbp_sim.dump.opener import bytes_source
 from umbp_sim.dump.source import MemorySource
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_USAGE
 
 LABEL = "<stdin>"
 STDIN = "-"
@@ -25,7 +26,7 @@ STDIN = "-"
 class StdinUsageError(UmbpSimError):
     """Standard input asked for twice (dump and error line), or beside other dumps."""
 
-    exit_code = 64
+    exit_code = EX_USAGE
 
 
 def check_one_reader(dumps: list[str], error_arg: str | None, dump_flag: str) -> None:

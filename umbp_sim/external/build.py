@@ -19,6 +19,7 @@ from pathlib import Path
 
 from umbp_sim.capi import get_include, interposer_path
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_DATAERR
 
 WRAPPED = (
     "mmap", "mmap64", "munmap", "madvise", "mbind", "syscall", "memfd_create", "ftruncate",
@@ -28,7 +29,7 @@ WRAPPED = (
 
 
 class BuildError(UmbpSimError):
-    exit_code = 65
+    exit_code = EX_DATAERR
     multiline = True  # the compiler's output follows the first line
 
 

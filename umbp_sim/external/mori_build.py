@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from umbp_sim.exit_codes import EX_CANTCREAT
 from umbp_sim.external.build import BuildError, compiler_env, include_dirs
 
 SOURCE = "src/umbp/local/host_mem_allocator.cpp"
@@ -166,5 +167,5 @@ def check_output_writable(output: str) -> None:
 
 
 class OutputError(BuildError):
-    exit_code = 73  # EX_CANTCREAT
+    exit_code = EX_CANTCREAT
     multiline = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from umbp_sim.machine import HugePool, Machine
+from umbp_sim.machine import NODE_AND_POOL_KEYWORDS, HugePool, Machine
 from umbp_sim.scenario.schema import Scenario, ScenarioError
 from umbp_sim.units import parse_size
 
@@ -17,7 +17,7 @@ def build_machine(scn: Scenario) -> Machine:
         free_per_node = table.pop("free_hugepages_per_node", None)
         if "dump" in table:
             dump = table.pop("dump")
-            for key in ("nodes", "mem_per_node", "hugepages", "hugepages_per_node"):
+            for key in NODE_AND_POOL_KEYWORDS:
                 if key in table:
                     raise ScenarioError(
                         f"{scn.path}: [machine].{key}: cannot be combined with dump (the dump "

@@ -19,6 +19,7 @@ from typing import Any
 from umbp_sim.backing import BACKINGS, OUTCOMES
 from umbp_sim.bounded import shown
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_DATAERR
 from umbp_sim.machine import SCENARIO_MACHINE_KEYS, SCENARIO_MACHINE_TYPES
 from umbp_sim.profiles import MORI_LOG_ENV
 from umbp_sim.scenario.regex import pattern_problem
@@ -51,7 +52,7 @@ else:  # pragma: no cover - Python 3.10
 class ScenarioError(UmbpSimError):
     """A malformed scenario file. The message starts with the file and the key."""
 
-    exit_code = 65
+    exit_code = EX_DATAERR
 
 
 STEP_OPS = ("alloc", "free", "acquire", "release", "lookup", "set_nr_hugepages")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from umbp_sim.bounded import shown
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_USAGE
 from umbp_sim.units import SizeError, parse_size
 
 HUGEPAGE = "SGLANG_HICACHE_HOST_HUGEPAGE"
@@ -50,7 +51,7 @@ class EnvVarError(UmbpSimError, ValueError):
     A ValueError like sglang's own, so code that treats it as sglang does sees the same type.
     """
 
-    exit_code = 64
+    exit_code = EX_USAGE
 
     def __init__(self, variable: str, value: str, message: str) -> None:
         self.variable = variable

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_USAGE
 
 EMULATED = ("0.5.23",)  # 0.5.23 is also the newest release on the package index (2026-12-03)
 SGLANG_RELEASES = ("installed", *EMULATED)
@@ -38,7 +39,7 @@ _loaded: types.ModuleType | None = None
 class SglangNotInstalled(UmbpSimError):
     """``--sglang installed`` without an sglang (or without its UMBP allocator module)."""
 
-    exit_code = 64
+    exit_code = EX_USAGE
 
 
 def installed_module_path() -> Path | None:

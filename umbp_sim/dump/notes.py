@@ -1,0 +1,76 @@
+"""Dump notes: what the reader took, assumed or could not find, each with a stable code.
+
+A ``Note`` is its text exactly as printed (a ``str``: printed, compared and written to JSON as
+that text) and ``code``, the rule that wrote it, one of ``CODES``. Code that acts on notes
+selects them by code (``umbp_sim/diagnose/explain.py``), never by words of their text; the
+``inspect --json`` document lists the codes beside the texts (``note_codes``).
+"""
+
+from __future__ import annotations
+
+# code -> the rule that writes the note
+CODES: dict[str, str] = {
+    # the architecture and the hugepage sizes (read_pools.py, arch.py)
+    "arch": "the architecture and base page size, and what showed them",
+    "arch-not-modelled": "an architecture umbp-sim does not model, replayed under x86_64's rules",
+    "hugepage-sizes-from-nodes": "no sys/kernel/mm/hugepages: the sizes of the nodes' pools",
+    "hugepage-size-assumed": "no size anywhere but HugePages_* lines: the arch's default size",
+    "hugepage-size-from-meminfo": "no size directories: meminfo's Hugepagesize is the only size",
+    "hugepage-size-added": "meminfo's Hugepagesize has no directory: added to the sizes",
+    "default-hugepage-size-assumed": "no Hugepagesize line: the default size inferred",
+    "no-hugetlb": "no hugepage sizes: a kernel without CONFIG_HUGETLB_PAGE",
+    # the pools (read_pools.py, build.py)
+    "pool-sysfs-meminfo-differ": "a sysfs pool count and meminfo's differ: sysfs is used",
+    "pool-spread": "no per-node pool files: the pages spread round robin as the kernel does",
+    "pool-summed-from-nodes": "no global pool counts: summed from the nodes",
+    "pool-nodes-differ-global": "the nodes' pages differ from the global count: the nodes' used",
+    "pool-counts-cut": "a pool's free or surplus count above its total: cut to the total",
+    "reserved-cut": "more pages reserved than free: the reserved count cut",
+    # memory figures (facts.py, hwloc.py, build.py)
+    "meminfo-from-nodes": "no proc/meminfo: the host-wide figures summed from the nodes' files",
+    "meminfo-figure-missing": "no proc/meminfo: a figure the nodes' files do not carry",
+    "hugepage-figure-missing": "no proc/meminfo: a hugepage figure the nodes' files do not carry",
+    "page-cache-from-cached": "no Active(file)/Inactive(file): page cache as Cached - Shmem",
+    "page-cache-from-filepages": "no Active(file)/Inactive(file): page cache as FilePages - Shmem",
+    "mem-available-estimated": "no MemAvailable line: estimated as si_mem_available does",
+    "node-memtotal-mismatch": "the nodes' MemTotal do not add up to meminfo's",
+    "node-meminfo-missing": "a node without meminfo: given a share of the unaccounted MemTotal",
+    # nodes (read_system.py, build.py)
+    "bare-meminfo": "a bare meminfo: no NUMA information, one node",
+    "no-numa-sysfs": "no sys/devices/system/node: no NUMA information, one node",
+    "nodes-from-online-list": "no nodeN directories: the nodes of the online list",
+    "possible-nodes-extended": "the possible list lacks nodes the dump has: they are added",
+    # sysctls, kernel, limits (read_system.py, build.py, sosreport.py)
+    "kernel-version-from-proc-version": "no osrelease: the kernel version from proc/version",
+    "kernel-version-assumed": "no kernel release in the dump: the version meminfo's lines date",
+    "overcommit-ratio-solved": "no overcommit_ratio: solved from CommitLimit",
+    "overcommit-ratio-default": "no overcommit_ratio: the kernel default",
+    "overcommit-memory-default": "no overcommit_memory: the kernel default",
+    "reserve-default": "no admin_reserve_kbytes / user_reserve_kbytes: the kernel default",
+    "rlimit-as-unknown": "proc/self/limits without a 'Max address space' line",
+    "sos-commands": "a file served from a sosreport's sos_commands/",
+    "field-not-in-dump": "a Machine field no dump carries: the default",
+    "path-ignored": "a path leaving the dump (absolute, '..' or a link): ignored",
+    "hugepage-path-ignored": "a hugepage file leaving the dump (absolute, '..' or a link): ignored",
+}
+
+
+class Note(str):
+    """One dump note: the text as printed, with ``code`` (one of ``CODES``) beside it.
+
+    >>> n = Note("no-hugetlb", "no hugepage sizes: kernel without CONFIG_HUGETLB_PAGE")
+    >>> n.code, n == "no hugepage sizes: kernel without CONFIG_HUGETLB_PAGE"
+    ('no-hugetlb', True)
+    """
+
+    code: str
+
+    def __new__(cls, code: str, text: str) -> Note:
+        if code not in CODES:
+            raise ValueError(f"{code!r} is not a dump note code (umbp_sim/dump/notes.py)")
+        note = super().__new__(cls, text)
+        note.code = code
+        return note
+
+    def __getnewargs__(self) -> tuple[str, str]:  # type: ignore[override]
+        return (self.code, str(self))  # copies and pickles keep the code
