@@ -16,10 +16,8 @@ import re
 from dataclasses import dataclass
 
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.profiles import ALIASES, PROFILES
 from umbp_sim.value_types import shown, shown_path
-
-BUILTIN_PROFILES = ("umbp-sim", "mori-624002c")
-BUILTIN_ALIASES = {"mori": "mori-624002c"}
 
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -44,10 +42,10 @@ def parse_allocator_spec(text: str, arg: str = "--allocator") -> AllocatorSpec:
     """The allocator ``text`` names; AllocatorSpecError (one line naming ``arg`` and ``text``)
     if none."""
     t = text.strip()
-    if t in BUILTIN_PROFILES:
+    if t in PROFILES:
         return AllocatorSpec("builtin", t)
-    if t in BUILTIN_ALIASES:
-        return AllocatorSpec("builtin", BUILTIN_ALIASES[t])
+    if t in ALIASES:
+        return AllocatorSpec("builtin", ALIASES[t])
     looks_like_path = "/" in t or t.endswith(".so") or ".so." in t
     if looks_like_path:
         if not os.path.isfile(t):
@@ -58,7 +56,7 @@ def parse_allocator_spec(text: str, arg: str = "--allocator") -> AllocatorSpec:
         return AllocatorSpec("shared-object", t, os.path.abspath(t))
     if _MODULE_NAME.match(t):
         return AllocatorSpec("module", t)
-    known = ", ".join(BUILTIN_PROFILES + tuple(BUILTIN_ALIASES))
+    known = ", ".join(PROFILES + tuple(ALIASES))
     raise AllocatorSpecError(
         f"{arg} {shown(text)}: not a built-in profile ({known}), a module name or a path to a "
         "shared object"
@@ -92,4 +90,4 @@ def module_location(name: str) -> str | None:
 def is_external(name: str) -> bool:
     """Whether ``name`` (an ``--allocator`` value) is an external build, not a built-in profile."""
     t = name.strip()
-    return t not in BUILTIN_PROFILES and t not in BUILTIN_ALIASES
+    return t not in PROFILES and t not in ALIASES
