@@ -747,11 +747,12 @@ def test_unknown_backing_value(run):
     assert r.ops() == []
 
 
-def test_allocator_without_a_kernel():
-    a = _native.HostMemAllocator(None)
+@pytest.mark.parametrize("native", [_native.UmbpSimAllocator, _native.Mori624002cAllocator])
+def test_allocator_without_a_kernel(native):
+    a = native(None)
     handle, messages, sig, where = a.alloc(4096, Anonymous, 2 * MiB, -1, True)
     assert not handle and sig == 0
-    assert messages == [("warning", "Alloc: no kernel; returning an invalid handle")]
+    assert messages == [("warning", "no-kernel", "Alloc: no kernel; returning an invalid handle")]
     assert a.kernel is None
     assert a.live_buffers() == [] and a.shm_registry() == []
     assert a.lookup_shm_allocation(4096, 1) is None

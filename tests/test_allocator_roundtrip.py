@@ -290,7 +290,7 @@ def test_simulated_signal_raises_simulated_crash(linux_kernel):
     )
     b = UMBPHostMemAllocator(kernel=CrashReportingKernel())
     with pytest.raises(SimulatedCrash) as e:
-        b._finish([("warning", "w")], 9, "mmap")
+        b._finish([("warning", "size-zero", "w")], 9, "mmap")
     assert str(e.value) == (
         "killed by SIGBUS during prefault touch of node 1 (2048 kB pages): "
         "no free 2048 kB page on node 1"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import logging
 
 import pytest
@@ -24,12 +25,11 @@ from umbp_sim.faults import FaultPlan, FaultRule
 from umbp_sim.leaks import collect_leaks
 from umbp_sim.machine import Machine
 from umbp_sim.profiles import (
-    FIELDS,
+    DIFFERENCES,
     ProfileError,
     canonical_profile,
     difference_table,
     mori_log_lines,
-    policies,
 )
 from umbp_sim.scenario.bundled import bundled_scenarios_dir
 from umbp_sim.scenario.runner import run_scenario
@@ -72,25 +72,27 @@ def test_profile_names():
     assert canonical_profile("umbp-sim") == "umbp-sim"
     with pytest.raises(ProfileError, match="unknown allocator profile 'x'"):
         canonical_profile("x")
-    with pytest.raises(ValueError, match="profile must be one of"):
-        umbp_sim._native.HostMemAllocator(umbp_sim.allocator.real_kernel(), "x")
+    with pytest.raises(ValueError, match="unknown allocator profile 'x'"):
+        UMBPHostMemAllocator(umbp_sim.allocator.real_kernel(), "x")
+    assert UMBPHostMemAllocator(umbp_sim.allocator.real_kernel(), "mori").profile == MORI
 
 
-def test_difference_table_names_every_differing_field_with_moris_lines():
-    pols = policies()
-    assert set(pols) == {"umbp-sim", MORI}
-    assert set(pols["umbp-sim"]) == set(FIELDS)  # every native decision point is documented
-    table = difference_table()
-    differing = [k for k in FIELDS if pols["umbp-sim"][k] != pols[MORI][k]]
-    assert len(differing) >= 10
-    for key in differing:
-        row = next(line for line in table.splitlines() if line.startswith(key + ":"))
-        assert FIELDS[key][1] in row
+def test_difference_table_names_every_difference_with_moris_lines():
+    assert len(DIFFERENCES) >= 10
+    table = difference_table().splitlines()
+    assert table[0].split() == ["decision", "umbp-sim", MORI, "mori", "source", "(lines)"]
+    for d, line in zip(DIFFERENCES, table[1:], strict=True):
+        assert line.startswith(d.decision)
+        assert d.umbp_sim in line and d.mori in line and line.endswith(d.mori_lines)
+        assert d.umbp_sim != d.mori
 
 
 def test_profiles_command(capsys):
     assert main(["profiles"]) == 0
-    assert "populate_failure" in capsys.readouterr().out
+    assert "after a failed MADV_POPULATE_WRITE" in capsys.readouterr().out
+    assert main(["profiles", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["decision"] for r in rows] == [d.decision for d in DIFFERENCES]
     assert main(["run", "--allocator", "no such allocator"]) == 64
 
 

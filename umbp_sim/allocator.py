@@ -10,15 +10,16 @@ is gone (its SimHost, allocators and traced wrappers all dropped), ``ptr`` raise
 ``umbp_sim.errors.HostGoneError``. ``fork()`` is safe while other threads allocate: it waits for
 the native calls in flight, and the child can allocate.
 
-``profile`` chooses the allocator's behaviour where mori and umbp-sim differ
-(``umbp_sim.profiles``): ``"umbp-sim"`` (default here: mori plus umbp-sim's fixes) or
-``"mori-624002c"`` (alias ``"mori"``: what mori's allocator does in the field).
+``profile`` chooses the built-in allocator (``umbp_sim.profiles``): ``"umbp-sim"`` (default
+here: mori plus umbp-sim's fixes) or ``"mori-624002c"`` (alias ``"mori"``: the model of what
+mori's allocator does in the field).
 :class:`MoriUMBPHostMemAllocator` is the mori profile with mori's Python binding as well (its
 argument conversions, no shm registry methods): what ``umbp_sim.mori_compat`` installs as
 ``mori.umbp``.
 
 Native warnings are gathered during the call (GIL released) and logged afterwards on the calling
-thread to the ``umbp_sim.allocator`` logger (mori's own texts under the mori profile; whether
+thread to the ``umbp_sim.allocator`` logger, each record with its stable id as the attribute
+``warning_id`` (csrc/allocator/warning_texts.h; mori's own texts under the mori profile; whether
 mori's log level would show them is ``umbp_sim.profiles.mori_log_lines``). A simulated fatal
 signal raises ``umbp_sim.errors.SimulatedCrash``.
 """
@@ -35,6 +36,7 @@ from typing import Any
 import umbp_sim._native as _native
 from umbp_sim import _context
 from umbp_sim.errors import SimulatedCrash
+from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, canonical_profile
 
 logger = logging.getLogger("umbp_sim.allocator")
 
@@ -45,6 +47,12 @@ Anonymous = UMBPHostBufferBacking.Anonymous
 AnonymousHugetlb = UMBPHostBufferBacking.AnonymousHugetlb
 AnonymousShm = UMBPHostBufferBacking.AnonymousShm
 AnonymousShmHugetlb = UMBPHostBufferBacking.AnonymousShmHugetlb
+
+# Each profile's native allocator (csrc/allocator).
+_BUILTIN = {
+    FIXED_PROFILE: _native.UmbpSimAllocator,
+    FIELD_PROFILE: _native.Mori624002cAllocator,
+}
 
 _SIZE_MAX = 2**64 - 1
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
@@ -104,7 +112,7 @@ class UMBPHostMemAllocator:
     the two differ.
     """
 
-    def __init__(self, kernel: Any = None, profile: str = "umbp-sim") -> None:
+    def __init__(self, kernel: Any = None, profile: str = FIXED_PROFILE) -> None:
         if not isinstance(profile, str):
             raise TypeError(f"profile must be a str, got {type(profile).__name__} {profile!r}")
         if kernel is None:
@@ -115,8 +123,9 @@ class UMBPHostMemAllocator:
             raise TypeError(
                 f"kernel must be a umbp_sim._native.Kernel or None, got {type(kernel).__name__}"
             )
+        self._profile = canonical_profile(profile)  # ProfileError (a ValueError) if unknown
         self._kernel = kernel
-        self._native = _native.HostMemAllocator(kernel, profile)
+        self._native = _BUILTIN[self._profile](kernel)
 
     @property
     def kernel(self) -> Any:
@@ -126,7 +135,7 @@ class UMBPHostMemAllocator:
     @property
     def profile(self) -> str:
         """The allocator profile: ``"umbp-sim"`` or ``"mori-624002c"``."""
-        return str(self._native.profile)
+        return self._profile
 
     def alloc(
         self,
@@ -192,12 +201,13 @@ class UMBPHostMemAllocator:
         """
         return {"live": self._native.live_buffers(), "shm": self._native.shm_registry()}
 
-    def _finish(self, messages: list[tuple[str, str]], sig: int, where: str) -> None:
-        for level, text in messages:
+    def _finish(self, messages: list[tuple[str, str, str]], sig: int, where: str) -> None:
+        for level, warning_id, text in messages:
+            extra = {"warning_id": warning_id}
             if level == "warning":
-                logger.warning(text)
+                logger.warning(text, extra=extra)
             else:
-                logger.info(text)
+                logger.info(text, extra=extra)
         if sig:
             self._raise_crash(sig, where)
 
@@ -245,7 +255,7 @@ class MoriUMBPHostMemAllocator(UMBPHostMemAllocator):
     ``free``: the shm registry is C++-only in mori.
     """
 
-    def __init__(self, kernel: Any = None, profile: str = "mori-624002c") -> None:
+    def __init__(self, kernel: Any = None, profile: str = FIELD_PROFILE) -> None:
         super().__init__(kernel, profile)
 
     def _alloc_args(
@@ -274,10 +284,8 @@ _REGISTRY_METHODS = frozenset(
 
 def allocator_class(profile: str) -> type[UMBPHostMemAllocator]:
     """The Python surface of a profile: mori's binding for mori's allocator, else umbp-sim's."""
-    from umbp_sim.profiles import canonical_profile
-
     return (
         MoriUMBPHostMemAllocator
-        if canonical_profile(profile) == "mori-624002c"
+        if canonical_profile(profile) == FIELD_PROFILE
         else UMBPHostMemAllocator
     )

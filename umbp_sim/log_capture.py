@@ -1,4 +1,6 @@
-"""One handler that keeps what a run logged: every text, and which logger said it."""
+"""One handler that keeps what a run logged: every text, which logger said it and, for the
+built-in allocators' warnings, the warning's stable id (the LogRecord attribute ``warning_id``;
+csrc/allocator/warning_texts.h)."""
 
 from __future__ import annotations
 
@@ -6,24 +8,27 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+# (logger name, warning id or None, text)
+LogEntry = tuple[str, "str | None", str]
+
 
 class LogCapture(logging.Handler):
     """Records at ``level`` and above: ``messages`` (the texts, in order) and ``log``
-    ((logger name, text) pairs); ``of(name)`` is one logger's texts."""
+    ((logger name, warning id, text) triples); ``of(name)`` is one logger's texts."""
 
     def __init__(self, level: int = logging.WARNING) -> None:
         super().__init__(level)
         self.messages: list[str] = []
-        self.log: list[tuple[str, str]] = []
+        self.log: list[LogEntry] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
         self.messages.append(text)
-        self.log.append((record.name, text))
+        self.log.append((record.name, getattr(record, "warning_id", None), text))
 
     def of(self, name: str) -> list[str]:
         """The texts logger ``name`` logged."""
-        return [text for logger, text in self.log if logger == name]
+        return [text for logger, _, text in self.log if logger == name]
 
 
 @contextmanager

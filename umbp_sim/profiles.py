@@ -1,80 +1,116 @@
-"""The built-in allocator's profiles and what mori's log would show.
+"""The built-in allocators' profiles and what mori's log would show.
 
-One allocator (csrc/allocator), its decision points a policy (csrc/allocator/policy.h), two
-profiles:
+Two allocators over one support layer (csrc/allocator), named by profile:
 
-- ``umbp-sim``: mori's allocator plus umbp-sim's fixes;
-- ``mori-624002c`` (alias ``mori``): mori's ``HostMemAllocator`` at ROCm/mori commit 624002c,
-  the allocator the field runs (``docs/deployed-behaviour.md``).
+- ``umbp-sim``: mori's allocator plus umbp-sim's fixes (``umbp_sim_allocator.cpp``);
+- ``mori-624002c`` (alias ``mori``): a model of mori's ``HostMemAllocator`` at ROCm/mori commit
+  624002c, the allocator the field runs (``mori_624002c_allocator.cpp``,
+  ``docs/deployed-behaviour.md``).
 
-Replay, preflight and run model the field by default (:data:`FIELD_PROFILE`).
-``umbp-sim profiles`` prints :func:`difference_table`.
+The names are declared here once (:data:`PROFILES`, :data:`ALIASES`); ``umbp_sim.allocator``
+maps each to its native class. Replay, preflight and run model the field by default
+(:data:`FIELD_PROFILE`). ``umbp-sim profiles`` prints :func:`difference_table`.
 """
 
 from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
 
 from umbp_sim.errors import UmbpSimError
 
-PROFILES = ("umbp-sim", "mori-624002c")
-ALIASES = {"mori": "mori-624002c"}
-FIELD_PROFILE = "mori-624002c"
 FIXED_PROFILE = "umbp-sim"
+FIELD_PROFILE = "mori-624002c"
+PROFILES = (FIXED_PROFILE, FIELD_PROFILE)
+ALIASES = {"mori": FIELD_PROFILE}
 
-# Each decision point: what it decides, and the lines of mori's
-# src/umbp/local/host_mem_allocator.cpp (commit 624002c) the mori profile reproduces.
-FIELDS: dict[str, tuple[str, str]] = {
-    "populate_failure": (
+
+@dataclass(frozen=True)
+class Difference:
+    """One decision the two allocators take differently: what each does, and the lines of
+    mori's src/umbp/local/host_mem_allocator.cpp (commit 624002c) the mori model reproduces.
+    Data for the table only: each allocator's code takes its own decision."""
+
+    decision: str
+    umbp_sim: str
+    mori: str
+    mori_lines: str
+
+
+DIFFERENCES: tuple[Difference, ...] = (
+    Difference(
         "after a failed MADV_POPULATE_WRITE",
-        "151-164: warn, touch every page by hand (SIGBUS on hugetlb with no page on the node)",
+        "unmap: demote on hugetlb EFAULT, touch by hand on EINVAL, else fail",
+        "warn, touch every page by hand (SIGBUS on hugetlb with no page on the node)",
+        "151-164",
     ),
-    "check_possible_nodes": (
-        "reads /sys/devices/system/node/possible before mbind",
-        "167-187: no check, mbind is always called",
+    Difference(
+        "before mbind",
+        "reads /sys/devices/system/node/possible; binds only a node it lists",
+        "no check, mbind is always called",
+        "167-187",
     ),
-    "maxnode": (
+    Difference(
         "maxnode passed to mbind",
-        "178: word_count * 64, so node 63 (mod 64) is dropped: EINVAL, never bound",
+        "node + 2: the node's bit is among the maxnode - 1 the kernel reads",
+        "word_count * 64, so node 63 (mod 64) is dropped: EINVAL, never bound",
+        "178",
     ),
-    "cap_nodemask": (
-        "refuses nodes past the kernel's 32768-bit mask without building one",
-        "171-175: builds numa_node/64+1 words (256 MiB for 2^31-1); a refused malloc "
-        "escapes alloc as MemoryError",
+    Difference(
+        "a node past the kernel's 32768-bit mask",
+        "refused with a warning, no mask built",
+        "builds numa_node/64+1 words (256 MiB for 2^31-1); a refused malloc escapes alloc as "
+        "MemoryError",
+        "171-175",
     ),
-    "hugepage_size_above_base_page": (
-        "hugepage_size must exceed the base page",
-        "218-226, 387: only a power of two; 1 maps default-size hugepages with mapped_size "
-        "== size (free's munmap then fails), 2..4096 ask the kernel",
+    Difference(
+        "hugepage_size of 1..4096",
+        "demotes at once (MAP_HUGE_* cannot encode it)",
+        "only a power of two is checked; 1 maps default-size hugepages with mapped_size == "
+        "size (free's munmap then fails), 2..4096 ask the kernel",
+        "218-226, 387",
     ),
-    "free_trusts_handle": (
-        "free unmaps the handle's address and size",
-        "451-494: a stale copy unmaps whatever is there now and takes the shm registry "
-        "record (and fd) of the buffer at that address",
+    Difference(
+        "what free unmaps",
+        "its own table's buffer; a stale copy of a handle is refused",
+        "the handle's address and size: a stale copy unmaps whatever is there now and takes the "
+        "shm registry record (and fd) of the buffer at that address",
+        "451-494",
     ),
-    "mori_texts": (
-        "warning texts are mori's MORI_UMBP_WARN lines",
-        "130-133, 157-160, 205, 260, 266, 275, 308-310, 347, 464-467, 485-488, 567; "
-        "nothing for size 0, rounding overflow, a failed anonymous mmap, an unknown backing",
+    Difference(
+        "warning texts",
+        "umbp-sim's, with the size's hugepage counters",
+        "mori's MORI_UMBP_WARN lines; nothing for size 0, rounding overflow, a failed anonymous "
+        "mmap, an unknown backing",
+        "130-133, 157-160, 205, 260, 266, 275, 308-310, 347, 464-467, 485-488, 567",
     ),
-    "one_hugetlb_warning_per_process": (
-        "one warning for every hugetlb fallback of the process",
-        "126-135: one std::once_flag, consumed even when the log level drops the line",
+    Difference(
+        "once-only hugetlb fallback warnings",
+        "once per (backing, step, size, errno)",
+        "one std::once_flag for every hugetlb fallback of the process, consumed even when the "
+        "log level drops the line",
+        "126-135",
     ),
-    "exceptions_escape": (
+    Difference(
+        "an exception inside alloc",
+        "every resource released, an invalid handle",
         "std::bad_alloc escapes alloc, leaving the mapping",
         "173: no try/catch around the nodemask vector",
     ),
-    "register_shm_before_policies": (
-        "shm registry record written before mbind and prefault",
+    Difference(
+        "when the shm registry record is written",
+        "for a buffer it returns",
+        "before mbind and prefault",
         "287-296, 370-379",
     ),
-    "map_hugetlb_on_memfd": (
-        "maps the hugetlb memfd with MAP_SHARED|MAP_HUGETLB (trace only)",
+    Difference(
+        "mmap flags of the hugetlb memfd (trace only)",
+        "MAP_SHARED",
+        "MAP_SHARED|MAP_HUGETLB",
         "355",
     ),
-}
+)
 
 
 class ProfileError(UmbpSimError, ValueError):
@@ -89,31 +125,22 @@ def canonical_profile(name: str) -> str:
     if name not in PROFILES:
         raise ProfileError(
             f"unknown allocator profile {_shown(name)}: use one of {', '.join(PROFILES)} "
-            "(or 'mori')"
+            f"(or {', '.join(repr(a) for a in ALIASES)})"
         )
     return name
 
 
-def policies() -> dict[str, dict[str, object]]:
-    """Every profile's decision points, as the native allocator has them."""
-    import umbp_sim._native as _native
-
-    return dict(_native.allocator_profiles())
+def differences() -> list[dict[str, str]]:
+    """:data:`DIFFERENCES` as plain data (``umbp-sim profiles --json``)."""
+    return [asdict(d) for d in DIFFERENCES]
 
 
 def difference_table() -> str:
-    """The decision points where the profiles differ, one row each, with mori's source lines."""
-    pols = policies()
-    a, b = pols[FIXED_PROFILE], pols[FIELD_PROFILE]
-    rows = [("decision point", FIXED_PROFILE, FIELD_PROFILE, "mori source (lines)")]
-    for key, (what, source) in FIELDS.items():
-        if a[key] != b[key]:
-            rows.append((f"{key}: {what}", str(a[key]), str(b[key]), source))
+    """The decisions the two allocators take differently, one row each, with mori's lines."""
+    rows = [("decision", FIXED_PROFILE, FIELD_PROFILE, "mori source (lines)")]
+    rows += [(d.decision, d.umbp_sim, d.mori, d.mori_lines) for d in DIFFERENCES]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    out = []
-    for r in rows:
-        out.append("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
-    return "\n".join(out)
+    return "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows)
 
 
 # ---- mori's log -------------------------------------------------------------------------------

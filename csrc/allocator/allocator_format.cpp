@@ -1,12 +1,34 @@
-#include <atomic>
+// The helpers of allocator_format.h, and BackingName and friends of host_buffer.h.
+#include "allocator/allocator_format.h"
+
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <mutex>
 
-#include "allocator/allocator_state.h"
-
 namespace umbp {
+
+std::string BackingName(HostBufferBacking b) {
+  switch (b) {
+    case HostBufferBacking::Anonymous:
+      return "Anonymous";
+    case HostBufferBacking::AnonymousHugetlb:
+      return "AnonymousHugetlb";
+    case HostBufferBacking::AnonymousShm:
+      return "AnonymousShm";
+    case HostBufferBacking::AnonymousShmHugetlb:
+      return "AnonymousShmHugetlb";
+  }
+  return "Unknown(" + std::to_string(static_cast<int>(b)) + ")";
+}
+
+bool IsHugetlb(HostBufferBacking b) {
+  return b == HostBufferBacking::AnonymousHugetlb || b == HostBufferBacking::AnonymousShmHugetlb;
+}
+
+bool IsShm(HostBufferBacking b) {
+  return b == HostBufferBacking::AnonymousShm || b == HostBufferBacking::AnonymousShmHugetlb;
+}
 
 std::string ErrName(int e) {
   if (const char* n = strerrorname_np(e)) return n;
@@ -40,16 +62,15 @@ std::optional<size_t> AlignUp(size_t size, size_t alignment) {
   return (size + alignment - 1) & ~(alignment - 1);
 }
 
-int Log2(size_t v) { return __builtin_ctzll(static_cast<unsigned long long>(v)); }
+int HugeSizeBits(size_t hp) {
+  constexpr int kHugeShift = 26;  // MAP_HUGE_SHIFT == MFD_HUGE_SHIFT
+  const int log2 = __builtin_ctzll(static_cast<unsigned long long>(hp));
+  return static_cast<int>(static_cast<unsigned>(log2) << kHugeShift);
+}
 
 HostBufferBacking Demoted(HostBufferBacking b) {
   return b == HostBufferBacking::AnonymousShmHugetlb ? HostBufferBacking::AnonymousShm
                                                      : HostBufferBacking::Anonymous;
-}
-
-uint64_t NextSerial() {
-  static std::atomic<uint64_t> serial{0};
-  return ++serial;
 }
 
 }  // namespace umbp

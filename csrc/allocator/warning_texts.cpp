@@ -20,4 +20,53 @@ std::string Fill(const char* text, Values values) {
   return out;
 }
 
+const std::vector<CatalogueEntry>& Catalogue() {
+  static const std::vector<CatalogueEntry> all{
+      {"umbp-sim", &kNoKernel},
+      {"umbp-sim", &kUnknownBacking},
+      {"umbp-sim", &kSizeZero},
+      {"umbp-sim", &kRoundingOverflows},
+      {"umbp-sim", &kInternalError},
+      {"umbp-sim", &kHugepageSizeNotPowerOfTwo},
+      {"umbp-sim", &kHugepageSizeNotAboveBasePage},
+      {"umbp-sim", &kHugetlbMemfdFailed},
+      {"umbp-sim", &kHugetlbFtruncateFailed},
+      {"umbp-sim", &kHugetlbMmapFailed},
+      {"umbp-sim", &kHugetlbPopulateEfault},
+      {"umbp-sim", &kMmapFailed},
+      {"umbp-sim", &kMemfdFailed},
+      {"umbp-sim", &kFtruncateFailed},
+      {"umbp-sim", &kPopulateFailed},
+      {"umbp-sim", &kTouchFailed},
+      {"umbp-sim", &kPopulateEinval},
+      {"umbp-sim", &kPossibleUnreadable},
+      {"umbp-sim", &kPossibleUnparsable},
+      {"umbp-sim", &kNodeNotPossible},
+      {"umbp-sim", &kMbindFailed},
+      {"umbp-sim", &kCleanupMunmapFailed},
+      {"umbp-sim", &kCloseFailed},
+      {"umbp-sim", &kStepCloseFailed},
+      {"umbp-sim", &kFreeNotOwned},
+      {"umbp-sim", &kFreeDeferred},
+      {"umbp-sim", &kFreeMunmapThrew},
+      {"umbp-sim", &kFreeMunmapFailed},
+      {"umbp-sim", &kReleaseUnknown},
+      {"umbp-sim", &kReleaseUnmatched},
+      {"umbp-sim", &kDeferredMunmapFailed},
+      {"mori", &kMoriHugetlbFallback},
+      {"mori", &kMoriNumaUnavailable},
+      {"mori", &kMoriInvalidHugepageSize},
+      {"mori", &kMoriInvalidHugepageSizeShm},
+      {"mori", &kMoriMemfdFailed},
+      {"mori", &kMoriFtruncateFailed},
+      {"mori", &kMoriMmapFailed},
+      {"mori", &kMoriMbindFailed},
+      {"mori", &kMoriPopulateFailed},
+      {"mori", &kMoriFreeDeferred},
+      {"mori", &kMoriMunmapFailed},
+      {"mori", &kMoriDeferredMunmapFailed},
+  };
+  return all;
+}
+
 }  // namespace umbp::texts

@@ -1,6 +1,9 @@
-// The allocator as seen from Python: mori.umbp's UMBPHostBufferBacking / UMBPHostBufferHandle,
-// and a raw `HostMemAllocator` whose calls return the warnings and the simulated crash (as the
-// kernel that raised it recorded it on this thread, kernel/crash_record.h) next to the result.
+// The allocators as seen from Python: mori.umbp's UMBPHostBufferBacking / UMBPHostBufferHandle,
+// and the raw built-in allocators (`UmbpSimAllocator`, `Mori624002cAllocator`, both a
+// `HostMemAllocator`) whose calls return the warnings, each as (level, id, text), and the
+// simulated crash (as the kernel that raised it recorded it on this thread,
+// kernel/crash_record.h) next to the result; `warning_catalogue()` lists every warning's id and
+// template.
 // umbp_sim/allocator.py turns those into logging records and exceptions on the calling thread,
 // after the GIL is back.
 #include <pybind11/stl.h>
@@ -8,10 +11,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "allocator/host_mem_allocator.h"
+#include "allocator/mori_624002c_allocator.h"
+#include "allocator/umbp_sim_allocator.h"
+#include "allocator/warning_texts.h"
 #include "kernel/crash_record.h"
 #include "kernel/memory_lifetimes.h"
 #include "python/bindings.h"
@@ -22,7 +29,7 @@ namespace py = pybind11;
 namespace umbp::bindings {
 namespace {
 
-using Messages = std::vector<std::pair<LogLevel, std::string>>;
+using Messages = std::vector<std::tuple<LogLevel, std::string, std::string>>;
 
 // Warnings of the native call running on this thread. The allocator calls its sink
 // synchronously on the calling thread, so a thread-local collector sees exactly its own call's
@@ -42,7 +49,8 @@ class Collect {
   py::list to_list() const {
     py::list out;
     for (const auto& m : messages_) {
-      out.append(py::make_tuple(m.first == LogLevel::Warning ? "warning" : "info", m.second));
+      out.append(py::make_tuple(std::get<0>(m) == LogLevel::Warning ? "warning" : "info",
+                                std::get<1>(m), std::get<2>(m)));
     }
     return out;
   }
@@ -57,8 +65,8 @@ class Collect {
   Messages* prev_;
 };
 
-void collect_sink(LogLevel level, const std::string& text) {
-  if (tls_messages) tls_messages->emplace_back(level, text);
+void collect_sink(LogLevel level, const std::string& id, const std::string& text) {
+  if (tls_messages) tls_messages->emplace_back(level, id, text);
 }
 
 std::string hex(const void* p) {
@@ -104,34 +112,16 @@ py::object shm_to_py(const std::optional<HostMemAllocator::ShmAllocation>& a) {
 
 }  // namespace
 
-py::dict policy_dict(const AllocatorPolicy& p) {
-  py::dict d;
-  d["populate_failure"] = p.populate_failure == AllocatorPolicy::PopulateFailure::TouchByHand
-                              ? "touch-by-hand"
-                              : "unmap-then-demote-or-fail";
-  d["check_possible_nodes"] = p.check_possible_nodes;
-  d["maxnode"] = p.maxnode == AllocatorPolicy::Maxnode::WordBits ? "word-bits" : "node-plus-two";
-  d["cap_nodemask"] = p.cap_nodemask;
-  d["hugepage_size_above_base_page"] = p.hugepage_size_above_base_page;
-  d["free_trusts_handle"] = p.free_trusts_handle;
-  d["mori_texts"] = p.mori_texts;
-  d["one_hugetlb_warning_per_process"] = p.one_hugetlb_warning_per_process;
-  d["exceptions_escape"] = p.exceptions_escape;
-  d["register_shm_before_policies"] = p.register_shm_before_policies;
-  d["map_hugetlb_on_memfd"] = p.map_hugetlb_on_memfd;
-  return d;
-}
-
 void bind_allocator(py::module_& m) {
   m.def(
-      "allocator_profiles",
+      "warning_catalogue",
       [] {
-        py::dict out;
-        for (const auto& name : PolicyNames())
-          out[py::str(name)] = policy_dict(*PolicyByName(name));
+        py::list out;
+        for (const texts::CatalogueEntry& e : texts::Catalogue())
+          out.append(py::make_tuple(e.catalogue, e.warning->id, e.warning->text));
         return out;
       },
-      "Every allocator profile and its decision points: {name: {field: value}}");
+      "Every warning of the built-in allocators: [(catalogue, id, template)]");
   py::enum_<HostBufferBacking>(m, "UMBPHostBufferBacking", "Backing of a host buffer (mori.umbp)")
       .value("Anonymous", HostBufferBacking::Anonymous)
       .value("AnonymousHugetlb", HostBufferBacking::AnonymousHugetlb)
@@ -183,23 +173,9 @@ void bind_allocator(py::module_& m) {
       });
 
   py::class_<HostMemAllocator>(m, "HostMemAllocator",
-                               "The native allocator on a Kernel. Calls return (result..., "
+                               "A built-in allocator on a Kernel. Calls return (result..., "
                                "messages, signal, where); use umbp_sim.UMBPHostMemAllocator.")
-      .def(py::init([](KernelPtr kernel, const std::string& profile) {
-             const AllocatorPolicy* policy = PolicyByName(profile);
-             if (!policy) {
-               throw py::value_error(
-                   "profile must be one of umbp-sim, mori-624002c (alias "
-                   "mori), got '" +
-                   profile + "'");
-             }
-             return std::make_unique<HostMemAllocator>(std::move(kernel), collect_sink, *policy);
-           }),
-           py::arg("kernel"), py::arg("profile") = "umbp-sim")
       .def_property_readonly("kernel", &HostMemAllocator::kernel)
-      .def_property_readonly(
-          "profile", [](const HostMemAllocator& a) { return a.policy().name; },
-          "the allocator profile (policy) this allocator follows")
       .def(
           "alloc",
           [](HostMemAllocator& a, size_t size, HostBufferBacking backing, size_t hugepage_size,
@@ -286,6 +262,19 @@ void bind_allocator(py::module_& m) {
                          return d;
                        });
       });
+
+  py::class_<UmbpSimAllocator, HostMemAllocator>(m, "UmbpSimAllocator",
+                                                 "umbp-sim's allocator (mori with its fixes)")
+      .def(py::init([](KernelPtr kernel) {
+             return std::make_unique<UmbpSimAllocator>(std::move(kernel), collect_sink);
+           }),
+           py::arg("kernel"));
+  py::class_<Mori624002cAllocator, HostMemAllocator>(
+      m, "Mori624002cAllocator", "the model of mori's HostMemAllocator at 624002c")
+      .def(py::init([](KernelPtr kernel) {
+             return std::make_unique<Mori624002cAllocator>(std::move(kernel), collect_sink);
+           }),
+           py::arg("kernel"));
 }
 
 }  // namespace umbp::bindings

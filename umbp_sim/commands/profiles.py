@@ -1,4 +1,4 @@
-"""``umbp-sim profiles``: the built-in allocator's profiles and where they differ."""
+"""``umbp-sim profiles``: the built-in allocators' profiles and where they differ."""
 
 from __future__ import annotations
 
@@ -7,14 +7,18 @@ import json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="every decision point of every profile")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="every difference as {decision, umbp_sim, mori, mori_lines}",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from umbp_sim.profiles import difference_table, policies
+    from umbp_sim.profiles import difference_table, differences
 
     if args.json:
-        print(json.dumps(policies(), indent=2))
+        print(json.dumps(differences(), indent=2))
     else:
         print(difference_table())
     return 0

@@ -158,9 +158,9 @@ def _host_check(run: Run, request: Request, machine: Machine) -> list[Cause]:
 
 def _allocator_binding(run: Run, request: Request, machine: Machine) -> list[Cause]:
     """The allocator's own decision to drop a NUMA binding (its warning is the evidence)."""
-    w = run.unbound
+    warning = run.unbound_warning
     node = request.settings()[2]
-    if w is None or "not a possible NUMA node" not in w:
+    if run.unbound is None or warning is None or warning[0] != "numa-node-not-possible":
         return []
     return [
         Cause(

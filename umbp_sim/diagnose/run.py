@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from umbp_sim.allocator_spec import is_external
 from umbp_sim.diagnose.request import Request
 from umbp_sim.machine import Machine
-from umbp_sim.scenario.runner import Observed, observe
+from umbp_sim.scenario.runner import ALLOCATOR_LOGGER, Observed, observe
 from umbp_sim.scenario.schema import Scenario
 from umbp_sim.sim import SimHost
 
@@ -24,7 +24,18 @@ Setup = Callable[[SimHost], "str | None"]
 
 # Outcome ranks: a fix is recommended only when its re-run ranks higher than the replay.
 RANK = {"failed": 0, "crashed": 0, "demoted": 1, "ok": 3}
-UNBOUND_MARK = "buffer not bound"
+# The allocators' warnings that say a requested NUMA binding was dropped, by id
+# (csrc/allocator/warning_texts.h; an external build's lines get theirs from
+# umbp_sim.warning_ids).
+UNBOUND_IDS = frozenset(
+    {
+        "numa-possible-unreadable",
+        "numa-possible-unparsable",
+        "numa-node-not-possible",
+        "mbind-failed",
+        "mori-mbind-failed",
+    }
+)
 
 
 @dataclass
@@ -38,20 +49,26 @@ class Run:
         return self.observed.outcome
 
     @property
+    def unbound_warning(self) -> tuple[str, str] | None:
+        """The allocator's warning (id, text) that dropped the requested NUMA binding, if any."""
+        return next(
+            (
+                (wid, text)
+                for logger, wid, text in self.observed.log
+                if logger == ALLOCATOR_LOGGER and wid in UNBOUND_IDS
+            ),
+            None,
+        )
+
+    @property
     def unbound(self) -> str | None:
         """Why the requested NUMA binding was dropped (the allocator's warning), else None."""
         node = self.request.settings()[2]
         if node < 0:
             return None
         o = self.observed
-        said = next(
-            (
-                w
-                for w in o.allocator_warnings
-                if UNBOUND_MARK in w or ("mbind(" in w and "fail" in w)
-            ),
-            None,
-        )
+        warning = self.unbound_warning
+        said = warning[1] if warning else None
         if o.bound_node is None:  # no buffer to look at (failed, crashed): what the log said
             return said
         if o.bound_node == node:

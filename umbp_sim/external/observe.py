@@ -35,6 +35,7 @@ from umbp_sim.scenario.observed import read_counters
 from umbp_sim.scenario.runner import ALLOCATOR_LOGGER, Observed
 from umbp_sim.scenario.schema import Scenario
 from umbp_sim.sim import SimHost
+from umbp_sim.warning_ids import warning_id
 
 MPOL_BIND = 2
 
@@ -273,7 +274,7 @@ def observed_from_reply(reply: dict[str, Any]) -> Observed:
         obs = result["observed"]
         obs.warnings = allocator_lines + list(obs.warnings)  # the allocator spoke first
     obs.allocator_warnings = allocator_lines
-    obs.log = list(obs.log) + [(ALLOCATOR_LOGGER, w) for w in allocator_lines]
+    obs.log = list(obs.log) + [(ALLOCATOR_LOGGER, warning_id(w), w) for w in allocator_lines]
     return obs
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.log_capture import LogEntry
 from umbp_sim.scenario.regex import MATCH_CPU_SECONDS, RegexTimeout, bounded_search
 from umbp_sim.scenario.schema import Scenario, ScenarioError
 from umbp_sim.sim import SimHost
@@ -31,8 +32,9 @@ class Observed:
     warnings: list[str] = field(default_factory=list)
     # The allocator's own lines among the warnings (what mori's log would carry).
     allocator_warnings: list[str] = field(default_factory=list)
-    # Every warning with the logger that said it (sglang's own lines are under "sglang.").
-    log: list[tuple[str, str]] = field(default_factory=list)
+    # Every warning as (logger, warning id or None, text): sglang's own lines are under
+    # "sglang.", the allocator's carry their ids (umbp_sim.log_capture).
+    log: list[LogEntry] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     steps: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
