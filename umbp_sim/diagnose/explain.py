@@ -287,7 +287,7 @@ def _mbind_maxnode(run: Run) -> str | None:
     maxnode the trace recorded): mori's maxnode rule when maxnode is its mask's bit count
     (docs/deployed-behaviour.md row 4). None when the trace does not show that."""
     node = run.request.settings()[2]
-    found = _MBIND_EINVAL.findall(run.observed.trace or "")
+    found = _MBIND_EINVAL.findall(run.observed.trace_text())
     if node < 0 or not found:
         return None
     maxnode = int(found[-1])

@@ -13,7 +13,6 @@ import argparse
 import dataclasses
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from umbp_sim.backing import DEMOTED_TO, HUGETLB_BACKINGS
@@ -30,10 +29,11 @@ from umbp_sim.diagnose.request_flags import (
     add_request_arguments as add_request_arguments,
 )
 from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
+from umbp_sim.engine.spec import Alloc, HostChange, Run as EngineRun, SglangStartup
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.machine import Machine
 from umbp_sim.profiles import FIELD_PROFILE, MORI_LOG_ENV
 from umbp_sim.request import AllocRequest
-from umbp_sim.scenario.schema import Scenario
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.release import default_sglang_release
 from umbp_sim.sglang.sizing import HicacheRequest, SizingError, hicache_request_of_table
@@ -189,26 +189,24 @@ class Request:
             f"tokens, {h.nbytes} bytes checked, alloc {sizes} bytes ({alloc})"
         )
 
-    def scenario(self, label: str) -> Scenario:
-        """An in-memory scenario the runner executes (its machine comes separately)."""
-        table: dict[str, Any]
+    def engine_run(
+        self, machine: Machine, allocator: str | None = None, changes: tuple[HostChange, ...] = ()
+    ) -> EngineRun:
+        """The engine's ``Run`` of this request on ``machine`` (``allocator``: the request's by
+        default), the admin writes ``changes`` first. A raw request's env holds MORI_* only
+        (its allocator process reads them); sglang's is its startup's too."""
+        work: Alloc | SglangStartup
         if self.alloc is not None:
-            table, kind = self.alloc.table(), "alloc"
+            work = Alloc(self.alloc)
         else:
-            table, kind = dict(self.sglang), "sglang"
-        return Scenario(
-            path=Path(label),
-            name="replay",
-            description="",
-            source="",
-            machine={},
-            faults=[],
-            env=dict(self.env),  # a raw request's: MORI_* only (its allocator process reads them)
-            request_kind=kind,
-            request=table,
-            expect={"outcome": "ok"},
-            allocator=self.allocator,
-            sglang=self.sglang_release,
+            work = SglangStartup(dict(self.sglang), self.sglang_release)
+        return EngineRun(
+            machine,
+            work,
+            allocator=allocator or self.allocator,
+            env=tuple(self.env.items()),
+            changes=changes,
+            label=machine.name,
         )
 
 
