@@ -6,7 +6,7 @@ the run recorded and nothing re-derived here:
 - SimKernel's reasons (``umbp_sim.sim.Reason``): the rule each failing call hit, each simulated
   signal, and the events that decided an outcome (a global hugetlb reservation, surplus pages
   gathered), with the numbers the kernel model compared;
-- what sglang's host check read (``Observed.budget``: psutil's available memory and its parts);
+- what sglang's host check read (``RunRecord.budget``: psutil's available memory and its parts);
 - the allocator's own warnings (a binding it dropped, a fallback it took);
 - the dump's notes that change the answer.
 

@@ -3,14 +3,12 @@
     v = verify(diagnosis, max_size=1 << 30)   # VerifyError (exit 64) over the cap / not raw
     print(render_verify_text(v)); v.exit_code  # 3 when prediction and reality disagree
 
-The real allocation runs in a child process: the real kernel (``LinuxKernel``), the request's
-allocator profile (``python -m umbp_sim.diagnose.verify``, printing JSON) or its external build
-(``--allocator PATH|MODULE``: a forked run of the server the prediction used, its interposer
-inactive, bounded by ``--run-timeout`` as every external run: ``umbp_sim.external.procs``; its
-bound node read from numa_maps), the same size, backing, hugepage size, node and prefault; the
-child measures the buffer (page size: smaps' KernelPageSize; RSS: its resident bytes by
-mincore(2); nodes: the numa_maps entry holding it) and frees it. A child killed by a signal is
-``crashed``.
+The real allocation is an engine ``Measure`` run (``umbp_sim.engine.measure``), in a child
+process: the real kernel (``LinuxKernel``), the request's allocator profile (``python -m
+umbp_sim.engine.measure``) or its external build (``--allocator PATH|MODULE``: a forked run of the
+server the prediction used, its interposer inactive, bounded by ``--run-timeout`` as every
+external run), the same size, backing, hugepage size, node and prefault; the child measures the
+buffer and frees it. A child killed by a signal is ``crashed``.
 
 Compared, in this order: outcome, backing, node (the node the buffer is bound to, -1 none; and
 when bound, every page must be on it), page size, RSS. A request predicted to be OOM-killed is
