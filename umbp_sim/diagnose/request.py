@@ -236,19 +236,20 @@ def _error_line(args: argparse.Namespace) -> ErrorLine | None:
 
 def _request_from_flags(args: argparse.Namespace) -> Request:
     line = _error_line(args)
+    flags = dict(vars(args))  # the flags, with what the --error line gives (args stays as parsed)
     if line is not None:
         for dest in ("size", "backing", "numa_node"):
-            given, said = getattr(args, dest, None), getattr(line, dest)
+            given, said = flags.get(dest), getattr(line, dest)
             if given is None:
-                setattr(args, dest, said)
+                flags[dest] = said
             elif given != said:  # another request than the one that failed: say so, not replay it
                 shown = format_size(given) if dest == "size" else given
                 raise RequestError(
                     f"{_flag(dest)} {shown}: the --error line says {dest.replace('_', ' ')} "
                     f"{said}; leave {_flag(dest)} out (the line gives it) or drop --error"
                 )
-    raw_given = [f for f in RAW_FLAGS if getattr(args, f, None) not in (None, False)]
-    sg_given = [f for f in SGLANG_FLAGS if getattr(args, f, None) is not None]
+    raw_given = [f for f in RAW_FLAGS if flags.get(f) not in (None, False)]
+    sg_given = [f for f in SGLANG_FLAGS if flags.get(f) is not None]
     if raw_given and sg_given:
         raise RequestError(
             f"{_flag(raw_given[0])} cannot be combined with {_flag(sg_given[0])}: give a raw "
@@ -259,25 +260,26 @@ def _request_from_flags(args: argparse.Namespace) -> Request:
             "no request: give --size (raw alloc) or --model-layers with the model's dims (sglang)"
         )
     if raw_given:
-        env = _env(args.env)
+        env = _env(flags["env"])
         allocator_only = [k for k in env if k not in MORI_LOG_ENV]
         if allocator_only:
             raise RequestError(
                 f"--env {allocator_only[0]}: applies to sglang requests only (raw requests take "
                 "--backing/--hugepage-size/--numa-node/--no-prefault)"
             )
-        if args.size is None:
+        size, node = flags["size"], flags["numa_node"]
+        if size is None:
             raise RequestError(f"{_flag(raw_given[0])}: a raw request needs --size")
-        hp = args.hugepage_size if args.hugepage_size is not None else 2 * MiB
+        hp = flags["hugepage_size"] if flags["hugepage_size"] is not None else 2 * MiB
         _check_hugepage_size(hp)
-        if args.numa_node is not None and args.numa_node < -1:
-            raise RequestError(f"--numa-node: {args.numa_node} is not a node (or -1)")
+        if node is not None and node < -1:
+            raise RequestError(f"--numa-node: {node} is not a node (or -1)")
         alloc = AllocRequest(
-            args.size,
-            args.backing or "AnonymousHugetlb",
+            size,
+            flags["backing"] or "AnonymousHugetlb",
             hp,
-            -1 if args.numa_node is None else args.numa_node,
-            not args.no_prefault,
+            -1 if node is None else node,
+            not flags["no_prefault"],
         )
         return Request(alloc, env=env, error_line=line)
     return Request(sglang=_sglang_table(args), env=_env(args.env))
