@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.backing import alloc_outcome, is_demoted
+from umbp_sim.engine.binding import binding, pools_free
 from umbp_sim.engine.record import RunRecord, handle_fields
 from umbp_sim.engine.spec import Alloc, RunError, SglangStartup, Steps
 from umbp_sim.engine.subject import Subject
-from umbp_sim.external.binding import binding, pools_free
 from umbp_sim.request import AllocRequest
+from umbp_sim.sglang.sizing import hicache_request_of_table, host_available_bytes, parse_meminfo
 from umbp_sim.sim import SimHost
 from umbp_sim.units import parse_size
 
@@ -141,8 +142,6 @@ def sglang_request_of(r: Any) -> Any:
     """The HiCache host-pool request of an ``[request]`` table with ``kind = "sglang"``
     (``umbp_sim.sglang.sizing.hicache_request_of_table``). Raises KeyError, ValueError or
     TypeError on a bad table."""
-    from umbp_sim.sglang.sizing import hicache_request_of_table  # torch: only sglang's runs
-
     return hicache_request_of_table(r)
 
 
@@ -152,8 +151,7 @@ def start_sglang(
 ) -> None:  # fmt: skip
     """sglang's host-pool startup with the subject's module as ``mori.umbp`` (its calls in the
     subject's scope); the startup is held, its buffers freed after the counters."""
-    from umbp_sim.sglang import start_host_pool  # torch: only sglang's runs
-    from umbp_sim.sglang.sizing import parse_meminfo
+    from umbp_sim.sglang import start_host_pool  # imports torch: only sglang's runs pay it
 
     try:
         request = sglang_request_of(work.request)
@@ -200,8 +198,6 @@ def zoneinfo_low_pages(host: SimHost) -> int:
 
 def result_budget(meminfo: dict[str, int], host: SimHost) -> dict[str, int]:
     """What sglang's host check read: available bytes (psutil's number) and how it got it."""
-    from umbp_sim.sglang.sizing import host_available_bytes
-
     low = zoneinfo_low_pages(host)
     avail = host_available_bytes(meminfo, watermark_low_pages=low, page_size=4096)
     out = {"available": avail, "watermark_low": low * 4096}
