@@ -3,14 +3,14 @@ on outcomes built by hand: no allocator runs."""
 
 from __future__ import annotations
 
+from umbp_sim.engine.record import RunRecord
 from umbp_sim.external.compare import differences
-from umbp_sim.outcome import Outcome
 
 
-def _ok(backing: str, binding: str, mapped: int = 4 << 20) -> Outcome:
+def _ok(backing: str, binding: str, mapped: int = 4 << 20) -> RunRecord:
     handle = {"valid": True, "ptr": 0x7F0000000000, "requested_size": 4 << 20,
               "mapped_size": mapped, "backing": backing, "alignment": 2 << 20}  # fmt: skip
-    return Outcome("ok", handle=handle, binding=binding)
+    return RunRecord("ok", handle=handle, binding=binding)
 
 
 def test_same_backing_compares_policy_and_pages() -> None:

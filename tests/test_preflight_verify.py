@@ -7,6 +7,7 @@ sets and restores (the ``nr_hugepages`` fixture), under both allocator profiles.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -165,26 +166,22 @@ def test_refusals_are_one_line(
 
 def test_child_measures_the_buffer_in_process() -> None:
     """The child's measurement, run here: a 4 MiB anonymous buffer, prefaulted, then not."""
-    spec = {
-        "size": 4 * MiB,
-        "backing": "Anonymous",
-        "hugepage_size": 2 * MiB,
-        "numa_node": -1,
-        "prefault": True,
-        "allocator": "umbp-sim",
-    }
-    r = verify_mod.child_main(spec)
-    assert (r["outcome"], r["backing"], r["node"], r["page_size"], r["rss"]) == (
+    from umbp_sim.engine.measure import measure_builtin
+    from umbp_sim.request import AllocRequest
+
+    req = AllocRequest(4 * MiB, "Anonymous", 2 * MiB, -1, True)
+    r = measure_builtin(req, "umbp-sim")
+    assert (r.outcome, r.actual_backing, r.bound_node, r.page_size, r.rss) == (
         "ok",
         "Anonymous",
         -1,
         4096,
         4 * MiB,
     )
-    assert r["pages_on"] == {"0": r["pages_on"]["0"]} and r["pages_on"]["0"] >= 1024
-    r = verify_mod.child_main({**spec, "prefault": False})
-    assert r["rss"] == 0
-    r = verify_mod.child_main({**spec, "size": 0})
-    assert r["outcome"] == "failed" and r["error"].startswith(
+    assert r.pages_on == {0: r.pages_on[0]} and r.pages_on[0] >= 1024
+    r = measure_builtin(dataclasses.replace(req, prefault=False), "umbp-sim")
+    assert r.rss == 0
+    r = measure_builtin(dataclasses.replace(req, size=0), "umbp-sim")
+    assert (r.outcome, r.failure) == ("failed", "invalid") and str(r.error).startswith(
         "RuntimeError: UMBPHostMemAllocator.alloc(0 bytes) failed"
     )

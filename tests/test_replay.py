@@ -337,7 +337,7 @@ def test_a_replay_builds_one_question_kernel_per_machine_state(capsys, monkeypat
     candidates) share one SimKernel (umbp_sim.sim.host_view); every other kernel is one
     simulation run (the request, then each fix tried). Before host_view: 13 for this replay,
     a kernel per question; now 12."""
-    import umbp_sim.scenario.runner as runner
+    import umbp_sim.engine.execute as execute
     from umbp_sim import _native, sim
 
     built: list[int] = []
@@ -348,12 +348,14 @@ def test_a_replay_builds_one_question_kernel_per_machine_state(capsys, monkeypat
             built.append(1)
             super().__init__(config)
 
-    def counting_simulate(machine):  # type: ignore[no-untyped-def]
+    fresh_host = execute.fresh_host
+
+    def counting_fresh_host(machine):  # type: ignore[no-untyped-def]
         runs.append(1)
-        return sim.simulate(machine)
+        return fresh_host(machine)
 
     monkeypatch.setattr(_native, "SimKernel", CountingKernel)
-    monkeypatch.setattr(runner, "simulate", counting_simulate)
+    monkeypatch.setattr(execute, "fresh_host", counting_fresh_host)
     monkeypatch.setattr(sim, "_VIEWS", {})
     replay(capsys, D / "no-pool-512g", *LLAMA, "--hicache-size", "100")
     assert len(runs) == 11 and len(built) == len(runs) + 1

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from umbp_sim.scenario.runner import Observed, ScenarioResult, compare, run_scenario
+from umbp_sim.engine.record import RunRecord
+from umbp_sim.scenario.runner import ScenarioResult, compare, run_scenario
 from umbp_sim.scenario.schema import ScenarioError, load_scenario
 
 DUMPS = Path(__file__).resolve().parent.parent / "scenarios" / "dumps"
@@ -57,7 +58,7 @@ def test_alloc_ok_counters_are_read_before_the_free(tmp_path: Path) -> None:
         "hugepages.2MiB.reserved": 0,
         "meminfo.HugePages_Free": 512,
     }
-    assert "MAP_HUGETLB|MAP_HUGE_2MB" in o.trace and "mbind(" in o.trace
+    assert "MAP_HUGETLB|MAP_HUGE_2MB" in o.trace_text() and "mbind(" in o.trace_text()
 
 
 def test_alloc_demoted(tmp_path: Path) -> None:
@@ -101,7 +102,7 @@ def test_alloc_crashed_is_not_checked_for_leaks(tmp_path: Path) -> None:
     assert (o.signal, o.crash_node, o.actual_backing) == ("SIGBUS", 1, None)
     assert o.error is not None and o.error.startswith("killed by SIGBUS during prefault touch")
     assert o.leaks == []  # the mapping is still there, but a dead process is not audited
-    assert "+++ killed by SIGBUS +++" in o.trace
+    assert "+++ killed by SIGBUS +++" in o.trace_text()
 
 
 def test_memcg_oom_is_sigkill(tmp_path: Path) -> None:
@@ -133,7 +134,7 @@ def test_sglang_outcomes(tmp_path: Path) -> None:
 
 # ---- compare: every expectation key produces its own mismatch line ---------------------------
 def test_compare_lists_every_difference() -> None:
-    obs = Observed(
+    obs = RunRecord(
         outcome="demoted",
         actual_backing="Anonymous",
         mapped_size=4096,
@@ -211,7 +212,7 @@ def test_fault_rules_are_applied_and_traced(tmp_path: Path) -> None:
         "MADV_POPULATE_WRITE of 67108864 bytes (AnonymousHugetlb, 2048 kB pages) failed: EIO; "
         "unmapped, returning an invalid handle"
     ]
-    assert "MADV_POPULATE_WRITE) = -1 EIO" in r.observed.trace
+    assert "MADV_POPULATE_WRITE) = -1 EIO" in r.observed.trace_text()
 
 
 # ---- steps -----------------------------------------------------------------------------------
@@ -309,8 +310,8 @@ def test_deferred_free_happens_at_release(tmp_path: Path) -> None:
         'outcome = "ok"\nno_leaks = true\ncounters = { "hugepages.2MiB.free" = 1024 }\n',
     )
     assert released.passed, released.report()
-    assert "munmap(0x" in released.observed.trace.splitlines()[-2]
-    assert released.observed.trace.splitlines()[-1].startswith("close(")
+    assert "munmap(0x" in released.observed.trace[-2]
+    assert released.observed.trace[-1].startswith("close(")
 
 
 # ---- leak detection ---------------------------------------------------------------------------

@@ -5,7 +5,7 @@ Every place that asks the allocator for a buffer carries it: a scenario's ``[req
 ``alloc`` step (``AllocRequest.from_table``, read once per run), the hypothesis strategy
 ``umbp_sim.strategies.alloc_requests``, a replay's raw request
 (``umbp_sim.diagnose.request.Request.alloc_request``) and an external build's run
-(``umbp_sim.external.outcome.AllocCall`` is this class).
+(the engine's ``Alloc`` work carries it).
 """
 
 from __future__ import annotations

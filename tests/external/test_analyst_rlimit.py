@@ -77,12 +77,15 @@ def test_compare_under_the_analysts_limit_could_not_run(tiny_builds: dict[str, s
         import json
         from umbp_sim.allocator_spec import parse_allocator_spec
         from umbp_sim.external.matrix import machine
-        from umbp_sim.external.outcome import AllocCall, Run
-        from umbp_sim.external.runner import CouldNotRun, open_allocator
+        from umbp_sim.engine.dispatch import open_allocator
+        from umbp_sim.engine.spec import Alloc, Run
+        from umbp_sim.external.runner import CouldNotRun
+        from umbp_sim.request import AllocRequest
         r = open_allocator(parse_allocator_spec({tiny!r}))
-        run = Run(machine("ample", "5.10.0"), AllocCall(16 << 30, "Anonymous"), label="16G")
+        work = Alloc(AllocRequest(16 << 30, "Anonymous"), write=True)
+        run = Run(machine("ample", "5.10.0"), work, label="16G")
         try:
-            print(json.dumps(["ok", r.run(run).result]))
+            print(json.dumps(["ok", r.run(run).outcome]))
         except CouldNotRun as e:
             print(json.dumps(["could not run", str(e)]))
         finally:
@@ -114,4 +117,4 @@ def test_run_under_the_analysts_limit_fails_the_scenario_with_the_line(
     assert r.returncode == 1, r.stderr
     line = _could_not_run(tiny).removeprefix(f"--allocator {tiny}: ")
     assert f"\n  {line}\n" in r.stdout
-    assert r.stdout.splitlines()[1].split() == ["big", "ok", "could", "not", "run", "FAIL"]
+    assert r.stdout.splitlines()[1].split() == ["big", "ok", "could-not-run", "FAIL"]

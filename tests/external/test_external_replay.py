@@ -177,24 +177,29 @@ def test_an_allocator_that_cannot_run_is_one_line_exit_64(
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_recorded_setup_calls_replay_to_the_same_host() -> None:
-    from umbp_sim import Machine
-    from umbp_sim.errors import UmbpSimError
-    from umbp_sim.external.observe import RecordingHost
-    from umbp_sim.sim import SimHost
+def test_admin_writes_are_data_applied_in_the_allocators_process(
+    tiny_builds: dict[str, str],
+) -> None:
+    """A fix's admin writes (``PoolWrite``) go with the run as data: the external build's
+    process applies them to its own fresh host, as the built-in run does in this one, with the
+    same host state and the same note for what the kernel would not do."""
+    from umbp_sim import Machine, engine
+    from umbp_sim.diagnose.pool_writes import PoolWrite
+    from umbp_sim.engine.spec import Alloc, Run
+    from umbp_sim.request import AllocRequest
 
     m = Machine.x86_64(nodes=2, mem_per_node="8GiB")
-    rec = RecordingHost(SimHost(m))
-    rec.set_nr_hugepages(2 << 20, 64, 1)
-    with pytest.raises(UmbpSimError, match="hugepage size 123"):
-        rec.set_nr_hugepages(123, 1)  # no such pool: it raises here, and the child expects it
-    assert [(c.name, c.args, c.raised) for c in rec.calls] == [
-        ("set_nr_hugepages", (2 << 20, 64, 1), False),
-        ("set_nr_hugepages", (123, 1), True),
-    ]
-    with pytest.raises(AttributeError, match="must use SimHost's methods, not host.kernel"):
-        rec.kernel  # noqa: B018
-    again = SimHost(m)
-    for c in rec.calls[:1]:
-        getattr(again, c.name)(*c.args, **c.kwargs)
-    assert again.node_hugepages(1, 2 << 20) == rec.node_hugepages(1, 2 << 20)
+    writes = (
+        PoolWrite("nr_hugepages", 2 << 20, 64, 1),
+        PoolWrite("nr_hugepages", 2 << 20, 1 << 20, 0),  # more than node 0 has: a note
+    )
+    counters = ("node1.hugepages.2MiB.total", "node0.hugepages.2MiB.total")
+    work = Alloc(AllocRequest(4 << 20, "AnonymousHugetlb", numa_node=1))
+    got = {}
+    for allocator in ("mori-624002c", tiny_builds["preload"]):
+        rec = engine.run(Run(m, work, allocator=allocator, changes=writes, counters=counters))
+        got[allocator] = (rec.outcome, rec.counters, rec.setup_notes)
+    built_in, external = got.values()
+    assert built_in == external
+    assert built_in[0] == "ok" and built_in[1]["node1.hugepages.2MiB.total"] == 64
+    assert built_in[2] and built_in[2][0].startswith("the kernel made only ")

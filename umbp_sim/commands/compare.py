@@ -109,11 +109,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from umbp_sim.allocator_spec import parse_allocator_spec
+    from umbp_sim.engine.dispatch import open_allocator
     from umbp_sim.errors import Terminated
     from umbp_sim.external import matrix
     from umbp_sim.external.compare import compare_differences, serial_differences
     from umbp_sim.external.parallel import parallel_differences
-    from umbp_sim.external.runner import DEFAULT_RUN_TIMEOUT, CouldNotRun, open_allocator
+    from umbp_sim.external.runner import DEFAULT_RUN_TIMEOUT, CouldNotRun
     from umbp_sim.profiles import with_mori_warnings
     from umbp_sim.progress import Progress
 

@@ -57,6 +57,8 @@ def _expected(scn: Scenario) -> str:
 
 def _got(r: ScenarioResult) -> str:
     o = r.observed
+    if o is None:
+        return "-"
     extra = o.actual_backing if o.outcome in ("ok", "demoted") else (o.signal or "")
     return f"{o.outcome} {extra or ''}".strip()
 
@@ -101,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
                     "passed": r.passed,
                     "not_run": r.not_run,
                     "expected": r.scenario.expect,
-                    "observed": r.observed.to_json(),
+                    "observed": r.observed.to_json() if r.observed else None,
                     "mismatches": r.mismatches,
                 }
                 for r in results

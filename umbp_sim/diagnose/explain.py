@@ -6,7 +6,7 @@ the run recorded and nothing re-derived here:
 - SimKernel's reasons (``umbp_sim.sim.Reason``): the rule each failing call hit, each simulated
   signal, and the events that decided an outcome (a global hugetlb reservation, surplus pages
   gathered), with the numbers the kernel model compared;
-- what sglang's host check read (``Observed.budget``: psutil's available memory and its parts);
+- what sglang's host check read (``RunRecord.budget``: psutil's available memory and its parts);
 - the allocator's own warnings (a binding it dropped, a fallback it took);
 - the dump's notes that change the answer.
 
@@ -290,7 +290,7 @@ def _mbind_maxnode(run: Run) -> str | None:
     maxnode the trace recorded): mori's maxnode rule when maxnode is its mask's bit count
     (docs/deployed-behaviour.md row 4). None when the trace does not show that."""
     node = run.request.settings()[2]
-    found = _MBIND_EINVAL.findall(run.observed.trace or "")
+    found = _MBIND_EINVAL.findall(run.observed.trace_text())
     if node < 0 or not found:
         return None
     maxnode = int(found[-1])

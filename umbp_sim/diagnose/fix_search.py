@@ -52,13 +52,8 @@ class Search:
 
 
 def run_fix(machine: Machine, request: Request, fix: Fix, profile: str | None = None) -> Run:
-    changes = list(fix.host_changes)
-
-    def setup(host: SimHost) -> str | None:
-        notes = [n for n in (c(host) for c in changes) if n]
-        return "; ".join(notes) or None
-
-    fix.run = simulate_request(fix.machine(machine), fix.request(request), setup, profile)
+    changes = tuple(fix.host_changes)
+    fix.run = simulate_request(fix.machine(machine), fix.request(request), changes, profile)
     return fix.run
 
 

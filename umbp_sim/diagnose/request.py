@@ -13,7 +13,6 @@ import argparse
 import dataclasses
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from umbp_sim.backing import DEMOTED_TO, HUGETLB_BACKINGS
@@ -31,10 +30,11 @@ from umbp_sim.diagnose.request_flags import (
     add_request_arguments as add_request_arguments,
 )
 from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
+from umbp_sim.engine.spec import Alloc, HostChange, Run as EngineRun, SglangStartup
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.machine import Machine
 from umbp_sim.profiles import FIELD_PROFILE, MORI_LOG_ENV
 from umbp_sim.request import AllocRequest
-from umbp_sim.scenario.schema import Scenario
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.release import default_sglang_release
 from umbp_sim.sglang.sizing import HicacheRequest, SizingError, hicache_request_of_table
@@ -189,26 +189,24 @@ class Request:
             f"tokens, {h.nbytes} bytes checked, alloc {sizes} bytes ({alloc})"
         )
 
-    def scenario(self, label: str) -> Scenario:
-        """An in-memory scenario the runner executes (its machine comes separately)."""
-        table: dict[str, Any]
+    def engine_run(
+        self, machine: Machine, allocator: str | None = None, changes: tuple[HostChange, ...] = ()
+    ) -> EngineRun:
+        """The engine's ``Run`` of this request on ``machine`` (``allocator``: the request's by
+        default), the admin writes ``changes`` first. A raw request's env holds MORI_* only
+        (its allocator process reads them); sglang's is its startup's too."""
+        work: Alloc | SglangStartup
         if self.alloc is not None:
-            table, kind = self.alloc.table(), "alloc"
+            work = Alloc(self.alloc)
         else:
-            table, kind = dict(self.sglang), "sglang"
-        return Scenario(
-            path=Path(label),
-            name="replay",
-            description="",
-            source="",
-            machine={},
-            faults=[],
-            env=dict(self.env),  # a raw request's: MORI_* only (its allocator process reads them)
-            request_kind=kind,
-            request=table,
-            expect={"outcome": "ok"},
-            allocator=self.allocator,
-            sglang=self.sglang_release,
+            work = SglangStartup(dict(self.sglang), self.sglang_release)
+        return EngineRun(
+            machine,
+            work,
+            allocator=allocator or self.allocator,
+            env=tuple(self.env.items()),
+            changes=changes,
+            label=machine.name,
         )
 
 
@@ -238,19 +236,20 @@ def _error_line(args: argparse.Namespace) -> ErrorLine | None:
 
 def _request_from_flags(args: argparse.Namespace) -> Request:
     line = _error_line(args)
+    flags = dict(vars(args))  # the flags, with what the --error line gives (args stays as parsed)
     if line is not None:
         for dest in ("size", "backing", "numa_node"):
-            given, said = getattr(args, dest, None), getattr(line, dest)
+            given, said = flags.get(dest), getattr(line, dest)
             if given is None:
-                setattr(args, dest, said)
+                flags[dest] = said
             elif given != said:  # another request than the one that failed: say so, not replay it
                 shown = format_size(given) if dest == "size" else given
                 raise RequestError(
                     f"{_flag(dest)} {shown}: the --error line says {dest.replace('_', ' ')} "
                     f"{said}; leave {_flag(dest)} out (the line gives it) or drop --error"
                 )
-    raw_given = [f for f in RAW_FLAGS if getattr(args, f, None) not in (None, False)]
-    sg_given = [f for f in SGLANG_FLAGS if getattr(args, f, None) is not None]
+    raw_given = [f for f in RAW_FLAGS if flags.get(f) not in (None, False)]
+    sg_given = [f for f in SGLANG_FLAGS if flags.get(f) is not None]
     if raw_given and sg_given:
         raise RequestError(
             f"{_flag(raw_given[0])} cannot be combined with {_flag(sg_given[0])}: give a raw "
@@ -261,25 +260,26 @@ def _request_from_flags(args: argparse.Namespace) -> Request:
             "no request: give --size (raw alloc) or --model-layers with the model's dims (sglang)"
         )
     if raw_given:
-        env = _env(args.env)
+        env = _env(flags["env"])
         allocator_only = [k for k in env if k not in MORI_LOG_ENV]
         if allocator_only:
             raise RequestError(
                 f"--env {allocator_only[0]}: applies to sglang requests only (raw requests take "
                 "--backing/--hugepage-size/--numa-node/--no-prefault)"
             )
-        if args.size is None:
+        size, node = flags["size"], flags["numa_node"]
+        if size is None:
             raise RequestError(f"{_flag(raw_given[0])}: a raw request needs --size")
-        hp = args.hugepage_size if args.hugepage_size is not None else 2 * MiB
+        hp = flags["hugepage_size"] if flags["hugepage_size"] is not None else 2 * MiB
         _check_hugepage_size(hp)
-        if args.numa_node is not None and args.numa_node < -1:
-            raise RequestError(f"--numa-node: {args.numa_node} is not a node (or -1)")
+        if node is not None and node < -1:
+            raise RequestError(f"--numa-node: {node} is not a node (or -1)")
         alloc = AllocRequest(
-            args.size,
-            args.backing or "AnonymousHugetlb",
+            size,
+            flags["backing"] or "AnonymousHugetlb",
             hp,
-            -1 if args.numa_node is None else args.numa_node,
-            not args.no_prefault,
+            -1 if node is None else node,
+            not flags["no_prefault"],
         )
         return Request(alloc, env=env, error_line=line)
     return Request(sglang=_sglang_table(args), env=_env(args.env))

@@ -1,26 +1,26 @@
-"""One simulated run of a request on a machine, through the scenario runner.
+"""One simulated run of a request on a machine, through the run engine.
 
-``simulate_request(machine, request, setup)`` builds a SimKernel from ``machine``, applies
-``setup`` (admin writes such as ``host.set_nr_hugepages``), runs the request as the scenario
-runner does (``umbp_sim.scenario.runner.observe``) and returns a :class:`Run`: the runner's
-``Observed`` (with SimKernel's reasons) plus whether a NUMA binding was dropped and what the
-setup left behind. Every simulated run of the diagnosis goes through ``run_allocator``, which
-takes the allocator ``profile`` to model (None: the default).
+``simulate_request(machine, request, changes)`` runs the request (``Request.engine_run``) on a
+fresh SimKernel built from ``machine`` with the admin writes ``changes`` applied first
+(``host.set_nr_hugepages``: a fix's ``PoolWrite``) and returns a :class:`Run`: the engine's
+``RunRecord`` (with SimKernel's reasons) plus whether a NUMA binding was dropped and what the
+writes could not do. Every simulated run of the diagnosis goes through it; an external build
+(``--allocator PATH|MODULE``) runs the same ``Run`` in its own process (``umbp_sim.engine``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from umbp_sim.allocator_spec import is_external
+from umbp_sim import engine
 from umbp_sim.diagnose.request import Request
+from umbp_sim.engine.execute import ALLOCATOR_LOGGER
+from umbp_sim.engine.record import RunRecord
+from umbp_sim.engine.spec import HostChange
+from umbp_sim.errors import UmbpSimError
+from umbp_sim.external.runner import NoRoom, RunTimedOut
 from umbp_sim.machine import Machine
-from umbp_sim.scenario.runner import ALLOCATOR_LOGGER, Observed, observe
-from umbp_sim.scenario.schema import Scenario
-from umbp_sim.sim import SimHost
-
-Setup = Callable[[SimHost], "str | None"]
 
 # Outcome ranks: a fix is recommended only when its re-run ranks higher than the replay.
 RANK = {"failed": 0, "crashed": 0, "demoted": 1, "ok": 3}
@@ -41,7 +41,7 @@ UNBOUND_IDS = frozenset(
 @dataclass
 class Run:
     request: Request
-    observed: Observed
+    observed: RunRecord
     setup_notes: list[str] = field(default_factory=list)
 
     @property
@@ -103,34 +103,22 @@ class Run:
         return text
 
 
-def run_allocator(
-    scn: Scenario,
-    machine: Machine,
-    setup: Callable[[SimHost], None] | None,
-    profile: str | None = None,
-) -> Observed:
-    """The one place the diagnosis runs the allocator: ``observe`` with the allocator profile
-    (a request's scenario names its own, ``Request.allocator``, which wins), or, for an external
-    build (``--allocator PATH|MODULE``), the same request in that allocator's process
-    (``umbp_sim.external.observe``)."""
-    allocator = profile or scn.allocator
-    if allocator and is_external(allocator):
-        from umbp_sim.external.observe import observe_external
-
-        return observe_external(scn, machine, setup, allocator)
-    return observe(scn, machine, setup, profile=profile)
-
-
 def simulate_request(
-    machine: Machine, request: Request, setup: Setup | None = None, profile: str | None = None
+    machine: Machine,
+    request: Request,
+    changes: Sequence[HostChange] = (),
+    profile: str | None = None,
 ) -> Run:
-    notes: list[str] = []
-
-    def _setup(host: SimHost) -> None:
-        if setup is not None:
-            result = setup(host)
-            if isinstance(result, str) and result:
-                notes.append(result)
-
-    obs = run_allocator(request.scenario(machine.name), machine, _setup, profile)
-    return Run(request, obs, notes)
+    """``request`` on ``machine`` after ``changes``, on ``profile`` (a profile or an external
+    SPEC; default: the request's allocator). An external run past ``--run-timeout`` raises
+    RunTimedOut, one whose process failed UmbpSimError, one without address space NoRoom."""
+    allocator = profile or request.allocator
+    try:
+        rec = engine.run(request.engine_run(machine, allocator, tuple(changes)))
+    except NoRoom as e:
+        raise NoRoom(f"--allocator {allocator}: {e}") from None
+    if rec.outcome == "timeout":
+        raise RunTimedOut(f"--allocator {allocator}: a run {rec.error} (--run-timeout)")
+    if rec.outcome == "could-not-run":
+        raise UmbpSimError(f"the allocator's process failed: {rec.error}")
+    return Run(request, rec, rec.setup_notes)

@@ -1,16 +1,17 @@
 """The process that hosts an external allocator: ``python -m umbp_sim.external.child SPEC``.
 
 It imports the allocator once (a module with mori's Python API, or an extension module at a
-path), then serves runs: for each ``Run`` read from its owner it forks, and the forked child, a
-fresh process as far as the allocator's once-flags and registries are concerned, builds the
-simulated host, activates the interposer on it and calls the allocator; its stdout and stderr
-(the allocator's log) go to a file, its progress and result (or the exception that ended it) to
-a pipe, and the interposer's evidence of a simulated death to a second pipe
-(``umbp_sim.external.evidence``). The server waits for it, at most the run's time limit
-(``--run-timeout``), and answers with what it saw: the exit status (a real SIGBUS is data) and
-the evidence, a stop (SIGSTOP: ended at once), or the time limit and the last stage the child
-reported ("alloc", "free", ...), the run's process group then killed. Nothing umbp-sim reads
-comes from the log: it is the allocator's text, and only its warnings are taken from it.
+path), then serves runs: for each engine ``Run`` read from its owner it forks, and the forked
+child, a fresh process as far as the allocator's once-flags and registries are concerned,
+performs it (``umbp_sim.external.run_job``: the simulated host, the interposer active on it,
+the allocator called); its stdout and stderr (the allocator's log) go to a file, its progress
+and result (or the exception that ended it) to a pipe, and the interposer's evidence of a
+simulated death to a second pipe (``umbp_sim.external.evidence``). The server waits for it, at
+most the run's time limit (``--run-timeout``), and answers with what it saw: the exit status (a
+real SIGBUS is data) and the evidence, a stop (SIGSTOP: ended at once), or the time limit and
+the last stage the child reported ("alloc", "free", ...), the run's process group then killed.
+Nothing umbp-sim reads comes from the log: it is the allocator's text, and only its warnings are
+taken from it.
 
 Protocol: on two private pipe fds passed at start (SPEC's ``fds``), never on stdin/stdout: the
 server's stdin is /dev/null and its stdout goes to its stderr (a file its owner reads when it
@@ -203,17 +204,14 @@ def fork_run(
     its result, log, stages and exit status. The run's group is killed when it ends, so what
     the allocator forked ends with it. ``private``: the server's own fds, closed in the child.
 
-    ``run`` is an ``ObserveJob``: compare's alloc, write, free (kind "run", answered by
-    ``run_job.run_in_child``) or a replay's request (answered as the scenario runner's
-    ``Observed``).
+    ``run`` is an engine ``Run``, performed by ``run_job.run_job`` (its result: the run's
+    ``RunRecord``).
     """
-    from umbp_sim.external.observe import load_torch, observe_one
+    # Loaded once the allocator is (serve: a prebuilt module starts this process again).
+    from umbp_sim.external import run_job
 
-    if run.kind == "sglang":
-        load_torch()  # once, in the server: not in every forked child
-
-    def job(module: Any, ip: Any, run: Any, report: Any) -> dict[str, Any]:
-        return {"observed": observe_one(module, ip, run, report)}
+    run_job.prepare(run)  # once, in the server: not in every forked child
+    job = run_job.run_job
 
     log = tempfile.TemporaryFile()
     rfd, wfd = os.pipe()  # the run's progress and result (pickle frames)

@@ -1,4 +1,11 @@
-"""Compare two allocators' outcomes run by run, differences grouped by class."""
+"""Compare two allocators' records run by run, differences grouped by class.
+
+Each run (an engine ``Run`` with an ``Alloc`` that writes the first byte and frees) goes to both
+allocators; their ``RunRecord``s are compared class by class. compare says a record in its own
+words (:func:`result`): a valid buffer is "ok" whatever its backing (a different backing is the
+class "backing"), a null handle "invalid", an exception "error" (out of alloc, or out of free:
+"error: free: ..."), a death "crash"; "timeout" and "could-not-run" as the record says.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +14,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from umbp_sim.external.outcome import Outcome, Run
-from umbp_sim.external.runner import AllocatorRunner
+from umbp_sim.engine.dispatch import OpenedAllocator
+from umbp_sim.engine.record import RunRecord
+from umbp_sim.engine.spec import Run
 
 # The classes of difference, in report order.
 CLASSES = (
@@ -32,19 +40,31 @@ def _normalized(warnings: list[str]) -> list[str]:
     return [_ADDRESS.sub("0x...", w) for w in warnings]
 
 
-def _summary(o: Outcome) -> str:
-    if o.result == "crash" and o.crash:
-        return f"crash {o.crash['signal']} in {o.crash['stage']}"
-    if o.result == "ok" and o.handle:
-        return f"ok {o.handle['backing']}"
-    if o.result == "timeout":
-        return str(o.error)  # "timed out after 60 s in alloc"
-    if o.result in ("error", "could-not-run"):
-        return f"{o.result}: {o.error}"
-    return o.result
+_WORDS = {"ok": "ok", "demoted": "ok", "crashed": "crash"}
 
 
-def _binding_key(o: Outcome, other: Outcome) -> str | None:
+def result(r: RunRecord) -> str:
+    """compare's word for a record's outcome: ok, invalid, error, crash, timeout, could-not-run."""
+    if r.outcome == "failed":
+        return "invalid" if r.failure == "invalid" else "error"
+    return _WORDS.get(r.outcome, r.outcome)
+
+
+def summary(r: RunRecord) -> str:
+    """A record in one line: ``ok AnonymousHugetlb``, ``crash SIGBUS in alloc``, ..."""
+    word = result(r)
+    if word == "crash":
+        return f"crash {r.signal} in {r.stage}"
+    if word == "ok" and r.handle:
+        return f"ok {r.handle['backing']}"
+    if word == "timeout":
+        return str(r.error)  # "timed out after 60 s in alloc"
+    if word in ("error", "could-not-run"):
+        return f"{word}: {r.error}"
+    return word
+
+
+def _binding_key(o: RunRecord, other: RunRecord) -> str | None:
     """What of ``o``'s binding is compared with ``other``'s: the VMA's policy and the nodes its
     hugepages came from ("bind 1; hugepages 2 x 2MiB on node 1"); only the policy when the two
     buffers got different backings (their pages differ for that reason, "backing" says so)."""
@@ -55,13 +75,14 @@ def _binding_key(o: Outcome, other: Outcome) -> str | None:
     return o.binding
 
 
-def differences(a: Outcome, b: Outcome) -> dict[str, tuple[Any, Any]]:
-    """{class: (a's value, b's value)} for every class in which the two outcomes differ."""
+def differences(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]]:
+    """{class: (a's value, b's value)} for every class in which the two records differ."""
     out: dict[str, tuple[Any, Any]] = {}
-    if a.result != b.result:
-        out["outcome"] = (_summary(a), _summary(b))
+    ra, rb = result(a), result(b)
+    if ra != rb:
+        out["outcome"] = (summary(a), summary(b))
     ha, hb = a.handle, b.handle
-    if a.result == b.result == "ok" and ha and hb:
+    if ra == rb == "ok" and ha and hb:
         for cls, key in (("backing", "backing"), ("mapped_size", "mapped_size")):
             if ha[key] != hb[key]:
                 out[cls] = (ha[key], hb[key])
@@ -69,17 +90,17 @@ def differences(a: Outcome, b: Outcome) -> dict[str, tuple[Any, Any]]:
             out["alignment"] = (ha["alignment"], hb["alignment"])
         if _binding_key(a, b) != _binding_key(b, a):
             out["numa binding"] = (a.binding, b.binding)
-    if a.result == b.result == "crash" and a.crash and b.crash:
-        ca = (a.crash["signal"], a.crash["stage"])
-        cb = (b.crash["signal"], b.crash["stage"])
+    if ra == rb == "crash":
+        ca, cb = (str(a.signal), str(a.stage)), (str(b.signal), str(b.stage))
         if ca != cb:
             out["crash"] = (" in ".join(ca), " in ".join(cb))
-    if a.leaks != b.leaks:
-        out["leak"] = (dict(a.leaks), dict(b.leaks))
-    if len(a.warnings) != len(b.warnings):
-        out["warning count"] = (len(a.warnings), len(b.warnings))
-    elif (wa := _normalized(a.warnings)) != (wb := _normalized(b.warnings)):
-        out["warning text"] = (wa, wb)  # addresses as 0x...: the same report from any process
+    if a.held != b.held:
+        out["leak"] = (dict(a.held), dict(b.held))
+    wa, wb = a.allocator_warnings, b.allocator_warnings  # the allocators' own lines
+    if len(wa) != len(wb):
+        out["warning count"] = (len(wa), len(wb))
+    elif (na := _normalized(wa)) != (nb := _normalized(wb)):
+        out["warning text"] = (na, nb)  # addresses as 0x...: the same report from any process
     return out
 
 
@@ -129,16 +150,16 @@ Compared = tuple[Run, dict[str, tuple[Any, Any]], str, str]  # run, differences,
 
 
 def serial_differences(
-    a: AllocatorRunner, b: AllocatorRunner, runs: Iterable[Run]
+    a: OpenedAllocator, b: OpenedAllocator, runs: Iterable[Run]
 ) -> Iterator[Compared]:
     """Each run on ``a`` then on ``b``, in this process (``compare --jobs 1``)."""
     for run in runs:
         yield compared(run, a.run(run), b.run(run))
 
 
-def compared(run: Run, oa: Outcome, ob: Outcome) -> Compared:
-    """What the comparison keeps of one run: its differences and each outcome in one line."""
-    return run, differences(oa, ob), _summary(oa), _summary(ob)
+def compared(run: Run, oa: RunRecord, ob: RunRecord) -> Compared:
+    """What the comparison keeps of one run: its differences and each record in one line."""
+    return run, differences(oa, ob), summary(oa), summary(ob)
 
 
 def compare_differences(
@@ -161,8 +182,8 @@ def compare_differences(
 
 
 def compare(
-    a: AllocatorRunner,
-    b: AllocatorRunner,
+    a: OpenedAllocator,
+    b: OpenedAllocator,
     runs: Iterable[Run],
     progress: Callable[[int], None] | None = None,
 ) -> Comparison:

@@ -21,16 +21,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from umbp_sim.diagnose.html_report import page
-from umbp_sim.external.compare import CLASSES, Comparison, _summary
-from umbp_sim.external.outcome import Outcome
+from umbp_sim.external.compare import CLASSES, Comparison
 
 # Runs listed per class (a full matrix can differ in tens of thousands; --json has them all).
 MAX_RUNS_PER_CLASS = 2000
-
-
-def outcome_line(o: Outcome) -> str:
-    """An outcome in one line: ``ok AnonymousHugetlb``, ``crash SIGBUS in alloc``, ..."""
-    return _summary(o)
 
 
 def _value(v: Any) -> str:
@@ -47,7 +41,7 @@ def render_compare_html(
     outcomes_b: Mapping[str, str] | None = None,
 ) -> str:
     """The page of a comparison; ``outcomes_a``/``_b``: each run's outcome line by run label
-    (from :func:`outcome_line`; a run missing there shows ``-``)."""
+    (``compare.summary``; a run missing there shows ``-``)."""
     esc = html.escape
     outcomes_a = outcomes_a or {}
     outcomes_b = outcomes_b or {}

@@ -13,9 +13,10 @@ import itertools
 from collections.abc import Iterator
 
 from umbp_sim.backing import BACKINGS
-from umbp_sim.external.outcome import AllocCall, Run
+from umbp_sim.engine.spec import Alloc, Run
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
+from umbp_sim.request import AllocRequest
 
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 PAGE = 4096
@@ -72,26 +73,31 @@ def fault_plan(op: str) -> FaultPlan:
     return FaultPlan.from_rules([{"op": op, "errno": FAULTS[op], "nth": 1}])
 
 
-def _run(pool: str, call: AllocCall, kernel: str = "6.8.0", fault: str | None = None) -> Run:
+def _run(pool: str, call: AllocRequest, kernel: str = "6.8.0", fault: str | None = None) -> Run:
     plan = fault_plan(fault) if fault else None
     label = f"[{pool} k{kernel}{' ' + fault + ':' + FAULTS[fault] if fault else ''}] {call.label()}"
-    return Run(machine(pool, kernel), call, plan=plan, label=label)
+    return Run(machine(pool, kernel), _life(call), plan=plan, label=label)
+
+
+def _life(call: AllocRequest) -> Alloc:
+    """A run's work: allocate, write the first byte as a user would, free."""
+    return Alloc(call, write=True, free=True)
 
 
 def quick() -> Iterator[Run]:
     size = 4 * MiB
     for b, s, p, pool in itertools.product(BACKINGS, SIZES.values(), (True, False), POOLS):
-        yield _run(pool, AllocCall(s, b, prefault=p))
+        yield _run(pool, AllocRequest(s, b, prefault=p))
     for b, hp, p, pool in itertools.product(
         ("AnonymousHugetlb", "AnonymousShmHugetlb"), HUGEPAGE_SIZES.values(), (True, False), POOLS
     ):  # 3 MiB: not a multiple of any hugepage size (rounding and unmapping show)
-        yield _run(pool, AllocCall(3 * MiB, b, hugepage_size=hp, prefault=p))
+        yield _run(pool, AllocRequest(3 * MiB, b, hugepage_size=hp, prefault=p))
     for b, n, pool in itertools.product(BACKINGS, NODES.values(), POOLS):
-        yield _run(pool, AllocCall(size, b, numa_node=n))
+        yield _run(pool, AllocRequest(size, b, numa_node=n))
     for b, k, p, pool in itertools.product(BACKINGS, KERNELS, (True, False), POOLS):
-        yield _run(pool, AllocCall(size, b, numa_node=1, prefault=p), kernel=k)
+        yield _run(pool, AllocRequest(size, b, numa_node=1, prefault=p), kernel=k)
     for b, op in itertools.product(BACKINGS, FAULTS):
-        yield _run("ample", AllocCall(size, b, numa_node=0), fault=op)
+        yield _run("ample", AllocRequest(size, b, numa_node=0), fault=op)
 
 
 def full() -> Iterator[Run]:
@@ -100,7 +106,7 @@ def full() -> Iterator[Run]:
         KERNELS,
     ):  # fmt: skip
         for fault in (None, *FAULTS):
-            yield _run(pool, AllocCall(s, b, hp, n, p), kernel=k, fault=fault)
+            yield _run(pool, AllocRequest(s, b, hp, n, p), kernel=k, fault=fault)
 
 
 def scenario_runs() -> Iterator[Run]:
@@ -113,7 +119,7 @@ def scenario_runs() -> Iterator[Run]:
         scn = load_scenario(path)
         if scn.request_kind != "alloc" or scn.env:
             continue
-        call = AllocCall.from_table(scn.request)
+        call = AllocRequest.from_table(scn.request)
         plan = FaultPlan.from_dict({"faults": scn.faults, "fault_seed": scn.fault_seed})
         label = f"scenario {scn.label}"
-        yield Run(build_machine(scn), call, plan=plan if scn.faults else None, label=label)
+        yield Run(build_machine(scn), _life(call), plan=plan if scn.faults else None, label=label)

@@ -1,10 +1,11 @@
-"""One compare ``Run`` of an external allocator, in the forked child of its server.
+"""An engine ``Run`` of an external allocator, in the forked child of its server.
 
-The server (``umbp_sim.external.child``) forks once per job; a compare run travels as an
-``ObserveJob`` that carries the ``Run`` (``observe.observe_one`` hands it here). The child sets
-the run's environment, builds the simulated host, calls the allocator under the interposer,
-writes the first byte as a user would, reads where the buffer is bound
-(``umbp_sim.external.binding``) and frees it. A real signal ends the child; the server reports it.
+The server (``umbp_sim.external.child``) forks once per run; the child sets the run's
+environment and performs it with the engine's ``execute`` (``umbp_sim.engine.execute``), the
+allocator being ``ExternalSubject``: the build's module, each call in the interposer's scope,
+the user's first write a real write (its fault goes to SimKernel by the interposer's fault
+path). A real signal ends the child; the server reports it. A ``Measure`` run is the real
+allocation (the interposer inactive): ``preflight --verify``.
 
 Everything a run needs is imported when this module is (in the server, before it forks): an
 import in the forked child would be paid again by every run.
@@ -12,20 +13,25 @@ import in the forked child would be paid again by every run.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import os
 import resource
+from collections.abc import Callable
 from typing import Any
 
 import umbp_sim.dump  # noqa: F401 - Machine's checks import it lazily: once here, not per fork
 from umbp_sim import _native
-from umbp_sim.external.binding import binding, pools_free
-from umbp_sim.external.outcome import Run
+from umbp_sim.engine.execute import execute
+from umbp_sim.engine.measure import measure
+from umbp_sim.engine.record import RunRecord
+from umbp_sim.engine.spec import Measure, Run, SglangStartup
 from umbp_sim.machine import Machine
-from umbp_sim.outcome import handle_fields
-from umbp_sim.sim import build_kernel
-from umbp_sim.trace import instrument
+from umbp_sim.request import AllocRequest
+from umbp_sim.sim import SimHost, build_kernel
+
+MPOL_BIND = 2
 
 
 def no_room(machine: Machine, size: int) -> dict[str, int] | None:
@@ -49,47 +55,94 @@ def no_room(machine: Machine, size: int) -> dict[str, int] | None:
     return None if backed else {"size": size, "limit": resource.getrlimit(resource.RLIMIT_AS)[0]}
 
 
-def run_in_child(module: Any, ip: Any, run: Run, report: Any) -> dict[str, Any]:
-    """``run`` on a fresh simulated host (in the forked child). Returns the result dict."""
+def bound_node(host: SimHost, ptr: int) -> int:
+    """The node the mapping at ``ptr`` is bound to (MPOL_BIND to one node), else -1."""
+    for m in host.mappings():
+        if m.start <= ptr < m.start + m.length:
+            if m.policy_mode == MPOL_BIND and len(m.policy_nodes) == 1:
+                return int(m.policy_nodes[0])
+            return -1
+    return -1
+
+
+class _Scoped:
+    """The build's allocator as the engine calls it: the backing by name, each call in the
+    interposer's scope."""
+
+    def __init__(self, module: Any, ip: Any) -> None:
+        self._module, self._ip = module, ip
+        self._allocator = module.UMBPHostMemAllocator()
+
+    def alloc(self, req: AllocRequest) -> Any:
+        size, backing, hp, node, prefault = req.fields()
+        enum = getattr(self._module.UMBPHostBufferBacking, backing)
+        with self._ip.scope():
+            return self._allocator.alloc(size, enum, hp, node, prefault)
+
+    def free(self, handle: Any) -> None:
+        with self._ip.scope():
+            self._allocator.free(handle)
+
+
+class ExternalSubject:
+    """An external build in this (forked) process, under the interposer ``ip``."""
+
+    harness_errors: tuple[type[BaseException], ...] = ()  # all it raises is the outcome
+
+    def __init__(self, module: Any, ip: Any, machine: Machine, report: Callable[..., None]):
+        self._module, self._ip, self._machine, self._report = module, ip, machine, report
+        self.fault_path: str | None = None
+
+    def attach(self, kernel: Any) -> None:
+        self._ip.activate(kernel)
+        self.fault_path = self._ip.fault_path()  # how its page touches reach the Kernel
+
+    def detach(self, kernel: Any) -> None:
+        self._ip.deactivate()
+
+    def allocator(self) -> Any:
+        return _Scoped(self._module, self._ip)
+
+    def module(self) -> Any:
+        return self._module
+
+    def scope(self) -> contextlib.AbstractContextManager[Any]:
+        return self._ip.scope()  # type: ignore[no-any-return]
+
+    def write_first_byte(self, ptr: int) -> None:
+        ctypes.memset(ptr, 1, 1)  # outside the scope: a user's write, its fault SimKernel's
+
+    def bound_node(self, host: SimHost, handle: Any) -> int | None:
+        return bound_node(host, int(handle.ptr))
+
+    def stage(self, name: str, **extra: Any) -> None:
+        if "size" in extra:  # the alloc: whether its buffer has real address space here
+            extra = {"no_room": no_room(self._machine, extra.pop("size")), **extra}
+        self._report(name, **extra)
+
+
+def prepare(run: Run) -> None:
+    """In the server, before it forks for ``run``: what the run needs imported once."""
+    if isinstance(run.work, SglangStartup):
+        load_torch()
+
+
+def run_job(module: Any, ip: Any, run: Run, report: Callable[..., None]) -> dict[str, Any]:
+    """``run`` in the forked child: ``{"record": RunRecord}``."""
     gc.disable()  # a short-lived fork: a collection would write to (copy) the server's heap
+    if isinstance(run.work, Measure):  # the real allocation: the interposer stays inactive
+        return {"record": measure(run.work.request, module.UMBPHostMemAllocator(),
+                                  module.UMBPHostBufferBacking, True, report)}  # fmt: skip
     os.environ.update(dict(run.env))  # the allocator reads it as in the field (getenv)
-    kernel = build_kernel(run.machine)
-    stack = instrument(kernel, run.plan)
-    allocator = module.UMBPHostMemAllocator()
-    backing = getattr(module.UMBPHostBufferBacking, run.call.backing)
-    before = pools_free(kernel, run.machine)
-    ip.activate(stack.kernel)
-    out: dict[str, Any] = {"handle": None, "error": None, "free_ok": None, "binding": None}
-    out["fault_path"] = ip.fault_path()  # how its page touches reach the Kernel
-    c = run.call
-    report("alloc", no_room=no_room(run.machine, c.size))
-    try:
-        with ip.scope():
-            h = allocator.alloc(c.size, backing, c.hugepage_size, c.numa_node, c.prefault)
-    except BaseException as e:  # noqa: BLE001 - the allocator's exception is the outcome
-        out["error"] = f"{type(e).__name__}: {e}"
-        h = None
-    if h is not None:
-        out["handle"] = handle_fields(h)
-        if run.write and h:
-            report("write")
-            ctypes.memset(int(h.ptr), 1, 1)  # the user's first write (outside the scope)
-        if h:
-            out["binding"] = binding(kernel, run.machine, int(h.ptr), before)
-        if run.free:
-            report("free")
-            try:
-                with ip.scope():
-                    allocator.free(h)
-                out["free_ok"] = True
-            except BaseException as e:  # noqa: BLE001
-                out["free_ok"] = False
-                out["error"] = f"free: {type(e).__name__}: {e}"
-    report("exit")
-    out["trace"] = [r.text() for r in stack.tracing.records()]
-    out["leaks"] = {
-        "mappings": len(stack.tracing.live_mappings()),
-        "fds": len(stack.tracing.open_fds()),
-    }
-    ip.deactivate()
-    return out
+    subject = ExternalSubject(module, ip, run.machine, report)
+    record: RunRecord = execute(run, subject)
+    record.fault_path = subject.fault_path
+    return {"record": record}
+
+
+def load_torch() -> None:
+    """Import torch in the server once (sglang's layer needs it; a forked child then has it)."""
+    from umbp_sim._lsan import import_untracked
+
+    import_untracked("numpy", "torch")  # under `tox -e asan`: their import leaks are not ours
+    import umbp_sim.sglang  # noqa: F401

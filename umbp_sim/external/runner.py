@@ -1,7 +1,7 @@
-"""Run an allocator over ``Run``s: the built-in one in process, an external one in a child.
+"""An external allocator's server: ``ExternalRunner(spec)``, whose ``observe(run)`` performs an
+engine ``Run`` (``umbp_sim.engine``) in a forked child and answers with what it saw.
 
-``open_allocator(spec)`` gives an object with ``run(run) -> Outcome`` and ``close()``, the same
-for every kind of SPEC. An external allocator lives in a server process
+An external allocator lives in a server process
 (``umbp_sim.external.child``) that forks once per run: each run is a fresh process, as in the
 field, and its death by a real signal is reported, not suffered. Every wait here is bounded
 (``run_timeout``, ``--run-timeout``): the allocator's import, each run (the server ends a run past
@@ -21,12 +21,10 @@ import sys
 import tempfile
 import time
 from collections import deque
-from typing import Any, Protocol
+from typing import Any
 
 from umbp_sim.allocator_spec import AllocatorSpec
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.external.builtin import run_builtin
-from umbp_sim.external.outcome import Outcome, Run, warning_lines
 from umbp_sim.external.procs import (
     FrameError,
     FrameReader,
@@ -34,7 +32,6 @@ from umbp_sim.external.procs import (
     kill_group,
     loads,
     pidfd,
-    signal_name,
     wait_readable,
 )
 
@@ -95,28 +92,6 @@ def no_room_text(reply: dict[str, Any]) -> str | None:
         f"leaves no real address space for the {size} buffer {who}; run umbp-sim without "
         "ulimit -v"
     )
-
-
-class AllocatorRunner(Protocol):
-    spec: AllocatorSpec
-
-    def run(self, run: Run) -> Outcome: ...
-
-    def close(self) -> None: ...
-
-
-class BuiltinRunner:
-    """umbp-sim's own allocator, in this process, with a named policy profile."""
-
-    def __init__(self, spec: AllocatorSpec) -> None:
-        self.spec = spec
-        self.mode = "builtin"
-
-    def run(self, run: Run) -> Outcome:
-        return run_builtin(run, profile=self.spec.name)
-
-    def close(self) -> None:
-        pass
 
 
 class ExternalRunner:
@@ -254,22 +229,10 @@ class ExternalRunner:
 
     # ---- runs ----
 
-    def run(self, run: Run) -> Outcome:
-        from umbp_sim.external.observe import ObserveJob
-
-        # As a job of kind "run": its forked child runs ``run_job.run_in_child`` (the run's
-        # environment, the buffer's NUMA binding).
-        job = ObserveJob(machine=run.machine, kind="run", request={}, plan=run.plan, run=run)
-        reply = self.exchange(job)
-        why = no_room_text(reply)
-        if why is not None:
-            raise NoRoom(f"{self.spec}: {why}")
-        return outcome_from_reply(reply)
-
-    def observe(self, job: Any) -> dict[str, Any]:
-        """A replay's ``ObserveJob`` in a forked child: the server's raw reply
-        (``umbp_sim.external.observe.observed_from_reply`` reads it)."""
-        return self.exchange(job)
+    def observe(self, run: Any) -> dict[str, Any]:
+        """An engine ``Run`` in a forked child: the server's raw reply
+        (``umbp_sim.external.observe.record_from_reply`` reads it)."""
+        return self.exchange(run)
 
     def exchange(self, message: Any) -> dict[str, Any]:
         if self.proc is None:
@@ -360,60 +323,6 @@ def _own_group() -> dict[str, Any]:
     return {"preexec_fn": os.setpgrp}  # pragma: no cover - Python 3.10
 
 
-def outcome_from_reply(reply: dict[str, Any]) -> Outcome:
-    """An Outcome from what the server saw of one forked run."""
-    log = reply["log"]
-    res = reply["result"]
-    stages = reply["stages"]
-    warnings = warning_lines(log)
-    if reply.get("timed_out") is not None:
-        return Outcome(result="timeout", error=timed_out_text(reply), warnings=warnings)
-    if reply.get("stopped") is not None:
-        return Outcome(
-            result="crash",
-            crash={
-                "signal": reply["stopped"],
-                "stage": stages[-1] if stages else "start",
-                "simulated": False,
-                "detail": "the process stopped; umbp-sim ended it",
-            },
-            warnings=warnings,
-        )
-    if reply["signal"] is not None:
-        death = reply.get("evidence")
-        return Outcome(
-            result="crash",
-            crash={
-                "signal": signal_name(reply["signal"]),
-                "stage": stages[-1] if stages else "start",
-                "simulated": death is not None,
-                "detail": death.detail if death is not None else "",
-            },
-            warnings=warnings,
-            trace=list(death.trace) if death is not None else [],
-        )
-    if res is None:
-        return Outcome(result="could-not-run", error=failure_text(reply), warnings=warnings)
-    res = res["observed"]  # every job's result comes wrapped
-    handle = res["handle"]
-    if res["error"] and handle is None:
-        result = "error"
-    elif handle is not None and handle["valid"]:
-        result = "ok"
-    else:
-        result = "invalid"
-    return Outcome(
-        result=result,
-        handle=handle,
-        error=res["error"],
-        warnings=warnings,
-        trace=res["trace"],
-        leaks=res["leaks"],
-        free_ok=res["free_ok"],
-        binding=res.get("binding"),
-    )
-
-
 def failure_text(reply: dict[str, Any]) -> str:
     """Why a run's process ended with no result: the exception it reported, else (the allocator
     exited by itself) the last line of its log or its exit code."""
@@ -427,13 +336,3 @@ def timed_out_text(reply: dict[str, Any]) -> str:
     """The text of a run past its limit: "timed out after 60 s in alloc" (the last stage)."""
     stage = reply["stages"][-1] if reply["stages"] else "start"
     return f"timed out after {seconds(reply['timed_out'])} in {stage}"
-
-
-def open_allocator(
-    spec: AllocatorSpec,
-    env: dict[str, str] | None = None,
-    run_timeout: float = DEFAULT_RUN_TIMEOUT,
-) -> AllocatorRunner:
-    if spec.kind == "builtin":
-        return BuiltinRunner(spec)
-    return ExternalRunner(spec, env, run_timeout)

@@ -1,8 +1,9 @@
 """A scenario file on an external allocator: what ``run --allocator SPEC`` runs.
 
-A scenario runs on an external build as a replay's request does (``observe.observe_external``:
-one forked child of the allocator's server per run, sglang's host pool included), with its
-``[expect].counters`` read in the child before cleanup. Not run, and said so:
+A scenario runs on an external build as on the built-in one: the same engine ``Run``
+(``scenario.runner.scenario_run``), in one forked child of the allocator's server per run,
+sglang's host pool included, with its ``[expect].counters`` read in the child before cleanup.
+Not run, and said so:
 
 - steps that acquire, look up or release (umbp-sim's registry API, which mori's Python surface
   does not have): alloc, free and set_nr_hugepages steps run;
@@ -11,9 +12,9 @@ one forked child of the allocator's server per run, sglang's host pool included)
   allocator (mori-624002c) describe what mori does, and run.
 
 A run past its time limit (``--run-timeout``) fails the scenario with "timed out after N s in
-alloc" (the stage it was in); one that could not run in umbp-sim's process (its RLIMIT_AS left
-the buffer no real address space: ``runner.NoRoom``) fails it with that line; the next scenario
-runs.
+alloc" (the stage it was in; the outcome ``timeout``); one that could not run in umbp-sim's
+process (its RLIMIT_AS left the buffer no real address space: ``runner.NoRoom``) fails it with
+that line (the outcome ``could-not-run``); the next scenario runs.
 
 mori prints its warnings only at log level warn, so a run sets ``MORI_UMBP_LOG_LEVEL=warn``
 unless the scenario's ``[env]`` or the environment sets a mori level
@@ -25,13 +26,16 @@ from __future__ import annotations
 import os
 
 from umbp_sim.allocator_spec import parse_allocator_spec
-from umbp_sim.external.observe import observe_external, runner_for, steps_not_runnable
-from umbp_sim.external.runner import NoRoom, RunTimedOut
+from umbp_sim.engine.counters import read_counters
+from umbp_sim.engine.record import RunRecord
+from umbp_sim.engine.spec import RunError
+from umbp_sim.external.observe import runner_for, steps_not_runnable
+from umbp_sim.external.runner import NoRoom
 from umbp_sim.profiles import FIELD_PROFILE, canonical_profile, with_mori_warnings
-from umbp_sim.scenario.observed import Observed, ScenarioResult, compare, read_counters
-from umbp_sim.scenario.runner import build_machine
-from umbp_sim.scenario.schema import Scenario
-from umbp_sim.sim import SimHost
+from umbp_sim.scenario.observed import ScenarioResult, compare
+from umbp_sim.scenario.runner import build_machine, run_checked, scenario_run
+from umbp_sim.scenario.schema import Scenario, ScenarioError
+from umbp_sim.sim import host_view
 
 
 def why_not_run(scn: Scenario) -> str | None:
@@ -48,26 +52,28 @@ def run_scenario_external(scn: Scenario, spec: str) -> ScenarioResult:
     """Run ``scn`` on the external allocator ``spec`` and compare with what the file expects."""
     why = why_not_run(scn)
     if why is not None:
-        return ScenarioResult(scn, Observed(outcome="not run"), [], not_run=why)
+        return ScenarioResult(scn, None, [], not_run=why)
     machine = build_machine(scn)
-    if scn.expect.get("counters"):
-        read_counters(scn, SimHost(machine))  # a bad key is the file's error, said here
+    try:  # a bad key is the file's error, said here (not by the allocator's process)
+        read_counters(host_view(machine), scn.expect.get("counters", {}))
+    except RunError as e:
+        raise ScenarioError(f"{scn.path}: {e}") from None
     env = with_mori_warnings(dict(scn.env), os.environ)
     runner_for(parse_allocator_spec(spec))  # an allocator that cannot start ends the command
     try:
-        obs = observe_external(scn, machine, None, spec, env=env, counters=True)
-    except RunTimedOut as e:
-        text = str(e).removeprefix(f"--allocator {spec}: a run ")
-        return ScenarioResult(scn, Observed(outcome="timed out", error=text), [text])
+        rec = run_checked(scn, scenario_run(scn, machine, spec, env))
     except NoRoom as e:  # the analyst's RLIMIT_AS, not a verdict: the scenario fails with it
-        text = str(e).removeprefix(f"--allocator {spec}: ")
-        return ScenarioResult(scn, Observed(outcome="could not run", error=text), [text])
+        rec = RunRecord("could-not-run", error=str(e))
+    if rec.outcome == "timeout":
+        return ScenarioResult(scn, rec, [f"{rec.error} (--run-timeout)"])
+    if rec.outcome == "could-not-run":
+        return ScenarioResult(scn, rec, [str(rec.error)])
     expect = scn.expect
     mismatches = []
-    if obs.outcome == "crashed" and expect.get("counters"):
+    if rec.outcome == "crashed" and expect.get("counters"):
         expect = {k: v for k, v in expect.items() if k != "counters"}
         mismatches.append(
-            f"counters: not read: the allocator's process was killed by {obs.signal} "
+            f"counters: not read: the allocator's process was killed by {rec.signal} "
             "(its simulated host died with it)"
         )
-    return ScenarioResult(scn, obs, compare(expect, obs, scn.path) + mismatches)
+    return ScenarioResult(scn, rec, compare(expect, rec, scn.path) + mismatches)

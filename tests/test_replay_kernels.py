@@ -1,0 +1,70 @@
+"""One ``replay --error`` builds a SimKernel per simulation it runs (the baseline, each fix the
+search tries, the comparison with umbp-sim's fixed allocator) plus the hosts it asks questions
+of (the dumped host's starting state, and where a combination of fixes leaves the host), and no
+others: the request goes from the command line to the engine as one typed ``Run``."""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import umbp_sim.diagnose.fixes as fixes
+import umbp_sim.engine.execute as execute
+from umbp_sim import _native, sim
+from umbp_sim.cli import main
+
+REPLAY = Path(__file__).parent / "data" / "replay"
+LINE = (
+    "RuntimeError: UMBPHostMemAllocator.alloc(4294967296 bytes) failed "
+    "(requested_backing=UMBPHostBufferBacking.AnonymousHugetlb, numa_node=1)."
+)
+
+
+def test_replay_error_builds_one_kernel_per_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[int] = []
+    runs: list[int] = []
+    questions: list[int] = [1]  # the starting state's (sim.host_view), built once
+    searched: list[int] = []
+
+    class CountingKernel(_native.SimKernel):  # type: ignore[misc]
+        def __init__(self, config: object) -> None:
+            built.append(1)
+            super().__init__(config)
+
+    fresh_host, propose, host_after = execute.fresh_host, fixes.propose, fixes.host_after
+
+    def counting_fresh_host(machine: Any) -> Any:
+        runs.append(1)
+        return fresh_host(machine)
+
+    def counting_propose(*args: Any, **kwargs: Any) -> Any:
+        found = propose(*args, **kwargs)
+        searched.append(found.runs)
+        return found
+
+    def counting_host_after(machine: Any, fix: Any) -> Any:
+        host = host_after(machine, fix)
+        if host is not sim.host_view(machine):
+            questions.append(1)
+        return host
+
+    monkeypatch.setattr(_native, "SimKernel", CountingKernel)
+    monkeypatch.setattr(execute, "fresh_host", counting_fresh_host)
+    monkeypatch.setattr(fixes, "propose", counting_propose)
+    monkeypatch.setattr(fixes, "host_after", counting_host_after)
+    monkeypatch.setattr(sim, "_VIEWS", {})
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(["replay", str(REPLAY / "pool-on-node0-6.8.0"), "--error", LINE, "--json"])
+    doc = json.loads(out.getvalue())
+    assert (code, doc["outcome"], doc["reproduces_error_line"]) == (0, "demoted", False)
+    # The simulations: the baseline, every fix tried, the run under umbp-sim's allocator.
+    assert searched and len(runs) == 1 + searched[0] + 1
+    # Every other kernel is a host asked questions of, never a run of its own.
+    assert len(built) == len(runs) + len(questions)
+    assert len(built) == 42  # 39 simulations (1 + 37 fixes tried + 1), 3 question hosts

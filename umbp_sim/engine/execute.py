@@ -1,0 +1,117 @@
+"""The one function that performs a ``Run``: ``execute(run, subject) -> RunRecord``.
+
+The stack of one run::
+
+    allocator -> TracingKernel -> FaultyKernel (the run's plan) -> SimKernel (the machine)
+
+``subject`` is the allocator under test (``umbp_sim.engine.subject``): the built-in one in this
+process, or an external build in the forked child of its server (its calls in the interposer's
+scope). In order: a fresh SimKernel in the machine's state, the run's admin writes, the work
+(``umbp_sim.engine.work``), the counters ``run.counters`` names (before cleanup), the free of
+what the work holds, then the leaks (none counted after a crash: the process is dead), the
+syscall trace and SimKernel's reasons. A simulated crash (``SimulatedCrash``) is the outcome
+``crashed`` with the stage it happened in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from umbp_sim import _native
+from umbp_sim.engine.counters import read_counters
+from umbp_sim.engine.record import RunRecord
+from umbp_sim.engine.spec import Alloc, Run, SglangStartup, Steps
+from umbp_sim.engine.subject import Subject
+from umbp_sim.engine.work import Held, raised, run_alloc, run_steps, start_sglang
+from umbp_sim.errors import SimulatedCrash
+from umbp_sim.leaks import collect_leaks
+from umbp_sim.log_capture import capture_logs
+from umbp_sim.machine import Machine
+from umbp_sim.sim import SimHost, to_sim_config
+from umbp_sim.trace import instrument
+
+WARNING_LOGGERS = ("umbp_sim", "sglang")
+ALLOCATOR_LOGGER = "umbp_sim.allocator"
+
+# SimConfig by Machine object: building it is most of a short run's cost, and compare's runs
+# share a few machines (nothing changes a run's machine). SimKernel copies the config.
+_CONFIGS: dict[int, tuple[Machine, str, Any]] = {}
+
+
+def fresh_host(machine: Machine) -> SimHost:
+    """A SimHost of its own in ``machine``'s state (its config built once per machine state)."""
+    key = repr(machine)
+    hit = _CONFIGS.get(id(machine))
+    if hit is None or hit[0] is not machine or hit[1] != key:
+        if len(_CONFIGS) >= 256:
+            _CONFIGS.clear()
+        hit = _CONFIGS[id(machine)] = (machine, key, to_sim_config(machine))
+    return SimHost(machine, _native.SimKernel(hit[2]))
+
+
+def execute(run: Run, subject: Subject) -> RunRecord:
+    """``run`` on ``subject``, on a fresh simulated host: what came of it."""
+    rec = RunRecord(outcome="ok")
+    host = fresh_host(run.machine)
+    rec.setup_notes = [n for n in (change(host) for change in run.changes) if n]
+    stack = instrument(host.kernel, run.plan)
+    held = Held()
+    counted = False
+    with capture_logs(WARNING_LOGGERS) as logs:
+        subject.attach(stack.kernel)
+        try:
+            work = run.work
+            if isinstance(work, Alloc):
+                run_alloc(work, subject, host, rec, held)
+            elif isinstance(work, Steps):
+                run_steps(work, subject, host, rec, held)
+            elif isinstance(work, SglangStartup):
+                start_sglang(work, dict(run.env), subject, host, rec, held)
+            else:
+                raise TypeError(f"a simulated run cannot do {type(work).__name__}")
+            rec.counters, counted = read_counters(host, run.counters), True
+            held.stage = "free"
+            subject.stage("free")
+            _free(run, subject, rec, held)
+        except SimulatedCrash as e:
+            rec.outcome, rec.failure, rec.error = "crashed", None, str(e)
+            rec.signal, rec.crash_node, rec.detail = e.signal, e.node, e.detail
+            rec.stage, rec.simulated = held.stage, True
+            if not counted:  # the counters of the host it died on
+                rec.counters = read_counters(host, run.counters)
+        finally:
+            subject.detach(stack.kernel)
+        subject.stage("exit")
+        if rec.outcome != "crashed":  # a dead process leaks nothing
+            a = held.allocator
+            mine = [a] if a is not None and hasattr(a, "snapshot") else []
+            rec.leaks = collect_leaks(host, *mine, stack.kernel)
+            rec.held = {
+                "mappings": len(stack.tracing.live_mappings()),
+                "fds": len(stack.tracing.open_fds()),
+            }
+        rec.trace = [r.text() for r in stack.tracing.records()]
+        rec.trace_dropped = stack.tracing.dropped
+        rec.reasons = host.reasons()
+    rec.warnings = list(logs.messages)
+    rec.allocator_warnings = logs.of(ALLOCATOR_LOGGER)
+    rec.log = list(logs.log)
+    return rec
+
+
+def _free(run: Run, subject: Subject, rec: RunRecord, held: Held) -> None:
+    """Free what the work holds (an Alloc run that asks to keep its buffer keeps it); a free
+    that raises is the outcome failed ("free: ..."), as a server's log would show it."""
+    if isinstance(run.work, Alloc) and not run.work.free:
+        return
+    try:
+        with subject.scope():
+            if held.startup is not None:
+                held.startup.close()
+            elif held.allocator is not None:
+                for h in held.handles:
+                    held.allocator.free(h)
+    except subject.harness_errors:
+        raise
+    except Exception as e:  # noqa: BLE001 - the allocator's exception is the outcome
+        rec.outcome, rec.failure, rec.error = "failed", "raised", f"free: {raised(e)}"

@@ -1,0 +1,110 @@
+"""What one run came to: ``RunRecord``, in one outcome vocabulary.
+
+``outcome`` is one of:
+
+- ``ok``: the allocator gave what was asked (every step's alloc did);
+- ``demoted``: a valid buffer on 4 KiB pages where hugepages were asked
+  (``umbp_sim.backing.is_demoted``);
+- ``failed``: no buffer: ``failure`` says how: ``"invalid"`` (alloc returned a null handle:
+  ``error`` is what sglang's wrapper raises for it) or ``"raised"`` (the allocator raised, or
+  its free did: ``error`` is the exception, ``"free: ..."`` for a free);
+- ``crashed``: the process died: ``signal`` (SIGBUS, SIGKILL; SIGSTOP: stopped, then ended by
+  umbp-sim), ``stage`` (alloc, write, free, exit), ``simulated`` (SimKernel's signal, with
+  ``crash_node`` and ``detail``) or a real one;
+- ``timeout``: an external run went past ``--run-timeout``; ``error`` says "timed out after
+  60 s in alloc" (the last stage it reported);
+- ``could-not-run``: the harness failed (an external allocator's process died without a
+  result): ``error`` says why.
+
+Scenario files' ``[expect].outcome`` uses the first four words; compare shows a record in its
+own words (``umbp_sim.external.compare``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from umbp_sim.log_capture import LogEntry
+
+__all__ = ["OUTCOMES", "RunRecord", "handle_fields"]
+
+OUTCOMES = ("ok", "demoted", "failed", "crashed", "timeout", "could-not-run")
+TRACE_SHOWN = 40  # lines of the syscall trace a failure report shows
+
+
+def handle_fields(h: Any) -> dict[str, Any]:
+    """A ``UMBPHostBufferHandle``'s fields as data (either allocator's handle)."""
+    backing = getattr(h.actual_backing, "name", str(h.actual_backing).split(".")[-1])
+    return {
+        "valid": bool(h),
+        "ptr": int(h.ptr),
+        "requested_size": int(h.requested_size),
+        "mapped_size": int(h.mapped_size),
+        "backing": backing,
+        "alignment": int(h.actual_alignment),
+    }
+
+
+@dataclass
+class RunRecord:
+    outcome: str
+    failure: str | None = None  # "invalid" | "raised", when failed
+    error: str | None = None
+    # The (last) buffer: handle_fields, its backing and size, the node mbind bound it to (-1
+    # none), and compare's account of its binding ("bind 1; hugepages 2 x 2MiB on node 1").
+    handle: dict[str, Any] | None = None
+    actual_backing: str | None = None
+    mapped_size: int | None = None
+    bound_node: int | None = None
+    binding: str | None = None
+    # A crash: the signal, where (stage), whether SimKernel raised it, its node and account.
+    signal: str | None = None
+    stage: str | None = None
+    simulated: bool | None = None
+    crash_node: int | None = None
+    detail: str = ""
+    warnings: list[str] = field(default_factory=list)
+    # The allocator's own lines among the warnings (what mori's log would carry).
+    allocator_warnings: list[str] = field(default_factory=list)
+    # Every warning as (logger, warning id or None, text): sglang's own lines are under
+    # "sglang.", the allocator's carry their ids (umbp_sim.log_capture).
+    log: list[LogEntry] = field(default_factory=list)
+    reasons: list[Any] = field(default_factory=list)  # SimKernel's (umbp_sim.sim.Reason)
+    trace: list[str] = field(default_factory=list)  # every call through the TracingKernel
+    trace_dropped: int = 0  # calls before ``trace`` the TracingKernel did not keep
+    leaks: list[str] = field(default_factory=list)  # what the run left held (umbp_sim.leaks)
+    held: dict[str, int] = field(default_factory=lambda: {"mappings": 0, "fds": 0})
+    counters: dict[str, int] = field(default_factory=dict)
+    steps: list[str] = field(default_factory=list)
+    budget: dict[str, int] | None = None  # what sglang's host check read
+    setup_notes: list[str] = field(default_factory=list)  # what the admin writes could not do
+    fault_path: str | None = None  # an external build's: how its page touches reached SimKernel
+    # Measure runs (the real kernel): the page size, resident bytes, {node: pages}.
+    page_size: int | None = None
+    rss: int | None = None
+    pages_on: dict[int, int] = field(default_factory=dict)
+
+    def trace_text(self, last: int = TRACE_SHOWN) -> str:
+        """The last ``last`` calls, one a line, after a line counting those not shown."""
+        shown = self.trace[-last:] if last > 0 else []
+        skipped = self.trace_dropped + len(self.trace) - len(shown)
+        head = [f"... {skipped} earlier calls not shown"] if skipped else []
+        return "\n".join(head + shown) + ("\n" if shown or head else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "failure": self.failure,
+            "actual_backing": self.actual_backing,
+            "mapped_size": self.mapped_size,
+            "bound_node": self.bound_node,
+            "error": self.error,
+            "signal": self.signal,
+            "stage": self.stage,
+            "crash_node": self.crash_node,
+            "warnings": self.warnings,
+            "counters": self.counters,
+            "steps": self.steps,
+            "leaks": self.leaks,
+        }

@@ -1,0 +1,101 @@
+"""What one run is, as data: ``Run`` (the host, a fault plan, the allocator, the work, the
+environment, admin writes, counters to read). The same ``Run`` runs in process (a built-in
+profile) or is pickled to an external allocator's server and runs in its forked child
+(``umbp_sim.engine.execute``); nothing in it is a callback.
+
+The work is one of:
+
+- ``Alloc``: one ``alloc`` call (``AllocRequest``); ``write`` writes the buffer's first byte as
+  a user would (compare's runs), ``free`` frees it at the end (before the leak check);
+- ``Steps``: a scenario's ``[request].steps`` (alloc, free, acquire/lookup/release,
+  set_nr_hugepages);
+- ``SglangStartup``: sglang's HiCache host-pool startup (its ``[request]`` table), released as
+  ``release`` says (``[scenario].sglang``);
+- ``Measure``: the real allocation on this host, measured and freed (``preflight --verify``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from umbp_sim.errors import UmbpSimError
+from umbp_sim.faults import FaultPlan
+from umbp_sim.machine import Machine
+from umbp_sim.profiles import FIELD_PROFILE
+from umbp_sim.request import AllocRequest
+
+__all__ = [
+    "Alloc",
+    "HostChange",
+    "Measure",
+    "Run",
+    "RunError",
+    "SglangStartup",
+    "Steps",
+    "Work",
+]
+
+
+class RunError(UmbpSimError):
+    """The work cannot run as written (a step naming no earlier alloc, a counter that does not
+    exist, a bad sglang table): the text names the scenario key (``[request].steps[2].id:
+    ...``); a scenario puts its path in front."""
+
+
+@dataclass(frozen=True)
+class Alloc:
+    request: AllocRequest
+    write: bool = False  # write the first byte after alloc (the user's first touch)
+    free: bool = True
+
+
+@dataclass(frozen=True)
+class Steps:
+    steps: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class SglangStartup:
+    request: Mapping[str, Any]  # the [request] table (model, sizes, ...)
+    release: str | None = None  # [scenario].sglang: how the startup's buffers are released
+
+
+@dataclass(frozen=True)
+class Measure:
+    """The allocation on the real kernel of this host, measured (page size, RSS, nodes)."""
+
+    request: AllocRequest
+
+
+Work = Alloc | Steps | SglangStartup | Measure
+
+# An admin write applied to the fresh host before the work (``host.set_nr_hugepages(...)``): a
+# picklable callable (a frozen dataclass such as ``diagnose.fixes.PoolWrite``) that returns a
+# note when the kernel did not do all it was asked ("the kernel made only 3 of 8 pages").
+HostChange = Callable[[Any], "str | None"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One process's life on one allocator: a fresh simulated host of ``machine`` (``changes``
+    applied), ``plan``'s faults, the ``work``, then cleanup. ``allocator``: a profile name or
+    an external SPEC (``umbp_sim.allocator_spec``); an allocator opened with
+    ``engine.open_allocator`` runs a Run as itself, whatever this field says (compare's runs
+    go to both sides)."""
+
+    machine: Machine
+    work: Work
+    allocator: str = FIELD_PROFILE
+    plan: FaultPlan | None = None
+    env: tuple[tuple[str, str], ...] = ()  # the allocator process's environment (and sglang's)
+    changes: tuple[HostChange, ...] = ()
+    counters: tuple[str, ...] = ()  # [expect].counters keys, read after the work, before cleanup
+    label: str = ""
+
+    @property
+    def request(self) -> AllocRequest | None:
+        """The alloc request of an ``Alloc`` or ``Measure`` run, else None."""
+        w = self.work
+        return w.request if isinstance(w, (Alloc, Measure)) else None

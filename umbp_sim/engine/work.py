@@ -1,0 +1,208 @@
+"""The three kinds of simulated work, each filling a ``RunRecord``: one ``alloc``, a scenario's
+``steps``, sglang's host-pool startup. ``umbp_sim.engine.execute`` calls them with the
+allocator under test (``Subject``) and the fresh host; what they leave held goes in ``Held``,
+which the run frees after the counters are read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from umbp_sim.backing import alloc_outcome, is_demoted
+from umbp_sim.engine.binding import binding, pools_free
+from umbp_sim.engine.record import RunRecord, handle_fields
+from umbp_sim.engine.spec import Alloc, RunError, SglangStartup, Steps
+from umbp_sim.engine.subject import Subject
+from umbp_sim.request import AllocRequest
+from umbp_sim.sglang.sizing import hicache_request_of_table, host_available_bytes, parse_meminfo
+from umbp_sim.sim import SimHost
+from umbp_sim.units import parse_size
+
+
+def null_handle_error(size: int, backing: str, node: int) -> str:
+    # What sglang's wrapper raises for a null handle: the text on-call engineers search for.
+    return (
+        f"RuntimeError: UMBPHostMemAllocator.alloc({size} bytes) failed "
+        f"(requested_backing=UMBPHostBufferBacking.{backing}, numa_node={node})."
+    )
+
+
+def raised(e: BaseException) -> str:
+    """What a server's log shows for an exception out of the allocator (``MemoryError:
+    std::bad_alloc``: mori lets ``std::bad_alloc`` escape ``Alloc``)."""
+    return f"{type(e).__name__}: {e}"
+
+
+def backing_name(handle: Any) -> str:
+    return str(getattr(handle.actual_backing, "name", handle.actual_backing)).rsplit(".", 1)[-1]
+
+
+@dataclass
+class Held:
+    """What the work leaves to free at the end: an allocator's buffers, or sglang's startup."""
+
+    allocator: Any = None
+    handles: list[Any] = field(default_factory=list)
+    startup: Any = None
+    stage: str = "alloc"  # where the process is (a crash's stage)
+
+
+def _failed(rec: RunRecord, failure: str, error: str) -> None:
+    rec.outcome, rec.failure, rec.error = "failed", failure, error
+
+
+def run_alloc(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held: Held) -> None:
+    req = work.request
+    kernel = host.kernel
+    before = pools_free(kernel, host.machine)
+    subject.stage("alloc", size=req.size)
+    held.allocator = allocator = subject.allocator()
+    try:
+        h = allocator.alloc(req)
+    except subject.harness_errors:
+        raise
+    except Exception as e:  # noqa: BLE001 - the allocator's exception is the outcome
+        _failed(rec, "raised", raised(e))
+        return
+    held.handles.append(h)
+    rec.handle = handle_fields(h)
+    if not h:
+        _failed(rec, "invalid", null_handle_error(req.size, req.backing, req.numa_node))
+        return
+    if work.write:
+        held.stage = "write"
+        subject.stage("write")
+        subject.write_first_byte(int(h.ptr))
+    rec.actual_backing = backing_name(h)
+    rec.mapped_size = int(h.mapped_size)
+    rec.bound_node = subject.bound_node(host, h)
+    rec.binding = binding(kernel, host.machine, int(h.ptr), before)
+    rec.outcome = alloc_outcome(req.backing, rec.actual_backing)
+
+
+def run_steps(work: Steps, subject: Subject, host: SimHost, rec: RunRecord, held: Held) -> None:
+    subject.stage("alloc")
+    held.allocator = allocator = subject.allocator()
+    handles: dict[str, Any] = {}
+    # Base address of each alloc: Free clears the handle, but a later acquire/lookup/release
+    # of the same buffer must still name its address (that is what a registration holds).
+    bases: dict[str, int] = {}
+    for i, step in enumerate(work.steps):
+        op = step["op"]
+        if op == "alloc":
+            req = AllocRequest.from_table(step)
+            try:
+                h = allocator.alloc(req)
+            except subject.harness_errors:
+                raise
+            except Exception as e:  # noqa: BLE001 - escaped the allocator: the process stops
+                rec.steps.append(f"alloc raised {type(e).__name__}")
+                _failed(rec, "raised", raised(e))
+                return
+            handles[step["id"]] = h
+            bases[step["id"]] = h.ptr if h else 0
+            if not h:
+                rec.steps.append("alloc failed")
+                _failed(rec, "invalid", null_handle_error(req.size, req.backing, req.numa_node))
+                continue
+            got = backing_name(h)
+            demoted = is_demoted(req.backing, got)
+            if demoted and rec.outcome == "ok":
+                rec.outcome = "demoted"
+            rec.actual_backing, rec.mapped_size = got, int(h.mapped_size)
+            rec.bound_node = subject.bound_node(host, h)
+            rec.steps.append(f"alloc {'demoted' if demoted else 'ok'} {got} {h.mapped_size}")
+            continue
+        if op == "set_nr_hugepages":
+            hp = parse_size(step.get("hugepage_size", 2 << 20), "hugepage_size")
+            host.set_nr_hugepages(hp, step["pages"], step.get("node"))
+            rec.steps.append(f"nr_hugepages {host.hugepages(hp).total}")
+            continue
+        if step["id"] not in handles:
+            raise RunError(f"[request].steps[{i}].id: {step['id']!r} names no earlier alloc")
+        h = handles[step["id"]]
+        base = bases[step["id"]]
+        ptr = base + parse_size(step.get("offset", 0), "offset") if base else 0
+        if op == "free":
+            allocator.free(h)
+            rec.steps.append("freed")
+        elif op in ("acquire", "lookup"):
+            size = parse_size(step.get("size", 1), "size")
+            fn = allocator.acquire_shm_allocation if op == "acquire" else (
+                allocator.lookup_shm_allocation
+            )  # fmt: skip
+            found = fn(ptr, size)
+            rec.steps.append(f"{op} {'found' if found is not None else 'none'}")
+        elif op == "release":
+            allocator.release_shm_allocation(base)
+            rec.steps.append("released")
+
+
+def sglang_request_of(r: Any) -> Any:
+    """The HiCache host-pool request of an ``[request]`` table with ``kind = "sglang"``
+    (``umbp_sim.sglang.sizing.hicache_request_of_table``). Raises KeyError, ValueError or
+    TypeError on a bad table."""
+    return hicache_request_of_table(r)
+
+
+def start_sglang(
+    work: SglangStartup, env: dict[str, str], subject: Subject, host: SimHost, rec: RunRecord,
+    held: Held,
+) -> None:  # fmt: skip
+    """sglang's host-pool startup with the subject's module as ``mori.umbp`` (its calls in the
+    subject's scope); the startup is held, its buffers freed after the counters."""
+    from umbp_sim.sglang import start_host_pool  # imports torch: only sglang's runs pay it
+
+    try:
+        request = sglang_request_of(work.request)
+    except (KeyError, ValueError, TypeError) as e:
+        raise RunError(f"[request]: {e}") from None
+    meminfo = parse_meminfo(host.read("/proc/meminfo"), "/proc/meminfo")
+    rec.budget = result_budget(meminfo, host)
+    subject.stage("alloc", budget=rec.budget)  # what a death leaves: the host check's numbers
+    with subject.scope():
+        result = start_host_pool(
+            request,
+            meminfo,
+            env=env,
+            module=subject.module(),
+            keep=True,
+            release=work.release,
+            watermark_low_pages=zoneinfo_low_pages(host),
+        )
+    held.startup = result
+    rec.outcome = "ok" if result.outcome == "fallback" else result.outcome
+    if rec.outcome == "failed":
+        rec.failure = "raised"  # sglang raised (its wrapper's RuntimeError on a null handle)
+    rec.error = result.error
+    rec.signal, rec.crash_node = result.signal, result.crash_node
+    if rec.outcome == "crashed":
+        rec.stage, rec.simulated = "alloc", True
+    if result.handles:
+        last = result.handles[-1]
+        rec.actual_backing = backing_name(last)
+        rec.mapped_size = int(last.mapped_size)
+        rec.bound_node = subject.bound_node(host, last)
+
+
+def zoneinfo_low_pages(host: SimHost) -> int:
+    """Σ "low" of the simulated /proc/zoneinfo in 4 KiB pages (sglang's page-size assumption):
+    psutil's input when /proc/meminfo has no MemAvailable."""
+    pages = sum(
+        int(parts[1])
+        for parts in (line.split() for line in host.read("/proc/zoneinfo").splitlines())
+        if len(parts) == 2 and parts[0] == "low"
+    )
+    return pages * host.machine.page_size // 4096
+
+
+def result_budget(meminfo: dict[str, int], host: SimHost) -> dict[str, int]:
+    """What sglang's host check read: available bytes (psutil's number) and how it got it."""
+    low = zoneinfo_low_pages(host)
+    avail = host_available_bytes(meminfo, watermark_low_pages=low, page_size=4096)
+    out = {"available": avail, "watermark_low": low * 4096}
+    for key in ("MemAvailable", "MemFree", "Cached", "Active(file)", "Inactive(file)",
+                "SReclaimable"):  # fmt: skip
+        if key in meminfo:
+            out[key] = meminfo[key] * 1024
+    return out
