@@ -12,6 +12,7 @@
 // interposed symbols are exported.
 #pragma once
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -65,6 +66,7 @@ inline uintptr_t align_up(uintptr_t v, uintptr_t a) { return (v + a - 1) / a * a
 // ---- routing (routing.cpp) ----------------------------------------------------------------------
 
 extern std::atomic<const umbp_sim_kernel*> g_kernel;
+extern std::atomic<bool> g_program;    // exec mode: the whole program's calls (route_whole_program)
 extern umbp_sim_kernel g_kernel_copy;  // the handle activate() was given (ops + self), retained
 extern bool g_simulated;
 extern size_t g_page;
@@ -81,8 +83,25 @@ int add_caller_object(const char* path);
 // The Kernel when this call is the allocator's (wrapped: its object; preload: its caller).
 const umbp_sim_kernel* route(bool wrapped, void* ret);
 const umbp_sim_kernel* kernel_for_fd(int fd);
-// Opens of /proc and /sys count for the thread inside enter()/leave(), whoever calls.
+// Opens of /proc and /sys count for the thread inside enter()/leave() (exec mode: every thread),
+// whoever calls.
 const umbp_sim_kernel* route_open(const char* path);
+// Exec mode: every call of the program is the Kernel's, on every thread, but the language
+// runtime's and umbp-sim's own (routing.cpp says which and why).
+void route_whole_program();
+
+// ---- the simulated host's /proc and /sys in exec mode (sim_paths.cpp) ---------------------------
+
+enum class PathKind { Real, File, Directory, Missing };
+void set_sim_root(const char* root);  // <dir>/root: the rendered tree
+bool have_sim_root();
+// What the simulated host has at `path` (`rendered`: the path of its copy under the root).
+PathKind sim_path_kind(const char* path, char* rendered, size_t cap);
+// open/fopen/opendir of a path the simulated host answers: *answered false when it is this
+// box's (the caller then makes the real call).
+int open_sim_path(const umbp_sim_kernel* k, const char* path, int flags, int mode, bool* answered);
+FILE* fopen_sim_path(const umbp_sim_kernel* k, const char* path, const char* mode, bool* answered);
+DIR* opendir_sim_path(const char* path, DIR* (*real_opendir)(const char*), bool* answered);
 
 // ---- simulated mappings (mappings.cpp) ----------------------------------------------------------
 
@@ -151,6 +170,9 @@ void forget_evidence_fd_in_fork_child();
 [[noreturn]] void die_of(const umbp_sim_kernel* k, int sig, const char* stage);
 // A routed call's failure: errno and -1, or death when the Kernel answered with a signal.
 int fail(const umbp_sim_kernel* k, const umbp_sim_result& r, const char* stage);
+// Exec mode: the exit frame (atexit), and why the simulated host did not start.
+void report_exit();
+void report_setup_error(const char* text);
 
 // ---- the routed calls (calls.cpp) ---------------------------------------------------------------
 

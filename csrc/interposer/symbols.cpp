@@ -115,23 +115,50 @@ long syscall_impl(bool w, void* ret, long nr, long a1, long a2, long a3, long a4
 }
 int open_impl(const char* path, int flags, int mode, std::atomic<void*>* cache,
               const char* real_name) {
-  if (const umbp_sim_kernel* k = route_open(path)) return open_rendered(k, path);
+  if (const umbp_sim_kernel* k = route_open(path)) {
+    if (!have_sim_root()) return open_rendered(k, path);
+    bool answered = false;
+    const int fd = open_sim_path(k, path, flags, mode, &answered);
+    if (answered) return fd;
+  }
   auto f = cached<open_fn>(cache, real_name);
   return f(path, flags, mode);
 }
 int openat_impl(int dirfd, const char* path, int flags, int mode, std::atomic<void*>* cache,
                 const char* real_name) {
   if (path && path[0] == '/') {
-    if (const umbp_sim_kernel* k = route_open(path)) return open_rendered(k, path);
+    if (const umbp_sim_kernel* k = route_open(path)) {
+      if (!have_sim_root()) return open_rendered(k, path);
+      bool answered = false;
+      const int fd = open_sim_path(k, path, flags, mode, &answered);
+      if (answered) return fd;
+    }
   }
   auto f = cached<openat_fn>(cache, real_name);
   return f(dirfd, path, flags, mode);
 }
 FILE* fopen_impl(const char* path, const char* mode, std::atomic<void*>* cache,
                  const char* real_name) {
-  if (const umbp_sim_kernel* k = route_open(path)) return fopen_rendered(k, path, mode);
+  if (const umbp_sim_kernel* k = route_open(path)) {
+    if (!have_sim_root()) return fopen_rendered(k, path, mode);
+    bool answered = false;
+    FILE* f = fopen_sim_path(k, path, mode, &answered);
+    if (answered) return f;
+  }
   auto f = cached<fopen_fn>(cache, real_name);
   return f(path, mode);
+}
+// A directory listing of the simulated host's /proc and /sys (exec mode only: the scope mode
+// never listed directories).
+DIR* opendir_impl(const char* path) {
+  using opendir_fn = DIR* (*)(const char*);
+  static opendir_fn f = real<opendir_fn>("opendir");
+  if (have_sim_root() && route_open(path)) {
+    bool answered = false;
+    DIR* d = opendir_sim_path(path, f, &answered);
+    if (answered) return d;
+  }
+  return f(path);
 }
 
 }  // namespace
@@ -172,6 +199,8 @@ namespace {
 std::atomic<void*> c_fopen{nullptr}, c_fopen64{nullptr}, c_open2{nullptr}, c_open64_2{nullptr},
     c_openat2{nullptr}, c_open{nullptr}, c_open64{nullptr}, c_openat{nullptr}, c_openat64{nullptr};
 }  // namespace
+
+UMBP_EXPORT DIR* opendir(const char* p) { return opendir_impl(p); }
 
 UMBP_DEFINE_BOTH(FILE*, fopen, (const char* p, const char* m), fopen_impl(p, m, &c_fopen, "fopen"),
                  fopen_impl(p, m, &c_fopen, "fopen"))
