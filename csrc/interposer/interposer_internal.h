@@ -182,6 +182,9 @@ int do_munmap(const umbp_sim_kernel* k, void* addr, size_t len);
 long do_mbind(const umbp_sim_kernel* k, void* addr, unsigned long len, int mode,
               const unsigned long* mask, unsigned long maxnode, unsigned flags);
 int do_memfd(const umbp_sim_kernel* k, const char* name, unsigned flags);
+// move_pages(2) in query mode for the Kernel's pages (*answered false: the real call's).
+long do_move_pages(const umbp_sim_kernel* k, long pid, unsigned long count, void** pages,
+                   const int* nodes, int* status, int flags, bool* answered);
 int do_ftruncate(const umbp_sim_kernel* k, int fd, off_t len);
 int do_close(const umbp_sim_kernel* k, int fd);
 int do_madvise(const umbp_sim_kernel* k, void* addr, size_t len, int advice);

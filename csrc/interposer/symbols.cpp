@@ -2,7 +2,9 @@
 // routing.cpp whose call it is and goes to the Kernel (calls.cpp) or to the real function.
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <sys/stat.h>
 
 #include "interposer/interposer_internal.h"
 
@@ -105,6 +107,15 @@ long syscall_impl(bool w, void* ret, long nr, long a1, long a2, long a3, long a4
       return do_memfd(k, reinterpret_cast<const char*>(a1), static_cast<unsigned>(a2));
     }
   }
+  if (nr == SYS_move_pages) {
+    if (const umbp_sim_kernel* k = route(w, ret)) {
+      bool answered = false;
+      const long r = do_move_pages(k, a1, static_cast<unsigned long>(a2),
+                                   reinterpret_cast<void**>(a3), reinterpret_cast<const int*>(a4),
+                                   reinterpret_cast<int*>(a5), static_cast<int>(a6), &answered);
+      if (answered) return r;
+    }
+  }
   if (nr == SYS_close || nr == SYS_ftruncate) {
     const int fd = static_cast<int>(a1);
     if (const umbp_sim_kernel* k = kernel_for_fd(fd))
@@ -201,6 +212,46 @@ std::atomic<void*> c_fopen{nullptr}, c_fopen64{nullptr}, c_open2{nullptr}, c_ope
 }  // namespace
 
 UMBP_EXPORT DIR* opendir(const char* p) { return opendir_impl(p); }
+
+// stat and access of the simulated host's /proc and /sys paths (exec mode only): what a
+// program asks before it opens or lists (os.path.exists, std::filesystem::exists).
+namespace {
+template <typename F>
+int stat_like(const char* path, const char* real_name, std::atomic<void*>* cache, F call) {
+  if (have_sim_root() && path && route_open(path)) {
+    char rendered[PATH_MAX];
+    switch (sim_path_kind(path, rendered, sizeof rendered)) {
+      case PathKind::File:
+      case PathKind::Directory:
+        return call(cached<void*>(cache, real_name), rendered);
+      case PathKind::Missing:
+        errno = ENOENT;
+        return -1;
+      case PathKind::Real:
+        break;
+    }
+  }
+  return call(cached<void*>(cache, real_name), path);
+}
+std::atomic<void*> c_stat{nullptr}, c_stat64{nullptr}, c_lstat{nullptr}, c_lstat64{nullptr},
+    c_access{nullptr};
+}  // namespace
+
+#define UMBP_DEFINE_STAT(name, cache, st_t)                           \
+  UMBP_EXPORT int name(const char* p, st_t* st) {                     \
+    return stat_like(p, #name, &cache, [st](void* f, const char* q) { \
+      return reinterpret_cast<int (*)(const char*, st_t*)>(f)(q, st); \
+    });                                                               \
+  }
+UMBP_DEFINE_STAT(stat, c_stat, struct stat)
+UMBP_DEFINE_STAT(stat64, c_stat64, struct stat64)
+UMBP_DEFINE_STAT(lstat, c_lstat, struct stat)
+UMBP_DEFINE_STAT(lstat64, c_lstat64, struct stat64)
+UMBP_EXPORT int access(const char* p, int mode) {
+  return stat_like(p, "access", &c_access, [mode](void* f, const char* q) {
+    return reinterpret_cast<int (*)(const char*, int)>(f)(q, mode);
+  });
+}
 
 UMBP_DEFINE_BOTH(FILE*, fopen, (const char* p, const char* m), fopen_impl(p, m, &c_fopen, "fopen"),
                  fopen_impl(p, m, &c_fopen, "fopen"))

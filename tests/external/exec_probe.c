@@ -1,8 +1,8 @@
 /* A program for tests/external/test_exec.py, run under `umbp-sim exec`: a 2 MiB MAP_HUGETLB
  * mapping bound to node 1 (mbind, MPOL_BIND) and touched, as an allocator with a NUMA node asks
  * for one. It prints what it got, one "key: value" line a step, and what it sees of the host:
- * the node directories, HugePages_Free. Exit 0, or 2 (mmap failed), 3 (mbind failed). A
- * simulated SIGBUS ends it in the touch. */
+ * the node directories, HugePages_Free, the node move_pages(2) says the page is on. Exit 0, or
+ * 2 (mmap failed), 3 (mbind failed). A simulated SIGBUS ends it in the touch. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -20,12 +20,18 @@
 
 static const char* errno_name(int e) {
   switch (e) {
-    case EIO: return "EIO";
-    case ENOMEM: return "ENOMEM";
-    case EINVAL: return "EINVAL";
-    case EFAULT: return "EFAULT";
-    case EPERM: return "EPERM";
-    default: return "another errno";
+    case EIO:
+      return "EIO";
+    case ENOMEM:
+      return "ENOMEM";
+    case EINVAL:
+      return "EINVAL";
+    case EFAULT:
+      return "EFAULT";
+    case EPERM:
+      return "EPERM";
+    default:
+      return "another errno";
   }
 }
 
@@ -70,6 +76,10 @@ int main(void) {
   fflush(stdout);
   memset(p, 0x5a, len);
   printf("touch: ok\n");
+  void* pages[1] = {p};
+  int status[1] = {-1};
+  if (syscall(SYS_move_pages, 0, 1, pages, NULL, status, 0) == 0)
+    printf("page node: %d\n", status[0]);
   hugepages_free();
   munmap(p, len);
   return 0;

@@ -75,6 +75,7 @@ def test_hugetlb_bound_to_node_1_runs_on_the_default_two_node_host(
     assert done.returncode == 0, done.stderr
     assert _lines(done.stdout) == {
         "nodes": "2", "page size": "4096", "mmap": "ok", "mbind": "ok", "touch": "ok",
+        "page node": "1",  # move_pages: where the simulated host put it
         "HugePages_Free": "2047",  # 2 x 1024 on the host, one taken by the touch
     }  # fmt: skip
     report = json.loads((tmp_path / "report.json").read_text())
@@ -133,6 +134,7 @@ def test_a_python_program_under_the_preload(tmp_path: Path) -> None:
         "print('total', meminfo['HugePages_Total'].strip())\n"
         "print('nodes', sorted(n for n in os.listdir('/sys/devices/system/node') "
         "if n.startswith('node')))\n"
+        "print('exists', [os.path.exists(f'/sys/devices/system/node/node{i}') for i in range(3)])\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         "libc.mmap.restype = ctypes.c_void_p\n"
         "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + "
@@ -142,7 +144,9 @@ def test_a_python_program_under_the_preload(tmp_path: Path) -> None:
     )
     done = _exec(tmp_path, "--json", "report.json", "--", sys.executable, "-c", program)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["total 2048", "nodes ['node0', 'node1']", "mmap ok"]
+    assert done.stdout.splitlines() == [
+        "total 2048", "nodes ['node0', 'node1']", "exists [True, True, False]", "mmap ok",
+    ]  # fmt: skip
     report = json.loads((tmp_path / "report.json").read_text())
     assert any("MAP_HUGETLB" in line for line in report["trace"])
 

@@ -77,7 +77,15 @@ class ExecReport:
             f"{self.host_summary}){faults if self.fault_rules else ''}; "
         )
         if self.simulated_calls is None:
-            text += "the simulated host left no record (the program ended without exit())"
+            text += (
+                "no record from the simulated host ("
+                + (
+                    "a signal of this box's ended the program"
+                    if self.ended_by is not None or self.timed_out is not None
+                    else "the program ended without exit(), or did not load the interposer"
+                )
+                + ")"
+            )
         else:
             text += f"{self.simulated_calls} calls answered by the simulated host, "
             text += f"{self.page_faults} page faults"
