@@ -14,6 +14,7 @@
 // {"event": "error", "pid", "text"}.
 #include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "interposer/interposer_internal.h"
 
@@ -23,7 +24,22 @@ namespace {
 
 constexpr int kNoFd = -1;    // no evidence fd: one line on stderr
 constexpr int kForked = -2;  // a fork of the run's process: the run's evidence is not its own
+constexpr int kGone = -3;    // the fd no longer names the evidence pipe: nothing is written
 std::atomic<int> g_evidence_fd{kNoFd};
+// The evidence fd's file when it was given: the process may have closed the fd since and the
+// number may name another file now (a program that closes every fd above 2, then opens one).
+dev_t g_evidence_dev = 0;
+ino_t g_evidence_ino = 0;
+
+// The evidence fd, if it is still the file it was (-1 when not, or none); async-signal-safe.
+int evidence_fd_now() {
+  const int fd = g_evidence_fd.load(std::memory_order_acquire);
+  if (fd < 0) return fd;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_dev != g_evidence_dev || st.st_ino != g_evidence_ino)
+    return kGone;
+  return fd;
+}
 std::atomic<bool> g_dying{false};  // one dying thread reports; another waits for the end
 
 void put_all(int fd, const char* s, size_t n) {
@@ -162,7 +178,7 @@ struct DeathReport {
 };
 
 void report_death(const DeathReport& d) {
-  const int fd = g_evidence_fd.load(std::memory_order_acquire);
+  const int fd = evidence_fd_now();
   if (fd >= 0)
     write_evidence(fd, d.k, d.sig, d.stage);
   else if (fd == kNoFd)
@@ -212,7 +228,7 @@ size_t append_json_string(char* buf, size_t at, const char* s) {
 }  // namespace
 
 void report_exit() {
-  const int fd = g_evidence_fd.load(std::memory_order_acquire);
+  const int fd = evidence_fd_now();
   const umbp_sim_kernel* k = g_kernel.load(std::memory_order_acquire);
   if (fd < 0 || !k || g_dying.load()) return;
   char head[512];
@@ -224,7 +240,7 @@ void report_exit() {
 }
 
 void report_setup_error(const char* text) {
-  const int fd = g_evidence_fd.load(std::memory_order_acquire);
+  const int fd = evidence_fd_now();
   if (fd < 0) {
     put("umbp-sim exec: ");
     put(text);
@@ -243,7 +259,16 @@ void report_setup_error(const char* text) {
   write_frame(fd, json, at);
 }
 
-void set_evidence_fd(int fd) { g_evidence_fd.store(fd < 0 ? kNoFd : fd); }
+void set_evidence_fd(int fd) {
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0) {
+    g_evidence_dev = st.st_dev;
+    g_evidence_ino = st.st_ino;
+  } else {
+    fd = kNoFd;
+  }
+  g_evidence_fd.store(fd);
+}
 
 void forget_evidence_fd_in_fork_child() {
   const int fd = g_evidence_fd.load();

@@ -151,6 +151,33 @@ def test_a_python_program_under_the_preload(tmp_path: Path) -> None:
     assert any("MAP_HUGETLB" in line for line in report["trace"])
 
 
+def test_a_program_that_reuses_the_evidence_fd_gets_nothing_written_there(tmp_path: Path) -> None:
+    """The program closes the evidence pipe's fd and opens a file under the same number, then
+    dies of a simulated SIGBUS: the interposer sees that the fd is no longer the pipe and writes
+    nothing into the file; the exit status is still the death's."""
+    out = tmp_path / "file"
+    program = (
+        "import ctypes, os\n"
+        "n = int(os.environ['UMBP_SIM_EXEC_EVIDENCE'].split(':')[0])\n"
+        "os.close(n)\n"
+        f"os.dup2(os.open({str(out)!r}, os.O_WRONLY | os.O_CREAT), n)\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.mmap.restype = ctypes.c_void_p\n"
+        "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + "
+        "[ctypes.c_long]\n"
+        "p = libc.mmap(None, 2 << 20, 3, 0x22 | 0x40000 | (21 << 26), -1, 0)\n"
+        "mask = ctypes.c_ulong(2)\n"
+        "sys_mbind = {'x86_64': 237, 'aarch64': 235}[os.uname().machine]\n"
+        "assert libc.syscall(sys_mbind, ctypes.c_void_p(p), ctypes.c_size_t(2 << 20), 2, "
+        "ctypes.byref(mask), 64, 0) == 0\n"  # MPOL_BIND to node 1
+        "ctypes.memset(p, 1, 2 << 20)\n"
+    )
+    done = _exec(tmp_path, "--machine", "pool-on-node0", "--", sys.executable, "-c", program)
+    assert done.returncode == 135, done.stderr
+    assert out.read_bytes() == b""
+    assert "no record from the simulated host (the program was ended by SIGBUS)" in done.stderr
+
+
 def test_sigterm_to_umbp_sim_ends_the_program(tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()

@@ -80,9 +80,11 @@ class ExecReport:
             text += (
                 "no record from the simulated host ("
                 + (
-                    "a signal of this box's ended the program"
-                    if self.ended_by is not None or self.timed_out is not None
-                    else "the program ended without exit(), or did not load the interposer"
+                    f"the program was ended by {self.ended_by}"
+                    if self.ended_by is not None
+                    else "it was ended at the time limit"
+                    if self.timed_out is not None
+                    else "the program ended without exit(), or closed its evidence pipe"
                 )
                 + ")"
             )
@@ -98,7 +100,7 @@ class ExecReport:
             if why:
                 text += " (after: " + "; ".join(why[-3:]) + ")"
         elif self.ended_by is not None:
-            text += f"; ended by {self.ended_by} (not the simulated host's)"
+            text += f"; ended by {self.ended_by}"
         failed = [r for r in self.reasons if r["errno"]]
         if failed:
             text += f"; {len(failed)} call{'s' * (len(failed) != 1)} failed on it"

@@ -67,7 +67,8 @@ UMBP_SIM_INTERPOSER_API int umbp_sim_interposer_add_caller_object(const char* pa
 /* Where a simulated death's evidence goes: one frame on `fd`, a 4-byte big-endian length then
  * a JSON object {"event": "death", "signal": <number>, "stage": "page touch" | the call,
  * "kernel": the Kernel's post-mortem (umbp_sim_kernel_ops.describe 3)}. The fd is made
- * close-on-exec; a fork()ed child closes its copy (its death is not the run's). Nothing is
+ * close-on-exec; a fork()ed child closes its copy (its death is not the run's); nothing is
+ * written once the fd no longer names the file it named then (the process closed it). Nothing is
  * written to stderr then; with no fd (-1, the default) one line for a person goes to stderr.
  * 0, or the errno of making it close-on-exec (EBADF). */
 UMBP_SIM_INTERPOSER_API int umbp_sim_interposer_set_evidence_fd(int fd);
