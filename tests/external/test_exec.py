@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -201,6 +202,42 @@ def test_sigterm_to_umbp_sim_ends_the_program(tmp_path: Path) -> None:
     assert err == "umbp-sim exec: terminated by SIGTERM\n"
     _assert_nothing_left(proc.pid)
     assert list(tmp.iterdir()) == []
+
+
+def test_ctrl_c_in_a_terminal_goes_to_the_program(tmp_path: Path) -> None:
+    """umbp-sim in the foreground of a terminal gives it to the program's group, as a shell
+    does: Ctrl-C is the program's (Python dies of SIGINT: 130), a read of the terminal works."""
+    master, slave = os.openpty()
+
+    def controlling_terminal() -> None:  # after setsid: the pty is this session's terminal
+        import fcntl
+        import termios
+
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    program = "import time; print('ready', input(), flush=True); time.sleep(300)"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "umbp_sim.cli", "exec", "--", sys.executable, "-c", program],
+        stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+        preexec_fn=controlling_terminal,
+    )  # fmt: skip
+    os.close(slave)
+    seen = b""
+    try:
+        os.write(master, b"typed\n")
+        deadline = time.monotonic() + 30
+        while b"ready typed" not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 1)[0]:
+                seen += os.read(master, 4096)
+        assert b"ready typed" in seen
+        os.write(master, b"\x03")  # Ctrl-C
+        assert proc.wait(timeout=30) == 130
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        os.close(master)
+    _assert_nothing_left(proc.pid)
 
 
 def test_a_program_past_run_timeout_is_ended(tmp_path: Path) -> None:

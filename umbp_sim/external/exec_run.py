@@ -3,7 +3,10 @@
 The program runs with the interposer preloaded and the host's private directory named in its
 environment (``umbp_sim.external.exec_host``); it starts in a process group of its own, dies
 with umbp-sim (``PR_SET_PDEATHSIG``), and its group is ended when it exits, when it runs past
-``--run-timeout``, and when umbp-sim is ended by a signal (Ctrl-C, SIGTERM, SIGHUP). What the
+``--run-timeout``, and when umbp-sim is ended by a signal (SIGTERM, SIGHUP, SIGINT). When
+umbp-sim runs in the foreground of a terminal, the program's group gets the terminal, as a
+shell's job does: Ctrl-C goes to the program (pytest prints its summary, a debugger reads the
+terminal), and its exit status is umbp-sim's. What the
 interposer saw comes on an evidence pipe of the run's own as frames (``umbp_sim.external.
 evidence``): a simulated death (signal, SimKernel's crash record and reasons, the trace), or at a
 normal exit the interposer's counters and SimKernel's reasons. Nothing is parsed from the
@@ -14,7 +17,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -77,17 +82,7 @@ class ExecReport:
             f"{self.host_summary}){faults if self.fault_rules else ''}; "
         )
         if self.simulated_calls is None:
-            text += (
-                "no record from the simulated host ("
-                + (
-                    f"the program was ended by {self.ended_by}"
-                    if self.ended_by is not None
-                    else "it was ended at the time limit"
-                    if self.timed_out is not None
-                    else "the program ended without exit(), or closed its evidence pipe"
-                )
-                + ")"
-            )
+            text += f"no record from the simulated host ({self._why_no_record()})"
         else:
             text += f"{self.simulated_calls} calls answered by the simulated host, "
             text += f"{self.page_faults} page faults"
@@ -109,6 +104,16 @@ class ExecReport:
             text += ")"
         return text + f". Exit status {self.exit_status}."
 
+    def _why_no_record(self) -> str:
+        if self.ended_by is not None:
+            return f"the program was ended by {self.ended_by}"
+        if self.timed_out is not None:
+            return "it was ended at the time limit"
+        return (
+            "the program ended without exit(), closed its evidence pipe, or did not load the "
+            "interposer: a static or set-user-ID program"
+        )
+
 
 def _death_data(d: Death) -> dict[str, Any]:
     data = asdict(d)
@@ -116,8 +121,32 @@ def _death_data(d: Death) -> dict[str, Any]:
     return data
 
 
-def _preexec(owner: int) -> None:
+def _terminal() -> int | None:
+    """stdin's fd when it is the terminal umbp-sim runs in the foreground of (else None)."""
+    try:
+        fd = sys.stdin.fileno()
+        return fd if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp() else None
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _give_terminal(fd: int | None, pgid: int) -> None:
+    """Make ``pgid`` the terminal's foreground group (as a shell does for a job: Ctrl-C and a
+    read of the terminal go to the program's group, which is not umbp-sim's)."""
+    if fd is None:
+        return
+    old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group may not, else
+    try:
+        os.tcsetpgrp(fd, pgid)
+    except OSError:
+        pass
+    finally:
+        signal.signal(signal.SIGTTOU, old)
+
+
+def _preexec(owner: int, terminal: int | None) -> None:
     os.setpgid(0, 0)
+    _give_terminal(terminal, os.getpid())
     die_with_parent(owner)
 
 
@@ -139,11 +168,12 @@ def run_program(
             env["LD_PRELOAD"] = (env.get("LD_PRELOAD", "") + " " + interposer).strip()
             env[EXEC_ENV] = host.path
             env[EVIDENCE_ENV] = f"{wfd}:{st.st_dev}:{st.st_ino}"
-            owner = os.getpid()
+            owner, terminal = os.getpid(), _terminal()
             try:
                 proc = subprocess.Popen(
-                    list(command), env=env, pass_fds=(wfd,), preexec_fn=lambda: _preexec(owner)
-                )
+                    list(command), env=env, pass_fds=(wfd,),
+                    preexec_fn=lambda: _preexec(owner, terminal),
+                )  # fmt: skip
             except OSError as e:
                 raise ExecUsageError(f"CMD {command[0]}: {e.strerror or e}") from None
             os.close(wfd)
@@ -154,6 +184,7 @@ def run_program(
                 kill_group(proc.pid)  # what the program started goes with it
                 if proc.returncode is None:
                     proc.wait()
+                _give_terminal(terminal, os.getpgrp())
         finally:
             os.close(rfd)
             if wfd >= 0:
