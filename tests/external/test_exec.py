@@ -269,22 +269,61 @@ def test_bad_input_is_named_and_leaves_nothing(
     assert done.stderr.startswith(f"umbp-sim exec: {message}"), done.stderr
 
 
-def test_the_host_file_is_checked_key_by_key(probe: str, tmp_path: Path) -> None:
-    """libumbp_sim_exec.so reads every SimConfig field by name: an unknown (or missing) one is
-    an error naming it, and the program does not run on the real host (exit 70)."""
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ("add", "sim_config.no_such_field: unknown key"),
+        ("drop", "sim_config.root: missing"),
+        ("type", "sim_config.page_size: expected an unsigned integer"),
+    ],
+)
+def test_the_host_file_is_checked_key_by_key(
+    probe: str, tmp_path: Path, change: str, why: str
+) -> None:
+    """libumbp_sim_exec.so reads every SimConfig field by name: an unknown, missing or mistyped
+    one is an error naming it, and the program does not run on the real host (exit 70)."""
+    from umbp_sim.capi import interposer_path
     from umbp_sim.external.exec_host import host_document
     from umbp_sim.external.matrix import machine
 
     doc = host_document(machine("ample"), None)
-    doc["sim_config"]["no_such_field"] = 1
+    cfg = doc["sim_config"]
+    if change == "add":
+        cfg["no_such_field"] = 1
+    elif change == "drop":
+        del cfg["root"]
+    else:
+        cfg["page_size"] = "4096"
     (tmp_path / "root").mkdir()
     (tmp_path / "host.json").write_text(json.dumps(doc))
-    from umbp_sim.capi import interposer_path
-
     env = {**os.environ, "LD_PRELOAD": interposer_path(), "UMBP_SIM_EXEC": str(tmp_path)}
     done = subprocess.run([probe], env=env, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (70, "")
     assert done.stderr == (
-        f"umbp-sim exec: the simulated host did not start: {tmp_path}/host.json: "
-        "sim_config.no_such_field: unknown key\n"
+        f"umbp-sim exec: the simulated host did not start: {tmp_path}/host.json: {why}\n"
     )
+
+
+def test_the_evidence_events_of_a_program() -> None:
+    """The frames a program under exec writes, decoded as data: an exit (the interposer's
+    counters, SimKernel's reasons and trace), a host that did not start; one not of the
+    interposer's ends the reading."""
+    from umbp_sim.external.evidence import EvidenceReader, ProgramExit, SetupError
+    from umbp_sim.external.procs import frame
+
+    kernel = {"crash": None, "reasons": [], "trace": ["mmap(...) = 0x7f0000000000"]}
+    stats = {"routed": 3, "faults": 1, "moved": 0, "sim_fds": 0}
+    reader = EvidenceReader()
+    for doc in (
+        {"event": "exit", "pid": 7, "stats": stats, "kernel": kernel},
+        {"event": "error", "pid": 8, "text": "the simulated host did not start: why"},
+    ):
+        reader.feed(frame(json.dumps(doc).encode()))
+    assert reader.exits == [
+        ProgramExit(pid=7, counts=reader.exits[0].counts, reasons=(), trace=tuple(kernel["trace"]))
+    ]
+    assert reader.exits[0].counts.routed == 3 and reader.exits[0].counts.faults == 1
+    assert reader.errors == [SetupError(pid=8, text="the simulated host did not start: why")]
+    reader.feed(frame(b'{"event": "exit", "pid": 9}'))  # no stats: not the interposer's
+    reader.feed(frame(json.dumps({"event": "error", "pid": 10, "text": "x"}).encode()))
+    assert [e.pid for e in reader.exits] == [7] and [e.pid for e in reader.errors] == [8]
