@@ -10,7 +10,12 @@
  *     inside, whoever calls (std::ifstream calls from libstdc++);
  *   - link time: the allocator's objects linked with -Wl,--wrap=SYMBOL for each symbol above and
  *     against this library (`umbp-sim build-allocator`): every wrapped call is the allocator's
- *     while its thread is inside enter()/leave().
+ *     while its thread is inside enter()/leave();
+ *   - a whole program (`umbp-sim exec -- CMD`: UMBP_SIM_EXEC names the host's description, see
+ *     csrc/interposer/exec_mode.cpp): the host starts before main(), and every call of the
+ *     program's own objects, on every thread, is the host's (the C and C++ runtime's and the
+ *     Python interpreter's are not), with syscall(SYS_move_pages) in query mode and opendir,
+ *     stat, lstat and access of /proc and /sys paths too.
  * Everything else goes to the real kernel untouched. A fd the Kernel created (memfd_create) is
  * only ever passed to the Kernel, whoever calls, so a simulated fd never reaches a real syscall.
  *
