@@ -40,7 +40,8 @@ int evidence_fd_now() {
     return kGone;
   return fd;
 }
-std::atomic<bool> g_dying{false};  // one dying thread reports; another waits for the end
+std::atomic<bool> g_dying{false};          // one dying thread reports; another waits for the end
+std::atomic<bool> g_keep_in_forks{false};  // keep_evidence_fd_in_forks
 
 void put_all(int fd, const char* s, size_t n) {
   while (n > 0) {
@@ -270,7 +271,10 @@ void set_evidence_fd(int fd) {
   g_evidence_fd.store(fd);
 }
 
+void keep_evidence_fd_in_forks() { g_keep_in_forks.store(true); }
+
 void forget_evidence_fd_in_fork_child() {
+  if (g_keep_in_forks.load()) return;  // exec mode: each process's frames name it (pid)
   const int fd = g_evidence_fd.load();
   if (fd < 0) return;
   sys_close(fd);

@@ -10,8 +10,8 @@
 //                                     rendered /proc and /sys, sim_paths.cpp)
 //   UMBP_SIM_EXEC_EVIDENCE=fd:dev:ino the pipe for the evidence frames (death.cpp); taken only
 //                                     when fd is still that pipe (a process that closed it may
-//                                     have the number reused), and kept across exec (the program
-//                                     a wrapper execs is the program) but not in a fork's child
+//                                     have the number reused), kept across exec and fork: every
+//                                     process of the program writes frames naming its pid
 //   UMBP_SIM_FAULT_PATH=uffd|sigsegv|auto (optional) the fault path
 // The host is started by libumbp_sim_exec.so beside this library (dlopen): the interposer itself
 // stays on the C ABI. When the host cannot start, the program does not run on the real host:
@@ -73,6 +73,7 @@ void start_exec_host() {
   const char* dir = getenv("UMBP_SIM_EXEC");
   if (!dir || !*dir) return;
   set_evidence_fd(evidence_pipe());  // first: a failure below is reported there
+  keep_evidence_fd_in_forks();
   char path[PATH_MAX];
   provider_path(path, sizeof path);
   void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);

@@ -114,6 +114,22 @@ def test_no_pool_on_node_1_is_a_simulated_sigbus_in_the_touch(
     assert done.stderr.rstrip().endswith("Exit status 135.")
 
 
+def test_a_death_in_a_process_the_program_started_is_reported(probe: str, tmp_path: Path) -> None:
+    """A shell runs the probe (fork, exec): the probe dies of a simulated SIGBUS, the shell goes
+    on; exec exits with the shell's status and reports the probe's death as data."""
+    script = f"{probe}; echo after=$?"
+    done = _exec(
+        tmp_path, "--machine", "pool-on-node0", "--json", "r.json", "--", "sh", "-c", script
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "after=135"
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["death"] is None
+    (other,) = [p for p in report["other_processes"] if "death" in p]
+    assert other["death"]["signal"] == "SIGBUS" and other["death"]["crash"]["node"] == 1
+    assert f"process {other['pid']} it started was killed by a simulated SIGBUS" in done.stderr
+
+
 def test_a_fault_plan_makes_mbind_fail_in_the_program(probe: str, tmp_path: Path) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text('[[faults]]\nname = "mbind fails"\nop = "mbind"\nerrno = "EIO"\n')

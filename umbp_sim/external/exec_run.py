@@ -96,6 +96,12 @@ class ExecReport:
                 text += " (after: " + "; ".join(why[-3:]) + ")"
         elif self.ended_by is not None:
             text += f"; ended by {self.ended_by}"
+        for other in [p for p in self.other_processes if "death" in p][:3]:
+            d = other["death"]
+            text += (
+                f"; process {other['pid']} it started was killed by a simulated {d['signal']} "
+                f"in {d['stage']}: {d['detail']}"
+            )
         failed = [r for r in self.reasons if r["errno"]]
         if failed:
             text += f"; {len(failed)} call{'s' * (len(failed) != 1)} failed on it"
