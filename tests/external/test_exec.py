@@ -15,6 +15,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -318,6 +319,33 @@ def test_the_host_file_is_checked_key_by_key(
     assert done.stderr == (
         f"umbp-sim exec: the simulated host did not start: {tmp_path}/host.json: {why}\n"
     )
+
+
+def test_a_host_that_does_not_start_is_an_error_frame_and_exit_70(
+    probe: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through umbp-sim: the program's error frame becomes HostDidNotStart (exit 70) naming
+    why, and the private directory is removed."""
+    from umbp_sim.capi import interposer_path
+    from umbp_sim.external import exec_host
+    from umbp_sim.external.exec_run import HostDidNotStart, run_program
+    from umbp_sim.external.matrix import machine
+
+    real = exec_host.host_document
+
+    def broken(*args: object) -> dict[str, object]:
+        doc = real(*args)  # type: ignore[arg-type]
+        doc["trace_limit"] = -1
+        return doc
+
+    monkeypatch.setattr(exec_host, "host_document", broken)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(HostDidNotStart) as e:
+        run_program([probe], machine("ample"), "named machine ample", None, 60, interposer_path())
+    assert e.value.exit_code == 70
+    assert str(e.value).startswith("the simulated host did not start: ")
+    assert str(e.value).endswith("host.json: host.trace_limit: expected an unsigned integer")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_evidence_events_of_a_program() -> None:

@@ -6,11 +6,13 @@ with umbp-sim (``PR_SET_PDEATHSIG``), and its group is ended when it exits, when
 ``--run-timeout``, and when umbp-sim is ended by a signal (SIGTERM, SIGHUP, SIGINT). When
 umbp-sim runs in the foreground of a terminal, the program's group gets the terminal, as a
 shell's job does: Ctrl-C goes to the program (pytest prints its summary, a debugger reads the
-terminal), and its exit status is umbp-sim's. What the
-interposer saw comes on an evidence pipe of the run's own as frames (``umbp_sim.external.
-evidence``): a simulated death (signal, SimKernel's crash record and reasons, the trace), or at a
-normal exit the interposer's counters and SimKernel's reasons. Nothing is parsed from the
-program's output: its stdout and stderr are the terminal's.
+terminal), and its exit status is umbp-sim's.
+
+What the interposer saw comes as frames on an evidence pipe of the run's own
+(``umbp_sim.external.evidence``), each naming its process: a simulated death (signal,
+SimKernel's crash record and reasons, the trace), or at a normal exit the interposer's counters
+and SimKernel's reasons and trace. Nothing is parsed from the program's output: it inherits
+umbp-sim's stdin, stdout and stderr.
 """
 
 from __future__ import annotations
@@ -185,26 +187,24 @@ def run_program(
             os.close(wfd)
             wfd = -1
             try:
-                reader, status, timed_out = _watch(proc, rfd, timeout)
+                reader, timed_out = _watch(proc, rfd, timeout)
             finally:
                 kill_group(proc.pid)  # what the program started goes with it
-                if proc.returncode is None:
-                    proc.wait()
+                returncode = proc.wait()
                 _give_terminal(terminal, os.getpgrp())
         finally:
             os.close(rfd)
             if wfd >= 0:
                 os.close(wfd)
     ran_out = timeout if timed_out else None
-    return _report(command, machine, source, plan, proc.pid, status, ran_out, reader)
+    return _report(command, machine, source, plan, proc.pid, returncode, ran_out, reader)
 
 
-def _watch(
-    proc: subprocess.Popen[bytes], rfd: int, timeout: float
-) -> tuple[EvidenceReader, int, bool]:
-    """Read the evidence until the program exits or runs out of time: (the evidence, its wait
-    status, whether it timed out). A process the program started may hold the pipe open: the
-    program's exit ends the reading, not the pipe's end."""
+def _watch(proc: subprocess.Popen[bytes], rfd: int, timeout: float) -> tuple[EvidenceReader, bool]:
+    """Read the evidence until the program exits or runs out of time: (the evidence, whether it
+    timed out). A process the program started may hold the pipe open: the program's exit ends
+    the reading, not the pipe's end. The program is not reaped here: its pid, its group's id,
+    stays ours until the caller has ended the group."""
     reader = EvidenceReader()
     deadline = time.monotonic() + timeout
     watch = pidfd(proc.pid)
@@ -213,10 +213,7 @@ def _watch(
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                kill_group(proc.pid)
-                _, status = os.waitpid(proc.pid, 0)
-                proc.returncode = -1  # reaped here
-                return reader, status, True
+                return reader, True
             fds = pipes + ([watch] if watch is not None else [])
             ready = wait_readable(fds, min(left, 0.25))
             if rfd in ready:
@@ -225,10 +222,8 @@ def _watch(
                     reader.feed(data)
                     continue
                 pipes = []
-            pid, status = os.waitpid(proc.pid, os.WNOHANG)
-            if pid == 0:
+            if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
                 continue
-            proc.returncode = -1  # reaped here
             os.set_blocking(rfd, False)
             while True:  # what it wrote before it exited
                 try:
@@ -238,7 +233,7 @@ def _watch(
                 if not data:
                     break
                 reader.feed(data)
-            return reader, status, False
+            return reader, False
     finally:
         if watch is not None:
             os.close(watch)
@@ -250,20 +245,20 @@ def _report(
     source: str,
     plan: FaultPlan | None,
     pid: int,
-    status: int,
+    returncode: int,
     timed_out: float | None,
     reader: EvidenceReader,
 ) -> ExecReport:
+    """The report of the program ``pid`` (Popen's ``returncode``: -N for a death by signal N)."""
     errors: list[SetupError] = [e for e in reader.errors if e.pid == pid]
-    if errors and os.WIFEXITED(status) and os.WEXITSTATUS(status) == EX_SOFTWARE:
+    if errors and returncode == EX_SOFTWARE:
         raise HostDidNotStart(errors[-1].text)
     if timed_out is not None:
         code, ended_by = EX_TEMPFAIL, None
-    elif os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        code, ended_by = 128 + sig, signal_name(sig)
+    elif returncode < 0:
+        code, ended_by = 128 - returncode, signal_name(-returncode)
     else:
-        code, ended_by = os.WEXITSTATUS(status), None
+        code, ended_by = returncode, None
     deaths = [d for d in reader.deaths if d.pid == pid]
     exits = [e for e in reader.exits if e.pid == pid]
     death = deaths[-1] if deaths and ended_by is not None and timed_out is None else None
