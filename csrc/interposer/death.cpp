@@ -309,14 +309,17 @@ void forget_evidence_fd_in_fork_child() {
   if (!written) report_death(d);
   if (sig == SIGSEGV) {
     // A real SIGSEGV goes to whoever handled SIGSEGV before us.
-    sigaction(SIGSEGV, &g_old_segv, nullptr);
+    real_sigaction(SIGSEGV, &g_old_segv, nullptr);
   }
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, sig);
   sigprocmask(SIG_UNBLOCK, &set, nullptr);
   raise(sig);  // the previous handler (faulthandler) runs and re-raises, or the default kills
-  signal(sig, SIG_DFL);
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  real_sigaction(sig, &dfl, nullptr);
   raise(sig);
   _exit(128 + sig);
 }

@@ -96,6 +96,7 @@ void start_exec_host() {
   if (rc == EOPNOTSUPP)
     setup_failed("UMBP_SIM_FAULT_PATH=uffd: userfaultfd does not work here", g_uffd_why);
   if (rc != 0) setup_failed("umbp_sim_interposer_activate", strerror(rc));
+  keep_segv_handler_first();
   route_whole_program();
   atexit(report_exit);
 }

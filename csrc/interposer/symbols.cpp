@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "interposer/interposer_internal.h"
@@ -212,6 +213,24 @@ std::atomic<void*> c_fopen{nullptr}, c_fopen64{nullptr}, c_open2{nullptr}, c_ope
 }  // namespace
 
 UMBP_EXPORT DIR* opendir(const char* p) { return opendir_impl(p); }
+
+// A program's SIGSEGV handler (exec mode) goes behind the interposer's (fault_sigsegv.cpp).
+UMBP_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  if (program_sigaction(sig, act, old)) return 0;
+  return real_sigaction(sig, act, old);
+}
+UMBP_EXPORT sighandler_t signal(int sig, sighandler_t handler) {
+  struct sigaction sa, old;  // what glibc's signal() asks for: BSD semantics
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, sig);
+  if (program_sigaction(sig, &sa, &old)) return old.sa_handler;
+  using signal_fn = sighandler_t (*)(int, sighandler_t);
+  static signal_fn f = real<signal_fn>("signal");
+  return f(sig, handler);
+}
 
 // stat and access of the simulated host's /proc and /sys paths (exec mode only): what a
 // program asks before it opens or lists (os.path.exists, std::filesystem::exists).

@@ -28,6 +28,17 @@ ROOT = HERE.parent.parent
 DUMP_POOL_ON_NODE0 = ROOT / "tests" / "data" / "replay" / "pool-on-node0-6.8.0"
 
 
+# A Python program's 2 MiB MAP_HUGETLB mapping through ctypes (p: its address).
+MAP_2MIB_HUGETLB = (
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.mmap.restype = ctypes.c_void_p\n"
+    "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + "
+    "[ctypes.c_long]\n"
+    "p = libc.mmap(None, 2 << 20, 3, 0x22 | 0x40000 | (21 << 26), -1, 0)\n"
+)
+
+
 @pytest.fixture(scope="session")
 def probe(tmp_path_factory: pytest.TempPathFactory) -> str:
     out = str(tmp_path_factory.mktemp("exec") / "exec_probe")
@@ -153,12 +164,8 @@ def test_a_python_program_under_the_preload(tmp_path: Path) -> None:
         "print('nodes', sorted(n for n in os.listdir('/sys/devices/system/node') "
         "if n.startswith('node')))\n"
         "print('exists', [os.path.exists(f'/sys/devices/system/node/node{i}') for i in range(3)])\n"
-        "libc = ctypes.CDLL(None, use_errno=True)\n"
-        "libc.mmap.restype = ctypes.c_void_p\n"
-        "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + "
-        "[ctypes.c_long]\n"
-        "p = libc.mmap(None, 2 << 20, 3, 0x22 | 0x40000 | (21 << 26), -1, 0)\n"
-        "print('mmap', 'failed' if p in (None, 2**64 - 1) else 'ok')\n"
+        + MAP_2MIB_HUGETLB
+        + "print('mmap', 'failed' if p in (None, 2**64 - 1) else 'ok')\n"
     )
     done = _exec(tmp_path, "--json", "report.json", "--", sys.executable, "-c", program)
     assert done.returncode == 0, done.stderr
@@ -167,6 +174,28 @@ def test_a_python_program_under_the_preload(tmp_path: Path) -> None:
     ]  # fmt: skip
     report = json.loads((tmp_path / "report.json").read_text())
     assert any("MAP_HUGETLB" in line for line in report["trace"])
+
+
+@pytest.mark.parametrize(
+    ("then", "code", "said"),
+    [
+        ("ctypes.memset(p, 1, 2 << 20); print('touched')", 0, "Exit status 0."),
+        ("ctypes.string_at(0)", 139, "Fatal Python error: Segmentation fault"),
+    ],
+)
+def test_the_programs_sigsegv_handler_goes_behind_the_interposers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str, code: int, said: str
+) -> None:
+    """On the PROT_NONE fault path every touch of a simulated page is a SIGSEGV: Python's
+    faulthandler (pytest enables it) would take the first for a crash. Its handler goes behind
+    the interposer's: a touch is granted, a real SIGSEGV still reaches it."""
+    monkeypatch.setenv("UMBP_SIM_FAULT_PATH", "sigsegv")
+    program = MAP_2MIB_HUGETLB + then + "\n"
+    done = _exec(tmp_path, "--", sys.executable, "-X", "faulthandler", "-c", program)
+    assert done.returncode == code, done.stderr
+    assert said in done.stderr
+    assert done.stdout == ("touched\n" if code == 0 else "")
+    assert ("Fatal Python error" in done.stderr) == (code != 0)
 
 
 def test_a_program_that_reuses_the_evidence_fd_gets_nothing_written_there(tmp_path: Path) -> None:
@@ -179,12 +208,8 @@ def test_a_program_that_reuses_the_evidence_fd_gets_nothing_written_there(tmp_pa
         "n = int(os.environ['UMBP_SIM_EXEC_EVIDENCE'].split(':')[0])\n"
         "os.close(n)\n"
         f"os.dup2(os.open({str(out)!r}, os.O_WRONLY | os.O_CREAT), n)\n"
-        "libc = ctypes.CDLL(None, use_errno=True)\n"
-        "libc.mmap.restype = ctypes.c_void_p\n"
-        "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + "
-        "[ctypes.c_long]\n"
-        "p = libc.mmap(None, 2 << 20, 3, 0x22 | 0x40000 | (21 << 26), -1, 0)\n"
-        "mask = ctypes.c_ulong(2)\n"
+        + MAP_2MIB_HUGETLB
+        + "mask = ctypes.c_ulong(2)\n"
         "sys_mbind = {'x86_64': 237, 'aarch64': 235}[os.uname().machine]\n"
         "assert libc.syscall(sys_mbind, ctypes.c_void_p(p), ctypes.c_size_t(2 << 20), 2, "
         "ctypes.byref(mask), 64, 0) == 0\n"  # MPOL_BIND to node 1
