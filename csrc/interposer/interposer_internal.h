@@ -89,6 +89,10 @@ const umbp_sim_kernel* route_open(const char* path);
 // Exec mode: every call of the program is the Kernel's, on every thread, but the language
 // runtime's and umbp-sim's own (routing.cpp says which and why).
 void route_whole_program();
+// The Kernel for a call on [addr, addr+len) (munmap, madvise, mbind): route()'s answer, but in
+// exec mode a range that meets no simulated mapping is real memory (the C library's malloc
+// gave it): the real kernel's, whoever calls.
+const umbp_sim_kernel* route_range(bool wrapped, void* ret, void* addr, size_t len);
 
 // ---- the simulated host's /proc and /sys in exec mode (sim_paths.cpp) ---------------------------
 
@@ -129,6 +133,8 @@ extern int g_ngrants;
 extern size_t g_res_big, g_res_small, g_resident_limit;
 
 Map* find_map(uintptr_t a);
+// Whether [lo, hi) (hi == lo: the page at lo) meets a simulated mapping (takes g_map_mu).
+bool overlaps_sim_map(uintptr_t lo, uintptr_t hi);
 void add_map(uintptr_t start, uintptr_t end, int prot, bool uffd);
 // Forget [lo, hi) in the mapping and grant tables (its real pages are being replaced).
 void forget_range(uintptr_t lo, uintptr_t hi);

@@ -186,6 +186,14 @@ const umbp_sim_kernel* route(bool wrapped, void* ret) {
   return k;
 }
 
+const umbp_sim_kernel* route_range(bool wrapped, void* ret, void* addr, size_t len) {
+  if (g_program.load(std::memory_order_relaxed) && g_simulated) {
+    const auto lo = reinterpret_cast<uintptr_t>(addr);
+    if (!overlaps_sim_map(lo, lo + len)) return nullptr;
+  }
+  return route(wrapped, ret);
+}
+
 const umbp_sim_kernel* kernel_for_fd(int fd) {
   const umbp_sim_kernel* k = g_kernel.load(std::memory_order_acquire);
   if (!k || !is_sim_fd(fd)) return nullptr;

@@ -55,18 +55,18 @@ void* mmap_impl(bool w, void* ret, void* a, size_t n, int prot, int flags, int f
   return f(a, n, prot, flags, fd, off);
 }
 int munmap_impl(bool w, void* ret, void* a, size_t n) {
-  if (const umbp_sim_kernel* k = route(w, ret)) return do_munmap(k, a, n);
+  if (const umbp_sim_kernel* k = route_range(w, ret, a, n)) return do_munmap(k, a, n);
   static munmap_fn f = real<munmap_fn>("munmap");
   return f(a, n);
 }
 int madvise_impl(bool w, void* ret, void* a, size_t n, int adv) {
-  if (const umbp_sim_kernel* k = route(w, ret)) return do_madvise(k, a, n, adv);
+  if (const umbp_sim_kernel* k = route_range(w, ret, a, n)) return do_madvise(k, a, n, adv);
   static madvise_fn f = real<madvise_fn>("madvise");
   return f(a, n, adv);
 }
 long mbind_impl(bool w, void* ret, void* a, unsigned long n, int mode, const unsigned long* mask,
                 unsigned long maxnode, unsigned flags) {
-  if (const umbp_sim_kernel* k = route(w, ret))
+  if (const umbp_sim_kernel* k = route_range(w, ret, a, n))
     return do_mbind(k, a, n, mode, mask, maxnode, flags);
   static mbind_fn f = real<mbind_fn>("mbind");
   if (!f)
@@ -100,7 +100,10 @@ long sysconf_impl(bool w, void* ret, int name) {
 long syscall_impl(bool w, void* ret, long nr, long a1, long a2, long a3, long a4, long a5,
                   long a6) {
   if (nr == SYS_mbind || nr == SYS_memfd_create) {
-    if (const umbp_sim_kernel* k = route(w, ret)) {
+    const umbp_sim_kernel* k =
+        nr == SYS_mbind ? route_range(w, ret, reinterpret_cast<void*>(a1), static_cast<size_t>(a2))
+                        : route(w, ret);
+    if (k) {
       if (nr == SYS_mbind)
         return do_mbind(k, reinterpret_cast<void*>(a1), static_cast<unsigned long>(a2),
                         static_cast<int>(a3), reinterpret_cast<const unsigned long*>(a4),

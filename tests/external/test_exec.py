@@ -221,6 +221,25 @@ def test_a_program_that_reuses_the_evidence_fd_gets_nothing_written_there(tmp_pa
     assert "no record from the simulated host (the program was ended by SIGBUS)" in done.stderr
 
 
+def test_calls_on_real_memory_go_to_the_real_kernel(tmp_path: Path) -> None:
+    """Memory the C library's allocator gave the program is this box's: a madvise of it is the
+    real kernel's (numpy advises its arrays so), the same call on a simulated mapping the
+    simulated host's, and one on neither the real kernel's ENOMEM."""
+    program = (
+        MAP_2MIB_HUGETLB + "real = ctypes.c_void_p()\n"
+        "assert libc.posix_memalign(ctypes.byref(real), 4096, 8192) == 0\n"
+        "libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]\n"
+        "print('real', libc.madvise(real, 8192, 0))\n"  # MADV_NORMAL
+        "print('simulated', libc.madvise(p, 2 << 20, 0))\n"
+        "print('outside both', libc.madvise(ctypes.c_void_p(4096), 4096, 0), ctypes.get_errno())\n"
+    )
+    done = _exec(tmp_path, "--json", "r.json", "--", sys.executable, "-c", program)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["real 0", "simulated 0", "outside both -1 12"]  # ENOMEM
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [line.split("(")[0] for line in report["trace"] if "madvise" in line] == ["madvise"]
+
+
 def test_sigterm_to_umbp_sim_ends_the_program(tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
