@@ -224,7 +224,9 @@ int add_caller_object(const char* path) {
 // (mori's, or ctypes' calls through libffi) all see one simulated host: the test's own probes of
 // it (sysconf, /proc/meminfo, the node directories) agree with what the allocator gets, which is
 // what makes the test's checks and skips mean something. Objects are classified on their first
-// call (dladdr), so a module loaded later is classified when it calls.
+// call (dl_iterate_phdr), so a module loaded later is classified when it calls. Memory is
+// either the host's or this box's: a munmap, madvise or mbind of a range no simulated mapping
+// meets is the real kernel's, whoever calls (route_range: the C library's malloc gave it).
 namespace {
 
 bool runtime_object(const char* path) {
