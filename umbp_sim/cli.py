@@ -97,6 +97,11 @@ COMMANDS: dict[str, Command] = {
         "compare",
         "run two allocators (built-in profile, module or built .so) over the same runs; diff them",
     ),
+    "exec": Command(
+        "exec",
+        "run any program (a test binary, pytest, a benchmark) with its OS calls on a simulated "
+        "host",
+    ),
 }
 
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -96,6 +97,11 @@ unsigned long c_mapping_end(void* self, void* addr) {
   for (const auto& m : sim->mappings())
     if (a >= m.start && a < m.start + m.length) return m.start + m.length;
   return 0;
+}
+
+int c_page_node(void* self, void* addr) {
+  SimKernel* sim = find_layer<SimKernel>(&K(self));
+  return sim ? sim->page_node(reinterpret_cast<uintptr_t>(addr)) : -ENOSYS;
 }
 
 std::string crash_text(Kernel* k) {
@@ -270,6 +276,7 @@ umbp_sim_kernel_ops make_ops(unsigned flags) {
   o.describe = c_describe;
   o.retain = c_retain;
   o.release = c_release;
+  o.page_node = c_page_node;
   return o;
 }
 

@@ -80,6 +80,29 @@ long do_mbind(const umbp_sim_kernel* k, void* addr, unsigned long len, int mode,
   return r.error || r.signal ? fail(k, r, "mbind") : 0;
 }
 
+long do_move_pages(const umbp_sim_kernel* k, long pid, unsigned long count, void** pages,
+                   const int* nodes, int* status, int flags, bool* answered) {
+  *answered = false;
+  if (!g_simulated || (pid != 0 && pid != ::getpid()) || !pages || !status) return 0;
+  bool any = false;
+  for (unsigned long i = 0; i < count && !any; ++i)
+    any = k->ops->page_node(k->self, pages[i]) != -EFAULT;
+  if (!any) return 0;  // none of them is the Kernel's: the real call
+  *answered = true;
+  if (nodes) {  // a move of a simulated page: the simulated host does not move pages
+    errno = ENOSYS;
+    return -1;
+  }
+  for (unsigned long i = 0; i < count; ++i) {
+    const int node = k->ops->page_node(k->self, pages[i]);
+    if (node != -EFAULT)
+      status[i] = node;
+    else if (raw(SYS_move_pages, 0, 1, L(&pages[i]), 0, L(&status[i]), flags) != 0)
+      status[i] = -errno;
+  }
+  return 0;
+}
+
 int do_memfd(const umbp_sim_kernel* k, const char* name, unsigned flags) {
   umbp_sim_result r = k->ops->memfd_create(k->self, name, flags);
   if (r.error || r.signal) return fail(k, r, "memfd_create");

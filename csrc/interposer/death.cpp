@@ -2,13 +2,19 @@
 // SIGKILL): the evidence for umbp-sim, then the real signal.
 //
 // The evidence is one frame on the fd umbp-sim gave (umbp_sim_interposer_set_evidence_fd): a
-// 4-byte big-endian length, then a JSON object {"event": "death", "signal": <number>, "stage":
-// "page touch" | the call, "kernel": the Kernel's post-mortem (describe 3: its crash record, its
-// reasons and the syscall trace)}; umbp_sim/external/evidence.py reads it. Nothing is written to
-// stderr then: stderr is the allocator's log. Without an evidence fd (the interposer preloaded
-// by hand) one line for a person goes to stderr instead.
+// 4-byte big-endian length, then a JSON object {"event": "death", "pid": <the process>,
+// "signal": <number>, "stage": "page touch" | the call, "kernel": the Kernel's post-mortem
+// (describe 3: its crash record, its reasons and the syscall trace)}; umbp_sim/external/evidence.py
+// reads it. Nothing is written to stderr then: stderr is the allocator's log. Without an evidence
+// fd (the interposer preloaded by hand) one line for a person goes to stderr instead.
+//
+// A program `umbp-sim exec` started (exec_mode.cpp) writes two more events on the same fd: at a
+// normal exit {"event": "exit", "pid", "stats": the interposer's counters, "kernel": the
+// post-mortem} (a death frame has the "stats" too), and when its simulated host cannot start
+// {"event": "error", "pid", "text"}.
 #include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "interposer/interposer_internal.h"
 
@@ -18,8 +24,24 @@ namespace {
 
 constexpr int kNoFd = -1;    // no evidence fd: one line on stderr
 constexpr int kForked = -2;  // a fork of the run's process: the run's evidence is not its own
+constexpr int kGone = -3;    // the fd no longer names the evidence pipe: nothing is written
 std::atomic<int> g_evidence_fd{kNoFd};
-std::atomic<bool> g_dying{false};  // one dying thread reports; another waits for the end
+// The evidence fd's file when it was given: the process may have closed the fd since and the
+// number may name another file now (a program that closes every fd above 2, then opens one).
+dev_t g_evidence_dev = 0;
+ino_t g_evidence_ino = 0;
+
+// The evidence fd, if it is still the file it was (-1 when not, or none); async-signal-safe.
+int evidence_fd_now() {
+  const int fd = g_evidence_fd.load(std::memory_order_acquire);
+  if (fd < 0) return fd;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_dev != g_evidence_dev || st.st_ino != g_evidence_ino)
+    return kGone;
+  return fd;
+}
+std::atomic<bool> g_dying{false};          // one dying thread reports; another waits for the end
+std::atomic<bool> g_keep_in_forks{false};  // keep_evidence_fd_in_forks
 
 void put_all(int fd, const char* s, size_t n) {
   while (n > 0) {
@@ -82,14 +104,39 @@ class Pages {
   size_t n_;
 };
 
+void write_frame_with_postmortem(int fd, const umbp_sim_kernel* k, const char* head, size_t nh);
+
+// `, "stats": {...}`: the interposer's counters that need no lock (a death may come while a
+// thread holds the mapping table's).
+size_t append_stats(char* buf, size_t at) {
+  at = append(buf, at, ", \"stats\": {\"routed\": ");
+  at = append_number(buf, at, g_routed.load());
+  at = append(buf, at, ", \"faults\": ");
+  at = append_number(buf, at, g_faults.load());
+  at = append(buf, at, ", \"moved\": ");
+  at = append_number(buf, at, g_moved.load());
+  at = append(buf, at, ", \"sim_fds\": ");
+  at = append_number(buf, at, static_cast<unsigned long>(g_nfds.load()));
+  return append(buf, at, "}");
+}
+
 // The evidence frame on `fd`.
 void write_evidence(int fd, const umbp_sim_kernel* k, int sig, const char* stage) {
-  char head[128];
-  size_t nh = append(head, 0, "{\"event\": \"death\", \"signal\": ");
+  char head[512];
+  size_t nh = append(head, 0, "{\"event\": \"death\", \"pid\": ");
+  nh = append_number(head, nh, static_cast<unsigned long>(::getpid()));
+  nh = append(head, nh, ", \"signal\": ");
   nh = append_number(head, nh, static_cast<unsigned long>(sig));
   nh = append(head, nh, ", \"stage\": \"");
   nh = append(head, nh, stage);  // one of this library's own names: nothing to escape
-  nh = append(head, nh, "\", \"kernel\": ");
+  nh = append(head, nh, "\"");
+  nh = append_stats(head, nh);
+  nh = append(head, nh, ", \"kernel\": ");
+  write_frame_with_postmortem(fd, k, head, nh);
+}
+
+// head (nh bytes), the Kernel's post-mortem, "}": one frame on fd.
+void write_frame_with_postmortem(int fd, const umbp_sim_kernel* k, const char* head, size_t nh) {
   size_t n = k->ops->describe(k->self, 3, nullptr, 0);
   for (int attempt = 0; attempt < 3; ++attempt) {
     Pages buf(4 + nh + n + 2);  // length, head, the post-mortem and its NUL, "}"
@@ -132,7 +179,7 @@ struct DeathReport {
 };
 
 void report_death(const DeathReport& d) {
-  const int fd = g_evidence_fd.load(std::memory_order_acquire);
+  const int fd = evidence_fd_now();
   if (fd >= 0)
     write_evidence(fd, d.k, d.sig, d.stage);
   else if (fd == kNoFd)
@@ -144,11 +191,90 @@ void* report_death_thread(void* arg) {
   return nullptr;
 }
 
+// One frame holding `json` (n bytes).
+void write_frame(int fd, const char* json, size_t n) {
+  Pages buf(4 + n);
+  char* frame = buf.get();
+  if (!frame) return;
+  const auto len = static_cast<uint32_t>(n);
+  frame[0] = static_cast<char>(len >> 24);
+  frame[1] = static_cast<char>(len >> 16);
+  frame[2] = static_cast<char>(len >> 8);
+  frame[3] = static_cast<char>(len);
+  memcpy(frame + 4, json, n);
+  put_all(fd, frame, 4 + n);
+}
+
+// `s` as a JSON string at buf[at] (the caller sized buf for 6 bytes a character and quotes).
+size_t append_json_string(char* buf, size_t at, const char* s) {
+  static const char hex[] = "0123456789abcdef";
+  buf[at++] = '"';
+  for (; *s; ++s) {
+    const auto c = static_cast<unsigned char>(*s);
+    if (c == '"' || c == '\\') {
+      buf[at++] = '\\';
+      buf[at++] = static_cast<char>(c);
+    } else if (c < 0x20) {
+      at = append(buf, at, "\\u00");
+      buf[at++] = hex[c >> 4];
+      buf[at++] = hex[c & 15];
+    } else {
+      buf[at++] = static_cast<char>(c);
+    }
+  }
+  buf[at++] = '"';
+  return at;
+}
+
 }  // namespace
 
-void set_evidence_fd(int fd) { g_evidence_fd.store(fd < 0 ? kNoFd : fd); }
+void report_exit() {
+  const int fd = evidence_fd_now();
+  const umbp_sim_kernel* k = g_kernel.load(std::memory_order_acquire);
+  if (fd < 0 || !k || g_dying.load()) return;
+  char head[512];
+  size_t nh = append(head, 0, "{\"event\": \"exit\", \"pid\": ");
+  nh = append_number(head, nh, static_cast<unsigned long>(::getpid()));
+  nh = append_stats(head, nh);
+  nh = append(head, nh, ", \"kernel\": ");
+  write_frame_with_postmortem(fd, k, head, nh);
+}
+
+void report_setup_error(const char* text) {
+  const int fd = evidence_fd_now();
+  if (fd < 0) {
+    put("umbp-sim exec: ");
+    put(text);
+    put("\n");
+    return;
+  }
+  const size_t n = strlen(text);
+  Pages buf(128 + 6 * n);
+  char* json = buf.get();
+  if (!json) return;
+  size_t at = append(json, 0, "{\"event\": \"error\", \"pid\": ");
+  at = append_number(json, at, static_cast<unsigned long>(::getpid()));
+  at = append(json, at, ", \"text\": ");
+  at = append_json_string(json, at, text);
+  json[at++] = '}';
+  write_frame(fd, json, at);
+}
+
+void set_evidence_fd(int fd) {
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0) {
+    g_evidence_dev = st.st_dev;
+    g_evidence_ino = st.st_ino;
+  } else {
+    fd = kNoFd;
+  }
+  g_evidence_fd.store(fd);
+}
+
+void keep_evidence_fd_in_forks() { g_keep_in_forks.store(true); }
 
 void forget_evidence_fd_in_fork_child() {
+  if (g_keep_in_forks.load()) return;  // exec mode: each process's frames name it (pid)
   const int fd = g_evidence_fd.load();
   if (fd < 0) return;
   sys_close(fd);
@@ -183,14 +309,17 @@ void forget_evidence_fd_in_fork_child() {
   if (!written) report_death(d);
   if (sig == SIGSEGV) {
     // A real SIGSEGV goes to whoever handled SIGSEGV before us.
-    sigaction(SIGSEGV, &g_old_segv, nullptr);
+    real_sigaction(SIGSEGV, &g_old_segv, nullptr);
   }
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, sig);
   sigprocmask(SIG_UNBLOCK, &set, nullptr);
   raise(sig);  // the previous handler (faulthandler) runs and re-raises, or the default kills
-  signal(sig, SIG_DFL);
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  real_sigaction(sig, &dfl, nullptr);
   raise(sig);
   _exit(128 + sig);
 }

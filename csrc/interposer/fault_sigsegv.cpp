@@ -1,6 +1,7 @@
 // The PROT_NONE fault path: a touch of a simulated mapping is a SIGSEGV (SEGV_ACCERR) that the
 // handler answers with the Kernel's touch and a grant; on both paths the handler is where a
 // faulting thread dies of a simulated signal. Other SIGSEGVs go to the handler before ours.
+#include <dlfcn.h>
 #include <string.h>
 
 #include "interposer/interposer_internal.h"
@@ -11,6 +12,10 @@ struct sigaction g_old_segv;
 
 namespace {
 bool g_handler_installed = false;
+std::atomic<bool> g_segv_first{false};  // keep_segv_handler_first()
+
+using sigaction_fn = int (*)(int, const struct sigaction*, struct sigaction*);
+sigaction_fn g_real_sigaction = nullptr;  // looked up before any handler runs
 
 void chain_segv(int sig, siginfo_t* si, void* uc) {
   if (g_old_segv.sa_flags & SA_SIGINFO) {
@@ -23,7 +28,10 @@ void chain_segv(int sig, siginfo_t* si, void* uc) {
     return;
   }
   // Default: return with the default action in place; the access faults again and kills.
-  signal(SIGSEGV, SIG_DFL);
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  real_sigaction(SIGSEGV, &dfl, nullptr);
 }
 
 void on_segv(int sig, siginfo_t* si, void* uc) {
@@ -67,19 +75,36 @@ void on_segv(int sig, siginfo_t* si, void* uc) {
 
 }  // namespace
 
+int real_sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  if (!g_real_sigaction)
+    g_real_sigaction = reinterpret_cast<sigaction_fn>(dlsym(RTLD_NEXT, "sigaction"));
+  return g_real_sigaction(sig, act, old);
+}
+
+void keep_segv_handler_first() { g_segv_first.store(true); }
+
+bool program_sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  if (sig != SIGSEGV || !g_segv_first.load() || !g_handler_installed) return false;
+  const struct sigaction previous = g_old_segv;
+  if (act) g_old_segv = *act;
+  if (old) *old = previous;
+  return true;
+}
+
 void install_handler() {
+  real_sigaction(SIGSEGV, nullptr, nullptr);  // the lookup, now: not inside a handler
   if (g_handler_installed) return;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_segv;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
-  if (sigaction(SIGSEGV, &sa, &g_old_segv) == 0) g_handler_installed = true;
+  if (real_sigaction(SIGSEGV, &sa, &g_old_segv) == 0) g_handler_installed = true;
 }
 
 void remove_handler() {
   if (g_handler_installed) {
-    sigaction(SIGSEGV, &g_old_segv, nullptr);
+    real_sigaction(SIGSEGV, &g_old_segv, nullptr);
     g_handler_installed = false;
   }
 }

@@ -12,6 +12,7 @@
 // interposed symbols are exported.
 #pragma once
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -65,6 +66,7 @@ inline uintptr_t align_up(uintptr_t v, uintptr_t a) { return (v + a - 1) / a * a
 // ---- routing (routing.cpp) ----------------------------------------------------------------------
 
 extern std::atomic<const umbp_sim_kernel*> g_kernel;
+extern std::atomic<bool> g_program;    // exec mode: the whole program's calls (route_whole_program)
 extern umbp_sim_kernel g_kernel_copy;  // the handle activate() was given (ops + self), retained
 extern bool g_simulated;
 extern size_t g_page;
@@ -81,8 +83,29 @@ int add_caller_object(const char* path);
 // The Kernel when this call is the allocator's (wrapped: its object; preload: its caller).
 const umbp_sim_kernel* route(bool wrapped, void* ret);
 const umbp_sim_kernel* kernel_for_fd(int fd);
-// Opens of /proc and /sys count for the thread inside enter()/leave(), whoever calls.
+// Opens of /proc and /sys count for the thread inside enter()/leave() (exec mode: every thread),
+// whoever calls.
 const umbp_sim_kernel* route_open(const char* path);
+// Exec mode: every call of the program is the Kernel's, on every thread, but the language
+// runtime's and umbp-sim's own (routing.cpp says which and why).
+void route_whole_program();
+// The Kernel for a call on [addr, addr+len) (munmap, madvise, mbind): route()'s answer, but in
+// exec mode a range that meets no simulated mapping is real memory (the C library's malloc
+// gave it): the real kernel's, whoever calls.
+const umbp_sim_kernel* route_range(bool wrapped, void* ret, void* addr, size_t len);
+
+// ---- the simulated host's /proc and /sys in exec mode (sim_paths.cpp) ---------------------------
+
+enum class PathKind { Real, File, Directory, Missing };
+void set_sim_root(const char* root);  // <dir>/root: the rendered tree
+bool have_sim_root();
+// What the simulated host has at `path` (`rendered`: the path of its copy under the root).
+PathKind sim_path_kind(const char* path, char* rendered, size_t cap);
+// open/fopen/opendir of a path the simulated host answers: *answered false when it is this
+// box's (the caller then makes the real call).
+int open_sim_path(const umbp_sim_kernel* k, const char* path, int flags, int mode, bool* answered);
+FILE* fopen_sim_path(const umbp_sim_kernel* k, const char* path, const char* mode, bool* answered);
+DIR* opendir_sim_path(const char* path, DIR* (*real_opendir)(const char*), bool* answered);
 
 // ---- simulated mappings (mappings.cpp) ----------------------------------------------------------
 
@@ -110,6 +133,8 @@ extern int g_ngrants;
 extern size_t g_res_big, g_res_small, g_resident_limit;
 
 Map* find_map(uintptr_t a);
+// Whether [lo, hi) (hi == lo: the page at lo) meets a simulated mapping (takes g_map_mu).
+bool overlaps_sim_map(uintptr_t lo, uintptr_t hi);
 void add_map(uintptr_t start, uintptr_t end, int prot, bool uffd);
 // Forget [lo, hi) in the mapping and grant tables (its real pages are being replaced).
 void forget_range(uintptr_t lo, uintptr_t hi);
@@ -133,6 +158,14 @@ extern std::atomic<int> g_death_sig;
 
 void install_handler();
 void remove_handler();
+// sigaction(2) itself (the program's calls of sigaction reach ours, symbols.cpp).
+int real_sigaction(int sig, const struct sigaction* act, struct sigaction* old);
+// Exec mode: the program's SIGSEGV handler goes behind ours (Python's faulthandler, which pytest
+// enables, would otherwise take every simulated page touch of the PROT_NONE path for a crash):
+// program_sigaction answers its sigaction(SIGSEGV) with the handler ours chains to (true), or
+// says it is not one of those (false: the real call).
+void keep_segv_handler_first();
+bool program_sigaction(int sig, const struct sigaction* act, struct sigaction* old);
 bool uffd_register(uintptr_t start, size_t len);
 // Real pages for the missing range [start, end) of a registered mapping.
 bool uffd_fill(uintptr_t start, uintptr_t end, bool write);
@@ -147,10 +180,16 @@ void register_fork_handlers();
 // Where a simulated death's evidence goes (umbp_sim_interposer_set_evidence_fd).
 void set_evidence_fd(int fd);
 void forget_evidence_fd_in_fork_child();
+// Exec mode: a fork's child keeps the fd (a program the program starts writes frames of its own,
+// naming its pid; a run of the allocator's server closes it: its fork's death is not the run's).
+void keep_evidence_fd_in_forks();
 // The Kernel says the process is dead: hand umbp-sim the evidence, then die of `sig`.
 [[noreturn]] void die_of(const umbp_sim_kernel* k, int sig, const char* stage);
 // A routed call's failure: errno and -1, or death when the Kernel answered with a signal.
 int fail(const umbp_sim_kernel* k, const umbp_sim_result& r, const char* stage);
+// Exec mode: the exit frame (atexit), and why the simulated host did not start.
+void report_exit();
+void report_setup_error(const char* text);
 
 // ---- the routed calls (calls.cpp) ---------------------------------------------------------------
 
@@ -160,6 +199,9 @@ int do_munmap(const umbp_sim_kernel* k, void* addr, size_t len);
 long do_mbind(const umbp_sim_kernel* k, void* addr, unsigned long len, int mode,
               const unsigned long* mask, unsigned long maxnode, unsigned flags);
 int do_memfd(const umbp_sim_kernel* k, const char* name, unsigned flags);
+// move_pages(2) in query mode for the Kernel's pages (*answered false: the real call's).
+long do_move_pages(const umbp_sim_kernel* k, long pid, unsigned long count, void** pages,
+                   const int* nodes, int* status, int flags, bool* answered);
 int do_ftruncate(const umbp_sim_kernel* k, int fd, off_t len);
 int do_close(const umbp_sim_kernel* k, int fd);
 int do_madvise(const umbp_sim_kernel* k, void* addr, size_t len, int advice);

@@ -31,6 +31,15 @@ Map* find_map(uintptr_t a) {
   return nullptr;
 }
 
+bool overlaps_sim_map(uintptr_t lo, uintptr_t hi) {
+  std::lock_guard<std::mutex> l(g_map_mu);
+  for (int i = 0; i < g_nmaps; ++i) {
+    const Map& m = g_maps[i];
+    if (hi > lo ? (m.start < hi && lo < m.end) : (lo >= m.start && lo < m.end)) return true;
+  }
+  return false;
+}
+
 void add_map(uintptr_t start, uintptr_t end, int prot, bool uffd) {
   if (g_nmaps >= kMaxMaps) return;
   g_maps[g_nmaps++] = Map{start, end, prot, 0, 0, uffd};

@@ -18,6 +18,7 @@ long raw(long nr, long a1, long a2, long a3, long a4, long a5, long a6) {
 }
 
 std::atomic<const umbp_sim_kernel*> g_kernel{nullptr};
+std::atomic<bool> g_program{false};
 umbp_sim_kernel g_kernel_copy;
 bool g_simulated = false;
 size_t g_page = 4096;
@@ -25,7 +26,7 @@ size_t g_page = 4096;
 __thread int t_scope = 0;
 
 namespace {
-constexpr int kMaxRanges = 256;
+constexpr int kMaxRanges = 1024;  // objects of a big Python program: torch alone has dozens
 struct Range {
   uintptr_t lo, hi;
 };
@@ -83,21 +84,36 @@ bool in(const Range* rs, int n, uintptr_t r) {
   return false;
 }
 
-bool caller_ok(void* ret) {
+// The program's objects (exec mode, program_caller): every object but those below, classified
+// on its first call; ranges of the rest go here.
+Range g_real[kMaxRanges];
+std::atomic<int> g_nreal{0};
+std::mutex g_classify_mu;
+std::atomic<uintptr_t> g_python_fn{0};  // Py_IsInitialized: inside the Python interpreter
+
+bool program_caller_at(uintptr_t r);
+
+// Whether the call whose return address is `ret` is the allocator's: `is_caller` decides for an
+// address; a call through a forwarder is decided by the first frame outside it and outside us.
+template <typename IsCaller>
+bool decide_caller(void* ret, IsCaller is_caller) {
   const auto r = reinterpret_cast<uintptr_t>(ret);
-  const int n = g_ncallers.load(std::memory_order_acquire);
-  if (in(g_callers, n, r)) return true;
   const int nf = g_nforwarders.load(std::memory_order_acquire);
-  if (nf == 0 || !in(g_forwarders, nf, r)) return false;
-  // Called through a forwarder: the first frame outside it and outside us is the caller.
+  if (nf == 0 || !in(g_forwarders, nf, r)) return is_caller(r);
   void* frames[16];
   const int depth = backtrace(frames, 16);
   for (int i = 0; i < depth; ++i) {
     const auto f = reinterpret_cast<uintptr_t>(frames[i]);
     if ((f >= g_self.lo && f < g_self.hi) || in(g_forwarders, nf, f)) continue;
-    return in(g_callers, n, f);
+    return is_caller(f);
   }
   return false;
+}
+
+bool caller_ok(void* ret) {
+  return decide_caller(ret, [](uintptr_t r) {
+    return in(g_callers, g_ncallers.load(std::memory_order_acquire), r);
+  });
 }
 
 // Executable segments of the loaded objects whose name matches `pred`, into `out`.
@@ -159,10 +175,23 @@ void find_forwarders() {
 // The Kernel when this call is the allocator's (wrapped: its object; preload: its caller).
 const umbp_sim_kernel* route(bool wrapped, void* ret) {
   const umbp_sim_kernel* k = g_kernel.load(std::memory_order_acquire);
-  if (!k || t_scope <= 0) return nullptr;
-  if (!wrapped && !caller_ok(ret)) return nullptr;
+  if (!k) return nullptr;
+  if (g_program.load(std::memory_order_relaxed)) {
+    if (!wrapped && !decide_caller(ret, program_caller_at)) return nullptr;
+  } else {
+    if (t_scope <= 0) return nullptr;
+    if (!wrapped && !caller_ok(ret)) return nullptr;
+  }
   g_routed.fetch_add(1, std::memory_order_relaxed);
   return k;
+}
+
+const umbp_sim_kernel* route_range(bool wrapped, void* ret, void* addr, size_t len) {
+  if (g_program.load(std::memory_order_relaxed) && g_simulated) {
+    const auto lo = reinterpret_cast<uintptr_t>(addr);
+    if (!overlaps_sim_map(lo, lo + len)) return nullptr;
+  }
+  return route(wrapped, ret);
 }
 
 const umbp_sim_kernel* kernel_for_fd(int fd) {
@@ -175,12 +204,106 @@ const umbp_sim_kernel* kernel_for_fd(int fd) {
 const umbp_sim_kernel* route_open(const char* path) {
   if (!path || (strncmp(path, "/proc/", 6) != 0 && strncmp(path, "/sys/", 5) != 0)) return nullptr;
   const umbp_sim_kernel* k = g_kernel.load(std::memory_order_acquire);
-  return (k && t_scope > 0) ? k : nullptr;
+  return (k && (t_scope > 0 || g_program.load(std::memory_order_relaxed))) ? k : nullptr;
 }
 
 int add_caller_object(const char* path) {
   return collect_ranges([path](dl_phdr_info* info) { return strcmp(info->dlpi_name, path) == 0; },
                         g_callers, &g_ncallers);
+}
+
+// ---- exec mode: the program's calls ------------------------------------------------------------
+//
+// In a program `umbp-sim exec` started, every call of the program is the simulated host's, on
+// every thread, but the calls of the language runtime under it and of umbp-sim itself: the C
+// library and the loader (their own calls never reach us; what they forward does), the C++
+// runtime, the Python interpreter (its object allocator's arenas are the interpreter's memory,
+// not the program's: on the simulated host they would count against its memory and trap every
+// touch), the interposer and libumbp_sim_exec.so (the Kernel's own real memory). So mori's C++
+// test binary and the allocator compiled into it, a library it loads, a Python extension module
+// (mori's, or ctypes' calls through libffi) all see one simulated host: the test's own probes of
+// it (sysconf, /proc/meminfo, the node directories) agree with what the allocator gets, which is
+// what makes the test's checks and skips mean something. Objects are classified on their first
+// call (dl_iterate_phdr), so a module loaded later is classified when it calls. Memory is
+// either the host's or this box's: a munmap, madvise or mbind of a range no simulated mapping
+// meets is the real kernel's, whoever calls (route_range: the C library's malloc gave it).
+namespace {
+
+bool runtime_object(const char* path) {
+  const char* base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  static const char* const kRuntime[] = {"ld-linux",  "ld64.so",    "libc.so",      "libm.so",
+                                         "libstdc++", "libgcc_s",   "libpthread",   "libdl.so",
+                                         "librt.so",  "linux-vdso", "libumbp_sim_", "_native."};
+  for (const char* prefix : kRuntime)
+    if (strncmp(base, prefix, strlen(prefix)) == 0) return true;
+  return false;
+}
+
+// The object holding `addr`: its executable segments into the program's or the runtime's ranges.
+void classify(uintptr_t addr) {
+  struct Ctx {
+    uintptr_t addr;
+    bool found;
+  } ctx{addr, false};
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, size_t, void* data) -> int {
+        auto* c = static_cast<Ctx*>(data);
+        bool holds = false, python = false;
+        const uintptr_t py = g_python_fn.load();
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD) continue;
+          const uintptr_t lo = info->dlpi_addr + ph.p_vaddr, hi = lo + ph.p_memsz;
+          holds = holds || (c->addr >= lo && c->addr < hi);
+          python = python || (py >= lo && py < hi);
+        }
+        if (!holds) return 0;
+        c->found = true;
+        const bool runtime = python || runtime_object(info->dlpi_name ? info->dlpi_name : "");
+        Range* out = runtime ? g_real : g_callers;
+        std::atomic<int>* count = runtime ? &g_nreal : &g_ncallers;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+          const int n = count->load();
+          if (n >= kMaxRanges) break;
+          const uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+          out[n] = Range{lo, lo + ph.p_memsz};
+          count->store(n + 1, std::memory_order_release);
+        }
+        return 1;
+      },
+      &ctx);
+  if (!ctx.found) {  // code outside every object (generated code): not the program's calls
+    const int n = g_nreal.load();
+    if (n < kMaxRanges) {
+      g_real[n] = Range{addr, addr + 1};
+      g_nreal.store(n + 1, std::memory_order_release);
+    }
+  }
+}
+
+bool program_caller_at(uintptr_t r) {
+  if (r >= g_self.lo && r < g_self.hi) return false;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (in(g_callers, g_ncallers.load(std::memory_order_acquire), r)) return true;
+    if (in(g_real, g_nreal.load(std::memory_order_acquire), r)) return false;
+    if (pass == 0) {
+      std::lock_guard<std::mutex> l(g_classify_mu);
+      if (!in(g_callers, g_ncallers.load(), r) && !in(g_real, g_nreal.load(), r)) classify(r);
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void route_whole_program() {
+  find_forwarders();
+  void* py = dlsym(RTLD_DEFAULT, "Py_IsInitialized");
+  g_python_fn.store(reinterpret_cast<uintptr_t>(py));
+  g_program.store(true);
 }
 
 }  // namespace umbp_interpose

@@ -2,7 +2,10 @@
 // routing.cpp whose call it is and goes to the Kernel (calls.cpp) or to the real function.
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "interposer/interposer_internal.h"
 
@@ -52,18 +55,18 @@ void* mmap_impl(bool w, void* ret, void* a, size_t n, int prot, int flags, int f
   return f(a, n, prot, flags, fd, off);
 }
 int munmap_impl(bool w, void* ret, void* a, size_t n) {
-  if (const umbp_sim_kernel* k = route(w, ret)) return do_munmap(k, a, n);
+  if (const umbp_sim_kernel* k = route_range(w, ret, a, n)) return do_munmap(k, a, n);
   static munmap_fn f = real<munmap_fn>("munmap");
   return f(a, n);
 }
 int madvise_impl(bool w, void* ret, void* a, size_t n, int adv) {
-  if (const umbp_sim_kernel* k = route(w, ret)) return do_madvise(k, a, n, adv);
+  if (const umbp_sim_kernel* k = route_range(w, ret, a, n)) return do_madvise(k, a, n, adv);
   static madvise_fn f = real<madvise_fn>("madvise");
   return f(a, n, adv);
 }
 long mbind_impl(bool w, void* ret, void* a, unsigned long n, int mode, const unsigned long* mask,
                 unsigned long maxnode, unsigned flags) {
-  if (const umbp_sim_kernel* k = route(w, ret))
+  if (const umbp_sim_kernel* k = route_range(w, ret, a, n))
     return do_mbind(k, a, n, mode, mask, maxnode, flags);
   static mbind_fn f = real<mbind_fn>("mbind");
   if (!f)
@@ -97,12 +100,24 @@ long sysconf_impl(bool w, void* ret, int name) {
 long syscall_impl(bool w, void* ret, long nr, long a1, long a2, long a3, long a4, long a5,
                   long a6) {
   if (nr == SYS_mbind || nr == SYS_memfd_create) {
-    if (const umbp_sim_kernel* k = route(w, ret)) {
+    const umbp_sim_kernel* k =
+        nr == SYS_mbind ? route_range(w, ret, reinterpret_cast<void*>(a1), static_cast<size_t>(a2))
+                        : route(w, ret);
+    if (k) {
       if (nr == SYS_mbind)
         return do_mbind(k, reinterpret_cast<void*>(a1), static_cast<unsigned long>(a2),
                         static_cast<int>(a3), reinterpret_cast<const unsigned long*>(a4),
                         static_cast<unsigned long>(a5), static_cast<unsigned>(a6));
       return do_memfd(k, reinterpret_cast<const char*>(a1), static_cast<unsigned>(a2));
+    }
+  }
+  if (nr == SYS_move_pages) {
+    if (const umbp_sim_kernel* k = route(w, ret)) {
+      bool answered = false;
+      const long r = do_move_pages(k, a1, static_cast<unsigned long>(a2),
+                                   reinterpret_cast<void**>(a3), reinterpret_cast<const int*>(a4),
+                                   reinterpret_cast<int*>(a5), static_cast<int>(a6), &answered);
+      if (answered) return r;
     }
   }
   if (nr == SYS_close || nr == SYS_ftruncate) {
@@ -115,23 +130,50 @@ long syscall_impl(bool w, void* ret, long nr, long a1, long a2, long a3, long a4
 }
 int open_impl(const char* path, int flags, int mode, std::atomic<void*>* cache,
               const char* real_name) {
-  if (const umbp_sim_kernel* k = route_open(path)) return open_rendered(k, path);
+  if (const umbp_sim_kernel* k = route_open(path)) {
+    if (!have_sim_root()) return open_rendered(k, path);
+    bool answered = false;
+    const int fd = open_sim_path(k, path, flags, mode, &answered);
+    if (answered) return fd;
+  }
   auto f = cached<open_fn>(cache, real_name);
   return f(path, flags, mode);
 }
 int openat_impl(int dirfd, const char* path, int flags, int mode, std::atomic<void*>* cache,
                 const char* real_name) {
   if (path && path[0] == '/') {
-    if (const umbp_sim_kernel* k = route_open(path)) return open_rendered(k, path);
+    if (const umbp_sim_kernel* k = route_open(path)) {
+      if (!have_sim_root()) return open_rendered(k, path);
+      bool answered = false;
+      const int fd = open_sim_path(k, path, flags, mode, &answered);
+      if (answered) return fd;
+    }
   }
   auto f = cached<openat_fn>(cache, real_name);
   return f(dirfd, path, flags, mode);
 }
 FILE* fopen_impl(const char* path, const char* mode, std::atomic<void*>* cache,
                  const char* real_name) {
-  if (const umbp_sim_kernel* k = route_open(path)) return fopen_rendered(k, path, mode);
+  if (const umbp_sim_kernel* k = route_open(path)) {
+    if (!have_sim_root()) return fopen_rendered(k, path, mode);
+    bool answered = false;
+    FILE* f = fopen_sim_path(k, path, mode, &answered);
+    if (answered) return f;
+  }
   auto f = cached<fopen_fn>(cache, real_name);
   return f(path, mode);
+}
+// A directory listing of the simulated host's /proc and /sys (exec mode only: the scope mode
+// never listed directories).
+DIR* opendir_impl(const char* path) {
+  using opendir_fn = DIR* (*)(const char*);
+  static opendir_fn f = real<opendir_fn>("opendir");
+  if (have_sim_root() && route_open(path)) {
+    bool answered = false;
+    DIR* d = opendir_sim_path(path, f, &answered);
+    if (answered) return d;
+  }
+  return f(path);
 }
 
 }  // namespace
@@ -172,6 +214,66 @@ namespace {
 std::atomic<void*> c_fopen{nullptr}, c_fopen64{nullptr}, c_open2{nullptr}, c_open64_2{nullptr},
     c_openat2{nullptr}, c_open{nullptr}, c_open64{nullptr}, c_openat{nullptr}, c_openat64{nullptr};
 }  // namespace
+
+UMBP_EXPORT DIR* opendir(const char* p) { return opendir_impl(p); }
+
+// A program's SIGSEGV handler (exec mode) goes behind the interposer's (fault_sigsegv.cpp).
+UMBP_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  if (program_sigaction(sig, act, old)) return 0;
+  return real_sigaction(sig, act, old);
+}
+UMBP_EXPORT sighandler_t signal(int sig, sighandler_t handler) {
+  struct sigaction sa, old;  // what glibc's signal() asks for: BSD semantics
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, sig);
+  if (program_sigaction(sig, &sa, &old)) return old.sa_handler;
+  using signal_fn = sighandler_t (*)(int, sighandler_t);
+  static signal_fn f = real<signal_fn>("signal");
+  return f(sig, handler);
+}
+
+// stat and access of the simulated host's /proc and /sys paths (exec mode only): what a
+// program asks before it opens or lists (os.path.exists, std::filesystem::exists).
+namespace {
+template <typename F>
+int stat_like(const char* path, const char* real_name, std::atomic<void*>* cache, F call) {
+  if (have_sim_root() && path && route_open(path)) {
+    char rendered[PATH_MAX];
+    switch (sim_path_kind(path, rendered, sizeof rendered)) {
+      case PathKind::File:
+      case PathKind::Directory:
+        return call(cached<void*>(cache, real_name), rendered);
+      case PathKind::Missing:
+        errno = ENOENT;
+        return -1;
+      case PathKind::Real:
+        break;
+    }
+  }
+  return call(cached<void*>(cache, real_name), path);
+}
+std::atomic<void*> c_stat{nullptr}, c_stat64{nullptr}, c_lstat{nullptr}, c_lstat64{nullptr},
+    c_access{nullptr};
+}  // namespace
+
+#define UMBP_DEFINE_STAT(name, cache, st_t)                           \
+  UMBP_EXPORT int name(const char* p, st_t* st) {                     \
+    return stat_like(p, #name, &cache, [st](void* f, const char* q) { \
+      return reinterpret_cast<int (*)(const char*, st_t*)>(f)(q, st); \
+    });                                                               \
+  }
+UMBP_DEFINE_STAT(stat, c_stat, struct stat)
+UMBP_DEFINE_STAT(stat64, c_stat64, struct stat64)
+UMBP_DEFINE_STAT(lstat, c_lstat, struct stat)
+UMBP_DEFINE_STAT(lstat64, c_lstat64, struct stat64)
+UMBP_EXPORT int access(const char* p, int mode) {
+  return stat_like(p, "access", &c_access, [mode](void* f, const char* q) {
+    return reinterpret_cast<int (*)(const char*, int)>(f)(q, mode);
+  });
+}
 
 UMBP_DEFINE_BOTH(FILE*, fopen, (const char* p, const char* m), fopen_impl(p, m, &c_fopen, "fopen"),
                  fopen_impl(p, m, &c_fopen, "fopen"))

@@ -195,6 +195,9 @@ class SimKernel : public Kernel {
   // write through the pointer); false outside any mapping and for a mapping the analyst's own
   // process had no room for (an unbacked range, or PROT_NONE on a strict-overcommit host).
   bool backed(uintptr_t addr);
+  // The node of the page at `addr` (move_pages(2)'s status in query mode): its node when
+  // faulted, -ENOENT when not (yet), -EFAULT outside every mapping (sim_page_node.cpp).
+  int page_node(uintptr_t addr);
   // The pthread_atfork handlers of the process-wide table of unbacked ranges, registered now
   // (see memory_lifetimes.h register_fork_handlers).
   static void register_fork_handlers();

@@ -9,6 +9,12 @@ length, then a JSON object ``{"event": "death", "signal": <number>, "stage": ...
 {"crash": ..., "reasons": [...], "trace": [...]}}``. The server reads the pipe while the run
 goes and puts the decoded ``Death`` in its reply. Nothing of this goes through the allocator's
 stdout or stderr (its log), so whatever the allocator prints cannot pass for it.
+
+A program ``umbp-sim exec`` starts (``umbp_sim.external.exec_host``) writes on the same kind of
+pipe, and every frame names the process (``pid``: a program the program execs or spawns writes
+its own): a death, ``{"event": "exit", "pid", "stats", "kernel"}`` at a normal exit
+(``ProgramExit``: the interposer's counters and the host's reasons and trace), and ``{"event":
+"error", "pid", "text"}`` when the simulated host could not start (``SetupError``).
 """
 
 from __future__ import annotations
@@ -34,6 +40,16 @@ class KernelCrash:
 
 
 @dataclass(frozen=True)
+class InterposerCounts:
+    """The interposer's counters in a process when it wrote a frame."""
+
+    routed: int  # calls answered by the simulated host
+    faults: int  # page faults of simulated mappings handled
+    moved: int  # runs of real pages moved (the resident limit reached)
+    sim_fds: int  # simulated fds open
+
+
+@dataclass(frozen=True)
 class Death:
     """A run's process killed by a simulated signal, as the interposer saw it."""
 
@@ -42,11 +58,31 @@ class Death:
     crash: KernelCrash | None  # None: no SimKernel record (a fault rule injected the signal)
     reasons: tuple[Reason, ...]  # SimKernel's reasons, the death's among them
     trace: tuple[str, ...]  # the syscall trace, one line per call
+    pid: int = 0  # the process that died
+    counts: InterposerCounts | None = None
 
     @property
     def detail(self) -> str:
         """SimKernel's account of the death, or "injected"."""
         return self.crash.text if self.crash is not None else "injected"
+
+
+@dataclass(frozen=True)
+class ProgramExit:
+    """A process of a program ``umbp-sim exec`` started that exited normally (exit())."""
+
+    pid: int
+    counts: InterposerCounts
+    reasons: tuple[Reason, ...]  # SimKernel's reasons: every failed call and deciding event
+    trace: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SetupError:
+    """The simulated host of a process could not start (the process exited 70)."""
+
+    pid: int
+    text: str
 
 
 class EvidenceReader:
@@ -58,15 +94,51 @@ class EvidenceReader:
         self._frames = FrameReader()
         self._broken = False
         self.death: Death | None = None  # the last death reported
+        self.deaths: list[Death] = []  # every death, in order
+        self.exits: list[ProgramExit] = []
+        self.errors: list[SetupError] = []
 
     def feed(self, data: bytes) -> None:
         if self._broken:
             return
         try:
             for payload in self._frames.feed(data):
-                self.death = death_from_json(json.loads(payload.decode(errors="replace")))
+                event = event_from_json(json.loads(payload.decode(errors="replace")))
+                if isinstance(event, Death):
+                    self.death = event
+                    self.deaths.append(event)
+                elif isinstance(event, ProgramExit):
+                    self.exits.append(event)
+                else:
+                    self.errors.append(event)
         except (FrameError, ValueError, TypeError, KeyError):
             self._broken = True
+
+
+def _counts(doc: dict[str, Any]) -> InterposerCounts | None:
+    stats = doc.get("stats")
+    return None if stats is None else InterposerCounts(**{k: int(v) for k, v in stats.items()})
+
+
+def event_from_json(doc: dict[str, Any]) -> Death | ProgramExit | SetupError:
+    """The event of one frame (ValueError/TypeError/KeyError if malformed)."""
+    event = doc["event"]
+    if event == "death":
+        return death_from_json(doc)
+    if event == "exit":
+        kernel = doc["kernel"]
+        counts = _counts(doc)
+        if counts is None:
+            raise KeyError("stats")
+        return ProgramExit(
+            pid=int(doc["pid"]),
+            counts=counts,
+            reasons=tuple(Reason(**r) for r in kernel["reasons"]),
+            trace=tuple(str(line) for line in kernel["trace"]),
+        )
+    if event == "error":
+        return SetupError(pid=int(doc["pid"]), text=str(doc["text"]))
+    raise ValueError(f"an evidence frame of event {event!r}")
 
 
 def death_from_json(doc: dict[str, Any]) -> Death:
@@ -81,4 +153,6 @@ def death_from_json(doc: dict[str, Any]) -> Death:
         crash=None if crash is None else KernelCrash(**crash),
         reasons=tuple(Reason(**r) for r in kernel["reasons"]),
         trace=tuple(str(line) for line in kernel["trace"]),
+        pid=int(doc.get("pid", 0)),
+        counts=_counts(doc),
     )

@@ -10,7 +10,12 @@
  *     inside, whoever calls (std::ifstream calls from libstdc++);
  *   - link time: the allocator's objects linked with -Wl,--wrap=SYMBOL for each symbol above and
  *     against this library (`umbp-sim build-allocator`): every wrapped call is the allocator's
- *     while its thread is inside enter()/leave().
+ *     while its thread is inside enter()/leave();
+ *   - a whole program (`umbp-sim exec -- CMD`: UMBP_SIM_EXEC names the host's description, see
+ *     csrc/interposer/exec_mode.cpp): the host starts before main(), and every call of the
+ *     program's own objects, on every thread, is the host's (the C and C++ runtime's and the
+ *     Python interpreter's are not), with syscall(SYS_move_pages) in query mode and opendir,
+ *     stat, lstat and access of /proc and /sys paths too.
  * Everything else goes to the real kernel untouched. A fd the Kernel created (memfd_create) is
  * only ever passed to the Kernel, whoever calls, so a simulated fd never reaches a real syscall.
  *
@@ -67,7 +72,8 @@ UMBP_SIM_INTERPOSER_API int umbp_sim_interposer_add_caller_object(const char* pa
 /* Where a simulated death's evidence goes: one frame on `fd`, a 4-byte big-endian length then
  * a JSON object {"event": "death", "signal": <number>, "stage": "page touch" | the call,
  * "kernel": the Kernel's post-mortem (umbp_sim_kernel_ops.describe 3)}. The fd is made
- * close-on-exec; a fork()ed child closes its copy (its death is not the run's). Nothing is
+ * close-on-exec; a fork()ed child closes its copy (its death is not the run's); nothing is
+ * written once the fd no longer names the file it named then (the process closed it). Nothing is
  * written to stderr then; with no fd (-1, the default) one line for a person goes to stderr.
  * 0, or the errno of making it close-on-exec (EBADF). */
 UMBP_SIM_INTERPOSER_API int umbp_sim_interposer_set_evidence_fd(int fd);

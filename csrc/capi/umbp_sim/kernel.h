@@ -71,6 +71,10 @@ typedef struct umbp_sim_kernel_ops {
   size_t (*describe)(void* self, int what, char* buf, size_t cap);
   void (*retain)(void* self);
   void (*release)(void* self);
+  /* The NUMA node of the page at addr, as move_pages(2) reports it in query mode (nodes NULL):
+   * the node (>= 0) when the page is faulted, -ENOENT when it is not, -EFAULT outside every
+   * mapping; -ENOSYS from a kernel that is not simulated. (Fields are only ever appended.) */
+  int (*page_node)(void* self, void* addr);
 } umbp_sim_kernel_ops;
 
 typedef struct umbp_sim_kernel {

@@ -1,0 +1,184 @@
+"""The simulated host of a program ``umbp-sim exec`` runs: which machine, and the private
+directory that describes it to the interposer inside the program.
+
+A C++ test binary has no Python to build its SimKernel, so the host travels as data: umbp-sim
+writes a private directory (``HostDir``) and names it in ``UMBP_SIM_EXEC``; the preloaded
+interposer reads it before the program's ``main()`` (csrc/interposer/exec_mode.cpp) and starts
+the host with libumbp_sim_exec.so (csrc/capi/exec_host.h):
+
+- ``host.json``: ``{"format": 1, "sim_config": {...}, "fault_rules": [...], "trace_limit": N}``,
+  the ``SimConfig`` that ``sim.to_sim_config`` fills from the Machine and the ``FaultRule``s of the
+  fault plan, each field by the name the binding gives it (a field the C++ reader does not know,
+  or one it misses, is an error naming it: the two change together);
+- ``root/``: the host's /proc and /sys as rendered at start (``SimHost.render``), which lists its
+  directories (the node directories, the hugepage sizes) and holds the files the Kernel does not
+  render (process limits, cgroup files).
+
+The directory is removed when the run ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from umbp_sim.errors import UmbpSimError
+
+if TYPE_CHECKING:  # the command's --help imports this module: nothing of the extension
+    from umbp_sim.faults import FaultPlan
+    from umbp_sim.machine import Machine
+
+HOST_FORMAT = 1  # csrc/capi/exec_host.h UMBP_SIM_EXEC_HOST_FORMAT
+TRACE_LIMIT = 100_000  # syscall records kept (the TracingKernel's default)
+EXEC_ENV = "UMBP_SIM_EXEC"  # the private directory
+EVIDENCE_ENV = "UMBP_SIM_EXEC_EVIDENCE"  # fd:dev:ino of the evidence pipe
+
+# Named machines: the compare matrix's pool states on its 2-node host (external/matrix.py).
+NAMED_MACHINES = {
+    "ample": "2 nodes of 64 GiB, 1024 x 2 MiB and 2 x 1 GiB hugepages on each, kernel 6.8.0",
+    "pool-on-node0": "2 nodes of 64 GiB, 64 x 2 MiB and 1 x 1 GiB hugepages on node 0 only",
+    "no-pool": "2 nodes of 64 GiB, no hugepages",
+}
+DEFAULT_MACHINE = "ample"
+
+
+class ExecUsageError(UmbpSimError):
+    """Bad input to ``umbp-sim exec``: one line naming the argument."""
+
+    exit_code = 64
+
+
+class ReportNotWritable(UmbpSimError):
+    """``--json FILE`` cannot be written (exit 73): checked before the program runs."""
+
+    exit_code = 73
+
+
+def check_report_path(path: str) -> None:
+    """``--json FILE`` can be written: a file (or a new one) in a writable directory."""
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    problem = None
+    if target.is_dir():
+        problem = "is a directory"
+    elif not parent.is_dir():
+        problem = f"its directory {parent} does not exist"
+    elif target.exists() and not os.access(target, os.W_OK):
+        problem = "is not writable"
+    elif not target.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        problem = f"its directory {parent} is not writable"
+    if problem:
+        raise ReportNotWritable(f"--json {path}: {problem}")
+
+
+def load_machine(arg: str | None) -> tuple[Machine, str]:
+    """The machine ``--machine`` names (a named machine, or a dump directory or tarball) and
+    where it came from ("named machine ample", "dump /path")."""
+    from umbp_sim.external.matrix import machine as matrix_machine
+
+    name = arg or DEFAULT_MACHINE
+    if name in NAMED_MACHINES:
+        m = matrix_machine(name).copy()
+        m.name = name
+        return m, f"named machine {name}"
+    path = Path(name)
+    if not path.exists():
+        names = ", ".join(NAMED_MACHINES)
+        raise ExecUsageError(f"--machine {name}: no such dump (file or directory) or named "
+                             f"machine ({names})")  # fmt: skip
+    from umbp_sim.dump import load_dump
+
+    try:
+        machine = load_dump(str(path))[0]
+    except UmbpSimError as e:
+        raise ExecUsageError(f"--machine {name}: {e}") from None
+    return machine, f"dump {name}"
+
+
+def load_plan(arg: str | None) -> FaultPlan | None:
+    """The fault plan ``--faults`` names (a TOML file of ``[[faults]]`` tables)."""
+    from umbp_sim.faults import FaultPlan
+
+    if arg is None:
+        return None
+    if not os.path.isfile(arg):
+        raise ExecUsageError(f"--faults {arg}: no such file")
+    try:
+        return FaultPlan.from_toml(arg)
+    except UmbpSimError as e:  # it names the file: "PLAN.toml: faults[0].op: ..."
+        raise ExecUsageError(f"--faults {e}") from None
+
+
+def native_fields(obj: Any) -> Any:
+    """A ``_native`` value object (SimConfig, SimNodeConfig, FaultRule, ...) as JSON data: every
+    property by its name, maps with their keys as strings."""
+    if isinstance(obj, (bool, int, float, str)) or obj is None:
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return [native_fields(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): native_fields(v) for k, v in obj.items()}
+    props = [n for n, v in vars(type(obj)).items() if isinstance(v, property)]
+    return {n: native_fields(getattr(obj, n)) for n in sorted(props)}
+
+
+def host_document(machine: Machine, plan: FaultPlan | None) -> dict[str, Any]:
+    """What ``host.json`` holds (csrc/capi/exec_host.h)."""
+    from umbp_sim.sim import to_sim_config
+
+    rules = plan.native_rules() if plan is not None else []
+    return {
+        "format": HOST_FORMAT,
+        "sim_config": native_fields(to_sim_config(machine)),
+        "fault_rules": [native_fields(r) for r in rules],
+        "trace_limit": TRACE_LIMIT,
+    }
+
+
+class HostDir:
+    """The private directory describing the host (``with HostDir(machine, plan) as d``)."""
+
+    def __init__(self, machine: Machine, plan: FaultPlan | None) -> None:
+        self.machine = machine
+        self.plan = plan
+        self.path = ""
+
+    def __enter__(self) -> HostDir:
+        from umbp_sim.sim import SimHost
+
+        doc = host_document(self.machine, self.plan)  # a bad machine fails before the mkdtemp
+        self.path = tempfile.mkdtemp(prefix="umbp-sim-exec-")
+        try:
+            with open(os.path.join(self.path, "host.json"), "w") as f:
+                json.dump(doc, f)
+            SimHost(self.machine).render(os.path.join(self.path, "root"))
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def remove(self) -> None:
+        if self.path:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+def describe_host(machine: Machine) -> str:
+    """One line: "x86_64, 2 nodes, kernel 6.8.0, hugepages 2MiB: 1024+1024, 1GiB: 2+2"."""
+    from umbp_sim.units import format_size
+
+    nodes = machine.nodes
+    pools = []
+    for size in machine.hugepage_sizes:
+        counts = [n.hugepages[size].total if size in n.hugepages else 0 for n in nodes]
+        if any(counts):
+            pools.append(f"{format_size(size)}: {'+'.join(str(c) for c in counts)}")
+    hp = ", hugepages " + ", ".join(pools) if pools else ", no hugepages"
+    plural = "s" if len(nodes) != 1 else ""
+    return f"{machine.arch}, {len(nodes)} node{plural}, kernel {machine.kernel_version}{hp}"
