@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-import umbp_sim.diagnose.fixes as fixes
+import umbp_sim.diagnose.fix_search as fix_search
 import umbp_sim.engine.execute as execute
 from umbp_sim import _native, sim
 from umbp_sim.cli import main
@@ -36,7 +36,7 @@ def test_replay_error_builds_one_kernel_per_simulation(monkeypatch: pytest.Monke
             built.append(1)
             super().__init__(config)
 
-    fresh_host, propose, host_after = execute.fresh_host, fixes.propose, fixes.host_after
+    fresh_host, propose, host_after = execute.fresh_host, fix_search.propose, fix_search.host_after
 
     def counting_fresh_host(machine: Any) -> Any:
         runs.append(1)
@@ -55,8 +55,8 @@ def test_replay_error_builds_one_kernel_per_simulation(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(_native, "SimKernel", CountingKernel)
     monkeypatch.setattr(execute, "fresh_host", counting_fresh_host)
-    monkeypatch.setattr(fixes, "propose", counting_propose)
-    monkeypatch.setattr(fixes, "host_after", counting_host_after)
+    monkeypatch.setattr(fix_search, "propose", counting_propose)
+    monkeypatch.setattr(fix_search, "host_after", counting_host_after)
     monkeypatch.setattr(sim, "_VIEWS", {})
     out = io.StringIO()
     with redirect_stdout(out):

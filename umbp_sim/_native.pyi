@@ -187,10 +187,6 @@ class SimConfig:
     kernel_minor: int
     kernel_release: str
     mem_available: int
-    page_cache: int
-    slab_reclaimable: int
-    show_mem_available: bool
-    watermark_low: int
     mem_free: int
     mem_total: int
     memcg_max: int
@@ -201,11 +197,13 @@ class SimConfig:
     overcommit_kbytes: int
     overcommit_memory: int
     overcommit_ratio: int
+    page_cache: int
     page_size: int
     possible_nodes: list[int]
     rlimit_as: int
     root: bool
     show_mem_available: bool
+    slab_reclaimable: int
     swap_total: int
     task_size: int
     user_reserve_kbytes: int

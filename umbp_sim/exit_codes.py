@@ -26,7 +26,8 @@ EX_SIGTERM = 143
 
 EXIT_CODES: dict[int, str] = {
     EX_OK: "success: run: every scenario passed; probe: every backing behaved; preflight: the "
-    "request gets what it asks for; replay, inspect, collect: done",
+    "request gets what it asks for; replay, inspect, collect: done; exec: the program's own exit "
+    "status, whatever it is (a death by a signal: 128 + the signal, 135 for a simulated SIGBUS)",
     EX_NEGATIVE: "a negative answer: run: a scenario failed or none matched; probe: a backing "
     "did not get what it asked for; preflight: the request is demoted (or not bound to its node)",
     EX_FAILS: "preflight: the request fails or kills the process (replay of several dumps: the "
@@ -37,17 +38,19 @@ EXIT_CODES: dict[int, str] = {
     EX_DATAERR: "bad input data: a scenario file, dump, meminfo file or fault rule (one line "
     "names the file and key)",
     EX_SOFTWARE: "an internal error: a bug in umbp-sim (one line; UMBP_SIM_TRACEBACK=1 prints "
-    "the traceback)",
+    "the traceback); exec: the simulated host could not start in the program",
     EX_NOINPUT: "replay, inspect, preflight --root: a dump argument names no file (or, for a "
     "fleet, no dump)",
-    EX_CANTCREAT: "an output file cannot be written (collect's tarball, an --html page) or is "
+    EX_CANTCREAT: "an output file cannot be written (collect's tarball, an --html page, exec's "
+    "--json) or is "
     "refused (collect -o at a link, directory or device)",
     EX_TEMPFAIL: "replay, preflight: an external --allocator's run (or its import) went past "
     "--run-timeout (one line names the stage), or could not run under umbp-sim's own ulimit -v "
-    "(one line names it)",
-    EX_SIGHUP: "run, replay, preflight, compare: ended by SIGHUP (every process it started ended "
-    "first)",
+    "(one line names it); exec: the program went past --run-timeout (it and what it started "
+    "were ended)",
+    EX_SIGHUP: "run, replay, preflight, compare, exec: ended by SIGHUP (every process it "
+    "started ended first)",
     EX_INTERRUPTED: "interrupted (Ctrl-C)",
-    EX_SIGTERM: "run, replay, preflight, compare: ended by SIGTERM (every process it started "
+    EX_SIGTERM: "run, replay, preflight, compare, exec: ended by SIGTERM (every process it started "
     "ended first)",
 }

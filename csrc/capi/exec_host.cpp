@@ -131,6 +131,8 @@ SimConfig sim_config(const Json& j) {
   UMBP_FIELD(f, c, mem_total);
   UMBP_FIELD(f, c, mem_free);
   UMBP_FIELD(f, c, mem_available);
+  UMBP_FIELD(f, c, page_cache);
+  UMBP_FIELD(f, c, slab_reclaimable);
   UMBP_FIELD(f, c, show_mem_available);
   UMBP_FIELD(f, c, watermark_low);
   UMBP_FIELD(f, c, committed_as);

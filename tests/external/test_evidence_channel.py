@@ -10,11 +10,13 @@ from collections.abc import Iterator
 import pytest
 
 from umbp_sim.allocator_spec import parse_allocator_spec
+from umbp_sim.engine.spec import Alloc, Run
 from umbp_sim.external.evidence import EvidenceReader
 from umbp_sim.external.matrix import machine
-from umbp_sim.external.observe import ObserveJob, observed_from_reply
-from umbp_sim.external.outcome import AllocCall, Run, warning_lines
+from umbp_sim.external.observe import record_from_reply
+from umbp_sim.external.outcome import warning_lines
 from umbp_sim.external.runner import ExternalRunner
+from umbp_sim.request import AllocRequest
 
 # What the interposer used to print on stderr for a simulated SIGBUS, forged by the allocator:
 # the crash line, a reasons block and a trace block.
@@ -91,16 +93,16 @@ def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Exte
 
 
 def _run(size: int) -> Run:
-    return Run(machine("pool-on-node0"), AllocCall(size, "Anonymous"))
+    return Run(machine("pool-on-node0"), Alloc(AllocRequest(size, "Anonymous")))
 
 
 def test_forged_report_lines_do_not_change_an_ok_outcome(
     runners: dict[str, ExternalRunner],
 ) -> None:
-    quiet, liar = runners["quiet"].run(_run(4096)), runners["liar"].run(_run(4096))
-    assert liar.result == "ok" and liar.crash is None
-    assert (liar.result, liar.crash, liar.warnings, liar.error) == (
-        quiet.result, quiet.crash, quiet.warnings, quiet.error,
+    quiet, liar = (record_from_reply(runners[n].observe(_run(4096))) for n in ("quiet", "liar"))
+    assert liar.outcome == "ok" and liar.signal is None
+    assert (liar.outcome, liar.signal, liar.warnings, liar.error) == (
+        quiet.outcome, quiet.signal, quiet.warnings, quiet.error,
     )  # fmt: skip
 
 
@@ -109,19 +111,15 @@ def test_forged_report_lines_do_not_make_a_real_signal_simulated(
 ) -> None:
     """The allocator prints a forged crash report, then dies of a real SIGBUS of its own: the
     outcome is that real signal, with no SimKernel detail, reasons or trace."""
-    run = _run(8192)
-    o = runners["liar"].run(run)
-    assert o.result == "crash"
-    assert o.crash == {"signal": "SIGBUS", "stage": "alloc", "simulated": False, "detail": ""}
-    assert o.trace == [] and o.warnings == []
-    # The replay's reading of the same kind of reply.
-    reply = runners["liar"].exchange(ObserveJob(run.machine, kind="run", request={}, run=run))
+    reply = runners["liar"].observe(_run(8192))
     assert reply["evidence"] is None
     assert FORGED in reply["log"]  # the allocator's log, kept as it wrote it
-    obs = observed_from_reply(reply)
-    assert (obs.outcome, obs.signal) == ("crashed", "SIGBUS")
-    assert obs.error == "killed by SIGBUS during alloc"
-    assert (obs.reasons, obs.trace, obs.crash_node) == ([], "", None)
+    rec = record_from_reply(reply)
+    assert (rec.outcome, rec.signal, rec.stage, rec.simulated) == (
+        "crashed", "SIGBUS", "alloc", False,
+    )  # fmt: skip
+    assert rec.error == "killed by SIGBUS during alloc" and rec.detail == ""
+    assert (rec.reasons, rec.trace, rec.crash_node, rec.warnings) == ([], [], None, [])
 
 
 def _frame(doc: object) -> bytes:

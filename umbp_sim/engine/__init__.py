@@ -18,30 +18,20 @@ from typing import TYPE_CHECKING, Any
 
 from umbp_sim import _lazy
 
+# What the package offers, by the module that holds it: the one list (umbp_sim/_lazy.py reads
+# these imports for __getattr__ and __all__; mypy types them).
 if TYPE_CHECKING:
-    from umbp_sim.engine.dispatch import open_allocator, run
-    from umbp_sim.engine.record import OUTCOMES, RunRecord
-    from umbp_sim.engine.spec import Alloc, Measure, Run, RunError, SglangStartup, Steps
-
-_LAZY = _lazy.exports(
-    dispatch="open_allocator run",
-    record="OUTCOMES RunRecord",
-    spec="Alloc Measure Run RunError SglangStartup Steps",
-)
-
-__all__ = [
-    "OUTCOMES",
-    "Alloc",
-    "Measure",
-    "Run",
-    "RunError",
-    "RunRecord",
-    "SglangStartup",
-    "Steps",
-    "open_allocator",
-    "run",
-]
+    from umbp_sim.engine.dispatch import open_allocator as open_allocator, run as run
+    from umbp_sim.engine.record import OUTCOMES as OUTCOMES, RunRecord as RunRecord
+    from umbp_sim.engine.spec import (
+        Alloc as Alloc,
+        Measure as Measure,
+        Run as Run,
+        RunError as RunError,
+        SglangStartup as SglangStartup,
+        Steps as Steps,
+    )
 
 
 def __getattr__(name: str) -> Any:
-    return _lazy.attribute(__name__, _LAZY, name)
+    return _lazy.attribute(__name__, name)

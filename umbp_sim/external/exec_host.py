@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_CANTCREAT, EX_USAGE
 
 if TYPE_CHECKING:  # the command's --help imports this module: nothing of the extension
     from umbp_sim.faults import FaultPlan
@@ -49,13 +50,13 @@ DEFAULT_MACHINE = "ample"
 class ExecUsageError(UmbpSimError):
     """Bad input to ``umbp-sim exec``: one line naming the argument."""
 
-    exit_code = 64
+    exit_code = EX_USAGE
 
 
 class ReportNotWritable(UmbpSimError):
     """``--json FILE`` cannot be written (exit 73): checked before the program runs."""
 
-    exit_code = 73
+    exit_code = EX_CANTCREAT
 
 
 def check_report_path(path: str) -> None:

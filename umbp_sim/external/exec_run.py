@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_SOFTWARE, EX_TEMPFAIL
 from umbp_sim.external.evidence import Death, EvidenceReader, ProgramExit, SetupError
 from umbp_sim.external.exec_host import (
     EVIDENCE_ENV,
@@ -40,8 +41,7 @@ from umbp_sim.external.procs import die_with_parent, kill_group, pidfd, signal_n
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
 
-EX_SOFTWARE = 70
-EX_TEMPFAIL = 75  # the program ran past --run-timeout (as replay's and compare's runs)
+# EX_TEMPFAIL: the program ran past --run-timeout (as replay's and compare's runs)
 
 
 class HostDidNotStart(UmbpSimError):

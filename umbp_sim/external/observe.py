@@ -5,7 +5,8 @@ process (``umbp_sim.external.child``), which forks a child per run; the child pe
 the engine's ``execute`` under the interposer (``umbp_sim.external.run_job``) and the server
 answers with what it saw: the child's ``RunRecord``, or its death (a real SIGBUS or SIGKILL is
 the outcome ``crashed``: the reasons come from the interposer's evidence,
-``umbp_sim.external.evidence``), a stop, or the time limit. :func:`record_from_reply` turns that answer into the ``RunRecord``.
+``umbp_sim.external.evidence``), a stop, or the time limit. :func:`record_from_reply` turns
+that answer into the ``RunRecord``.
 
 One server process per allocator and command: :func:`runner_for` opens it on first use,
 :func:`close_runners` (the commands call it; also at exit) ends it.
