@@ -27,13 +27,6 @@ KNOWN = [
         "umbp_sim.machine",
         "umbp_sim.sim",
     },
-    # an external allocator's runs and --verify (engine)
-    {
-        "umbp_sim.diagnose.verify",
-        "umbp_sim.external.child",
-        "umbp_sim.external.observe",
-        "umbp_sim.external.runner",
-    },
 ]
 
 
