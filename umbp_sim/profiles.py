@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_USAGE
 
 FIXED_PROFILE = "umbp-sim"
 FIELD_PROFILE = "mori-624002c"
@@ -116,7 +117,7 @@ DIFFERENCES: tuple[Difference, ...] = (
 class ProfileError(UmbpSimError, ValueError):
     """An allocator profile name that is not one of :data:`PROFILES` (a usage error)."""
 
-    exit_code = 64
+    exit_code = EX_USAGE
 
 
 def canonical_profile(name: str) -> str:

@@ -20,14 +20,15 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
+from umbp_sim.exit_codes import EX_FAILS, EX_NEGATIVE, EX_USAGE
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
     from umbp_sim.external.compare import Compared
 
-EX_DIFFERENT = 1
-EX_COULD_NOT_RUN = 2
-EX_USAGE = 64
+EX_DIFFERENT = EX_NEGATIVE
+EX_COULD_NOT_RUN = EX_FAILS  # compare's own meaning of 2
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -12,6 +12,7 @@ import logging
 
 from umbp_sim.backing import BACKINGS, is_demoted
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_USAGE
 from umbp_sim.flag_types import node_flag
 from umbp_sim.log_capture import LogCapture
 from umbp_sim.units import SizeError, format_size, parse_size
@@ -20,7 +21,7 @@ HEADER = ("requested", "size", "actual backing", "alignment", "mapped size", "no
 
 
 class ProbeUsageError(UmbpSimError):
-    exit_code = 64
+    exit_code = EX_USAGE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -32,6 +32,7 @@ from umbp_sim.diagnose.request_flags import (
 from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
 from umbp_sim.engine.spec import Alloc, HostChange, Run as EngineRun, SglangStartup
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_USAGE
 from umbp_sim.machine import Machine
 from umbp_sim.profiles import FIELD_PROFILE, MORI_LOG_ENV
 from umbp_sim.request import AllocRequest
@@ -40,7 +41,6 @@ from umbp_sim.sglang.release import default_sglang_release
 from umbp_sim.sglang.sizing import HicacheRequest, SizingError, hicache_request_of_table
 from umbp_sim.units import format_size, unit_bytes
 
-EX_USAGE = 64
 MiB = 1 << 20
 
 RAW_FLAGS = ("size", "backing", "hugepage_size", "numa_node", "no_prefault")

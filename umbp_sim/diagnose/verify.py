@@ -24,11 +24,10 @@ from umbp_sim import engine
 from umbp_sim.backing import HUGETLB_BACKINGS as HUGETLB
 from umbp_sim.engine.spec import Measure, Run
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_DISAGREE, EX_USAGE
 from umbp_sim.external.runner import RunTimedOut
 from umbp_sim.units import format_size
 
-EX_USAGE = 64
-EX_DISAGREE = 3
 DEFAULT_MAX_SIZE = 1 << 30
 FIELDS = ("outcome", "backing", "node", "page_size", "rss")
 LABELS = {"page_size": "page size", "rss": "RSS"}
