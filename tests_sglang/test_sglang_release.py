@@ -40,7 +40,7 @@ def test_the_installed_sglang_is_the_emulated_release():
 
 
 def _facts(obs):
-    sglang_lines = [m for name, m in obs.log if name.startswith("sglang.")]
+    sglang_lines = [m for name, _, m in obs.log if name.startswith("sglang.")]
     return (obs.outcome, obs.actual_backing, obs.mapped_size, obs.error, obs.signal,
             sglang_lines, obs.allocator_warnings)  # fmt: skip
 

@@ -115,6 +115,7 @@ class HostNumbers:
 
     @classmethod
     def from_native(cls, d: dict[str, Any]) -> HostNumbers:
+        """The numbers from the binding's dict (``_native.host_numbers``, ``SimHost.numbers``)."""
         nodes = tuple(NodeNumbers(**n) for n in d["nodes"])
         return cls(d["mem_free"], d["mem_available"], d["commit_limit"], nodes)
 

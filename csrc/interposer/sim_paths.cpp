@@ -43,7 +43,7 @@ bool rooted(const char* path, char* out, size_t cap) {
 
 // 0: missing, S_IFREG or S_IFDIR (raw: stat is not ours, but keep clear of any interposer).
 unsigned kind_of(const char* real_path) {
-  struct stat st;
+  struct stat st {};
   if (raw(SYS_newfstatat, AT_FDCWD, L(real_path), L(&st), 0) != 0) return 0;
   return st.st_mode & S_IFMT;
 }
