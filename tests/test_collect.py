@@ -1,4 +1,4 @@
-"""``umbp-sim collect``: a dump of this host that Machine.from_dump reads back as this host."""
+"""``umbp-sim collect``: a dump of this host that ``load_machine`` reads back as this host."""
 
 from __future__ import annotations
 

@@ -13,13 +13,13 @@ import pytest
 from umbp_sim.dump import (
     DumpError,
     load_dump,
+    load_machine,
     parse_cgroup_max,
     parse_limits,
     parse_meminfo,
     parse_nodelist,
     spread,
 )
-from umbp_sim.machine import Machine
 
 M = 1 << 20
 MEMINFO = (
@@ -92,9 +92,9 @@ def test_tarball_directory_and_root_directory_agree(tmp_path: Path) -> None:
     files = two_node_files()
     (tmp_path / "d.tar.gz").write_bytes(make_tar(files))
     write_dir(tmp_path / "tree", files)
-    a = Machine.from_dump(tmp_path / "d.tar.gz")
-    b = Machine.from_dump(tmp_path / "tree")  # detects the H/ level
-    c = Machine.from_dump(tmp_path / "tree" / "H")  # the root itself
+    a = load_machine(tmp_path / "d.tar.gz")
+    b = load_machine(tmp_path / "tree")  # detects the H/ level
+    c = load_machine(tmp_path / "tree" / "H")  # the root itself
     assert a == b == c
     assert a.name == "H" and a.kernel_version == "5.4.0-100-generic"
     assert a.rlimit_as == 1 << 30 and a.memcg_max == 8 << 30 and a.hugetlb_cgroup_max == {}

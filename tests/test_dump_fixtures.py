@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from umbp_sim.dump import load_dump
-from umbp_sim.machine import Machine
+from umbp_sim.dump import load_dump, load_machine
 
 DATA = Path(__file__).parent / "data" / "machines"
 K, M, G = 1 << 10, 1 << 20, 1 << 30
@@ -151,7 +150,7 @@ def test_fixture_matches_its_files(name: str) -> None:
 
 
 def test_arm64_all_four_sizes_read_per_node() -> None:
-    m = Machine.from_dump(DATA / "128arm-2pa2n8cluster4co.tar.bz2")
+    m = load_machine(DATA / "128arm-2pa2n8cluster4co.tar.bz2")
     assert [sorted(n.hugepages) for n in m.nodes] == [[64 * K, 2 * M, 32 * M, G]] * 4
     assert m.nodes[2].distances == [32, 25, 10, 16]
     assert m.nodes[3].cpus == "96-127"

@@ -1,8 +1,7 @@
 """No import cycle among umbp_sim's modules, counting the imports inside functions and under
 ``if TYPE_CHECKING:`` too: a function-level import does not make a cycle go away, it hides it.
 
-Read from the installed package's source (parsed, not run). ``KNOWN`` lists the cycles still
-being taken apart; a cycle outside them (or larger than one of them) fails.
+Read from the installed package's source (parsed, not run).
 """
 
 from __future__ import annotations
@@ -13,21 +12,6 @@ from pathlib import Path
 import umbp_sim
 
 PACKAGE = Path(umbp_sim.__file__).parent
-
-# Being taken apart (issue 25, item 7): a cycle found must lie inside one of these.
-KNOWN = [
-    # the host description and the dump reader (rules, decl)
-    {
-        "umbp_sim.dump",
-        "umbp_sim.dump.build",
-        "umbp_sim.dump.facts",
-        "umbp_sim.dump.host_facts",
-        "umbp_sim.dump.read_pools",
-        "umbp_sim.dump.read_system",
-        "umbp_sim.machine",
-        "umbp_sim.sim",
-    },
-]
 
 
 def _modules() -> dict[str, Path]:
@@ -112,9 +96,8 @@ def test_the_cycle_finder_finds_a_cycle_behind_a_function_level_import() -> None
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_import_cycle_outside_the_known_ones() -> None:
+def test_no_import_cycle() -> None:
     known = _modules()
     graph = {m: _imports(m, p, known) for m, p in known.items()}
     assert len(graph) > 100  # the whole package was read
-    new = [sorted(c) for c in _cycles(graph) if not any(c <= k for k in KNOWN)]
-    assert new == []
+    assert [sorted(c) for c in _cycles(graph)] == []

@@ -1,4 +1,4 @@
-"""Dump the live host's /proc and /sys into a tarball that ``Machine.from_dump`` reads back.
+"""Dump the live host's /proc and /sys into a tarball that ``dump.load_machine`` reads back.
 
 ``collect(out, name)`` writes ``NAME/proc/...`` and ``NAME/sys/...`` (the fixtures' layout):
 meminfo, the vm sysctls, the kernel release (as ``proc/sys/kernel/osrelease``), this process's

@@ -19,11 +19,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from umbp_sim.arch_sizes import (
+    ARM64_SIZES,
+    PPC64_SIZES,
+    GiB,
+    KiB,
+    MiB,
+    default_hugepage_sizes,
+    pmd_size,
+)
 from umbp_sim.bounded import short_list
+from umbp_sim.host_nodes import MAX_NODE_ID, NODE_ID, PAGES, HugePool, Node, node_ok
 from umbp_sim.units import parse_size
 from umbp_sim.value_types import (
     MAX_BYTES,
-    MAX_INT,
     Array,
     Bool,
     Custom,
@@ -35,47 +44,11 @@ from umbp_sim.value_types import (
     ValueTypeError,
 )
 
-KiB = 1 << 10
-MiB = 1 << 20
-GiB = 1 << 30
 TiB = 1 << 40
 
 
 class MachineError(ValueError):
     """An inconsistent machine description; the message names the field."""
-
-
-@dataclass
-class HugePool:
-    """One hugepage size on one node, in pages."""
-
-    total: int = 0
-    free: int | None = None  # None: all of ``total`` is free
-    surplus: int = 0
-
-    def free_pages(self) -> int:
-        """Free pages: ``free``, or ``total`` when ``free`` is None."""
-        return self.total if self.free is None else self.free
-
-
-@dataclass
-class Node:
-    """One NUMA node: its memory (bytes), CPUs, hugepage pools and distances.
-
-    >>> Node(1, 64 << 30, hugepages={2 << 20: HugePool(total=512, free=100)}).id
-    1
-    """
-
-    id: int
-    mem_total: int  # bytes
-    mem_free: int | None = None  # bytes; None: SimKernel derives it (kernel/sim_rules.h)
-    # Reclaimable memory on the node (bytes): page cache (the file LRU) and SReclaimable.
-    # None: the node's share (by mem_total) of the Machine's page_cache / slab_reclaimable.
-    page_cache: int | None = None
-    slab_reclaimable: int | None = None
-    cpus: str = ""  # cpulist, e.g. "0-15"
-    hugepages: dict[int, HugePool] = field(default_factory=dict)  # size (bytes) -> pool
-    distances: list[int] | None = None
 
 
 _MISSING: Any = dataclasses.MISSING
@@ -343,17 +316,7 @@ class Machine:
         fits("admin_reserve_kbytes", self.admin_reserve_kbytes, KiB)
         fits("user_reserve_kbytes", self.user_reserve_kbytes, KiB)
 
-    # ---- construction --------------------------------------------------------------------
-    @classmethod
-    def from_dump(cls, path: object) -> Machine:
-        """A host from a dump: directory, .tar[.gz|.bz2|.xz] or bare meminfo (umbp_sim.dump).
-
-        Raises ``umbp_sim.dump.DumpError`` naming the file and line for a malformed dump.
-        """
-        from umbp_sim.dump import load_dump  # lazy: machine.py stays import-light
-
-        return load_dump(path)[0]  # type: ignore[arg-type]
-
+    # ---- construction (a dumped host: umbp_sim.dump.load_machine) -----------------------
     @classmethod
     def build(
         cls,
@@ -457,7 +420,7 @@ class Machine:
     def arm64(cls, page_size: int | str = "4KiB", **kw: object) -> Machine:
         """An arm64 host with a 4K, 16K or 64K base page and that granule's hugepage sizes."""
         ps = parse_size(page_size, "page_size")
-        if ps not in _ARM64_SIZES:
+        if ps not in ARM64_SIZES:
             raise MachineError(f"page_size: arm64 has 4KiB, 16KiB or 64KiB pages, not {ps}")
         return cls.build(arch="arm64", page_size=ps, **kw)  # type: ignore[arg-type]
 
@@ -533,42 +496,14 @@ SCENARIO_KEY_DOCS = {
 assert set(SCENARIO_KEY_DOCS) == (SCENARIO_MACHINE_KEYS - _FIELD_NAMES) | {"nodes"}
 
 # ---- the type of each field, as written (scenario [machine] tables, ``apply``) and as held ----
-# node ids: 0..MAX_NODE_ID (a dump's, a scenario's); hugepage sizes per host: a few.
-MAX_NODE_ID = 1023
-_NODE_ID = Int(0, MAX_NODE_ID)
-# a page count; times its size it must stay below 2^62 (validate)
-_PAGES = Int(0, MAX_BYTES, "pages is beyond what the simulator holds (below 2^62 bytes)")
 _OPTIONAL = {f.name for f in MACHINE_FIELDS if f.type.endswith("| None")}
-
-
-def _node_ok(node: object, key: str) -> None:
-    if not isinstance(node, Node):
-        raise ValueTypeError(key, f"expected a Node, got {type(node).__name__}")
-    _NODE_ID.check(node.id, f"{key}.id")
-    for name in ("mem_total", "mem_free", "page_cache", "slab_reclaimable"):
-        if name == "mem_total" or getattr(node, name) is not None:
-            Int(0, MAX_BYTES - 1).check(getattr(node, name), f"{key}.{name}")
-    Str().check(node.cpus, f"{key}.cpus")
-    Table(Custom(_pool_ok, "a HugePool"), key=Size(written=False)).check(
-        node.hugepages, f"{key}.hugepages"
-    )
-    if node.distances is not None:
-        Array(Int(0, MAX_INT), max_len=MAX_NODE_ID + 1).check(node.distances, f"{key}.distances")
-
-
-def _pool_ok(pool: object, key: str) -> None:
-    if not isinstance(pool, HugePool):
-        raise ValueTypeError(key, f"expected a HugePool, got {type(pool).__name__}")
-    for name in ("total", "free", "surplus"):
-        if name != "free" or pool.free is not None:
-            Int(None, MAX_BYTES, _PAGES.beyond).check(getattr(pool, name), f"{key}.{name}")
 
 
 def _field_type(spec: FieldSpec, written: bool) -> Spec:
     """The declared field's value type: sizes as ``"2MiB"`` strings only when ``written``."""
     size = Size(written=written)
     if spec.name == "nodes":
-        return Array(Custom(_node_ok, "a Node"), min_len=1, max_len=MAX_NODE_ID + 1)
+        return Array(Custom(node_ok, "a Node"), min_len=1, max_len=MAX_NODE_ID + 1)
     base = spec.type.removesuffix(" | None")
     if base == "str":
         return Str()
@@ -586,23 +521,23 @@ def _field_type(spec: FieldSpec, written: bool) -> Spec:
     if base == "list[int]":
         if spec.unit == "bytes":
             return Array(size, max_len=16)
-        return Array(_NODE_ID, max_len=MAX_NODE_ID + 1)
+        return Array(NODE_ID, max_len=MAX_NODE_ID + 1)
     if base == "dict[int, int]":
-        value = size if spec.unit == "size -> bytes" else _PAGES
+        value = size if spec.unit == "size -> bytes" else PAGES
         return Table(value, key=size, max_len=16)
     raise AssertionError(f"no value type for Machine.{spec.name}: {spec.type}")
 
 
 _FIELD_TYPES: dict[str, Spec] = {f.name: _field_type(f, written=False) for f in MACHINE_FIELDS}
 WRITTEN_TYPES: dict[str, Spec] = {f.name: _field_type(f, written=True) for f in MACHINE_FIELDS}
-_POOLS_PER_NODE = Array(Table(_PAGES, key=Size(), max_len=16), max_len=MAX_NODE_ID + 1)
+_POOLS_PER_NODE = Array(Table(PAGES, key=Size(), max_len=16), max_len=MAX_NODE_ID + 1)
 # Machine.build's keywords.
 BUILD_TYPES: dict[str, Spec] = {
     **{k: WRITTEN_TYPES[k] for k in ("page_size", "hugepage_sizes", "default_hugepage_size",
                                      "arch")},
     "nodes": Int(1, MAX_NODE_ID + 1),
     "mem_per_node": Size(),
-    "hugepages": Table(_PAGES, key=Size(), max_len=16),
+    "hugepages": Table(PAGES, key=Size(), max_len=16),
     "hugepages_per_node": _POOLS_PER_NODE,
 }  # fmt: skip
 _BUILD_OPTIONAL = {"hugepages", "hugepages_per_node", "hugepage_sizes", "default_hugepage_size"}
@@ -620,61 +555,6 @@ def _checked(spec: Spec, value: object, key: str) -> None:
         spec.check(value, key)
     except ValueTypeError as e:
         raise MachineError(str(e)) from None
-
-
-# docs/kernel-model.md section 8.
-_ARM64_SIZES = {
-    4 * KiB: [64 * KiB, 2 * MiB, 32 * MiB, GiB],
-    16 * KiB: [2 * MiB, 32 * MiB, GiB],
-    64 * KiB: [2 * MiB, 512 * MiB, 16 * GiB],
-}
-# ppc64 (book3s64): the sizes depend on the MMU, not the base page (arch/powerpc
-# check_and_get_huge_psize): hash 16M and 16G, radix 2M and 1G; the default is the first.
-PPC64_ARCHES = ("ppc64le", "ppc64")
-PPC64_SIZES = {"hash": [16 * MiB, 16 * GiB], "radix": [2 * MiB, GiB]}
-
-
-def ppc64_mmu(hugepage_sizes: list[int] | None) -> str:
-    """A ppc64 host's MMU as its hugepage sizes show it: hash when 16 MiB or 16 GiB is one of
-    them, else radix (POWER9 and later boot with radix when the firmware offers it)."""
-    return "hash" if set(hugepage_sizes or ()) & set(PPC64_SIZES["hash"]) else "radix"
-
-
-def default_hugepage_sizes(arch: str, page_size: int, mmu: str = "radix") -> list[int]:
-    """The hugepage sizes a kernel registers at boot for ``arch`` and base ``page_size``
-    (``mmu``: ppc64's, ``hash`` or ``radix``)."""
-    if arch == "arm64":
-        return list(_ARM64_SIZES.get(page_size, [2 * MiB]))
-    if arch == "x86_64":
-        return [2 * MiB, GiB]
-    if arch == "s390x":
-        return [MiB]
-    if arch in PPC64_ARCHES:
-        return list(PPC64_SIZES.get(mmu, PPC64_SIZES["radix"]))
-    return [2 * MiB]
-
-
-def pmd_size(arch: str, page_size: int, hugepage_sizes: list[int] | None = None) -> int:
-    """The default hugepage size: the PMD size of the base page; on ppc64 the MMU's default
-    (16 MiB on hash, 2 MiB on radix), which ``hugepage_sizes`` tells apart."""
-    if arch == "arm64":
-        return {4 * KiB: 2 * MiB, 16 * KiB: 32 * MiB, 64 * KiB: 512 * MiB}.get(page_size, 2 * MiB)
-    if arch == "s390x":
-        return MiB
-    if arch in PPC64_ARCHES:
-        return PPC64_SIZES[ppc64_mmu(hugepage_sizes)][0]
-    return 2 * MiB
-
-
-def task_size(arch: str) -> int:
-    """The size of a process's user address space (TASK_SIZE; docs/kernel-model.md section 6):
-    what a mmap without an address hint can reach. x86_64 with 4-level paging (a 5-level kernel
-    maps above it only on request), arm64 with 48-bit VA, s390x 2^53, others 2^47."""
-    if arch == "arm64":
-        return 1 << 48
-    if arch == "s390x":
-        return 1 << 53
-    return (1 << 47) - 4096 if arch == "x86_64" else 1 << 47
 
 
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from umbp_sim import _context, _native
+from umbp_sim.arch_sizes import task_size
 from umbp_sim.errors import SimulatedCrash, UmbpSimError
-from umbp_sim.machine import MACHINE_FIELDS, Machine, task_size
+from umbp_sim.machine import MACHINE_FIELDS, Machine
 from umbp_sim.meminfo import file_units
+from umbp_sim.units import cgroup_hugetlb_name
 
 __all__ = [
     "HugePages",
@@ -221,8 +223,6 @@ def limit_files(machine: Machine) -> dict[str, str]:
     """/proc/self/limits (RLIMIT_AS) and the cgroup v2 limits (memory.max, hugetlb.<size>.max,
     hugetlb.<size>.rsvd.max) as the kernel prints them. A run never changes them: they are the
     Machine's (SimKernel enforces them; it renders the files that change)."""
-    from umbp_sim.dump.parse import cgroup_hugetlb_name
-
     rlimit = _limit(machine.rlimit_as, "unlimited")
     row = "{:<25} {:<20} {:<20} {:<10}\n".format
     files = {

@@ -156,3 +156,11 @@ def size_key(size: int) -> str:
     """
     text = format_size(size)
     return text if re.fullmatch(r"[0-9]+[A-Za-z]+", text) else str(size)
+
+
+def cgroup_hugetlb_name(size: int) -> str:
+    """The kernel's name for a hugetlb cgroup size (mm/hugetlb_cgroup.c mem_fmt): 2MB, 1GB, 64KB."""
+    for unit, shift in (("GB", 30), ("MB", 20)):
+        if size >= 1 << shift:
+            return f"{size >> shift}{unit}"
+    return f"{size >> 10}KB"

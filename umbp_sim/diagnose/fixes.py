@@ -21,12 +21,11 @@ from umbp_sim.diagnose.pool_writes import (
 )
 from umbp_sim.diagnose.request import Request
 from umbp_sim.diagnose.run import Run
-from umbp_sim.dump.parse import cgroup_hugetlb_name
 from umbp_sim.machine import Machine
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.sizing import HICACHE_HOST_MEMORY_RESERVE_BYTES, largest_hicache_size_that_fits
 from umbp_sim.sim import Reason, SimHost, host_view, overcommit_ratio_for
-from umbp_sim.units import SizeError, parse_size, size_at_most
+from umbp_sim.units import SizeError, cgroup_hugetlb_name, parse_size, size_at_most
 
 
 def _set_node(node: int) -> RequestChange:

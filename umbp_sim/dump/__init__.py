@@ -1,8 +1,8 @@
 """Machine dumps: a host's /proc and /sys, read into ``DumpFacts`` and a ``Machine``.
 
     facts = parse_dump("host.tar.gz")      # what the files say (None = not in the dump)
-    machine = facts.to_machine()           # a validated Machine (guesses listed in facts.notes)
-    machine = Machine.from_dump("host/")   # the same in one call
+    machine = build_machine(facts)         # a validated Machine (guesses listed in facts.notes)
+    machine = load_machine("host/")        # the same in one call
 
 A dump is a directory or .tar/.tar.gz/.tar.bz2/.tar.xz in the hwloc-gather-topology layout
 (``NAME/proc/meminfo``, ``NAME/sys/...``; the ``NAME/`` level is optional), or a bare meminfo
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
         open_dump as open_dump,
     )
     from umbp_sim.dump.parse import (
-        cgroup_hugetlb_name as cgroup_hugetlb_name,
         cgroup_hugetlb_size as cgroup_hugetlb_size,
         hugepage_dir_size as hugepage_dir_size,
         parse_cgroup_max as parse_cgroup_max,
@@ -65,7 +64,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    return _lazy.attribute(__name__, name, "load_dump")
+    return _lazy.attribute(__name__, name, "load_dump", "load_machine")
 
 
 def load_dump(path: str | os.PathLike[str] | DumpSource | bytes):  # -> (Machine, DumpFacts)
@@ -75,3 +74,10 @@ def load_dump(path: str | os.PathLike[str] | DumpSource | bytes):  # -> (Machine
 
     facts = parse_dump(path)
     return build_machine(facts), facts
+
+
+def load_machine(path: str | os.PathLike[str] | DumpSource | bytes):  # -> Machine
+    """A host from a dump (directory, .tar[.gz|.bz2|.xz] or bare meminfo) in one call.
+
+    Raises ``DumpError`` naming the file and line for a malformed dump."""
+    return load_dump(path)[0]

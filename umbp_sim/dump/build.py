@@ -30,6 +30,7 @@ from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.facts import DumpFacts, inferred_overcommit_ratio
 from umbp_sim.dump.notes import Note
 from umbp_sim.machine import MACHINE_FIELDS, GiB, HugePool, Machine, MachineError, Node
+from umbp_sim.sim import start_numbers
 
 
 def build_machine(f: DumpFacts) -> Machine:
@@ -163,8 +164,6 @@ def _estimate_mem_available(f: DumpFacts, m: Machine, wm_from: str) -> str:
     """Set ``m.mem_available`` to what a SimKernel of ``m`` starts with (its si_mem_available:
     one rule, so the note, the simulated /proc/meminfo and what sglang reads agree) and return
     the note that says how."""
-    from umbp_sim.sim import start_numbers
-
     start = start_numbers(m)
     free = start.mem_free
     m.mem_available = start.mem_available

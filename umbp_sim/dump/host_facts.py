@@ -168,11 +168,6 @@ class DumpFacts:
         """Add the note ``text`` written by the rule ``code`` (umbp_sim/dump/notes.py)."""
         self.notes.append(Note(code, text))
 
-    def to_machine(self):  # -> Machine (lazy import keeps machine.py free of dump imports)
-        from umbp_sim.dump.build import build_machine
-
-        return build_machine(self)
-
 
 # ---- reading --------------------------------------------------------------------------------
 

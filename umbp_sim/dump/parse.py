@@ -299,11 +299,3 @@ def cgroup_hugetlb_size(name: str) -> int | None:
     if not m or len(m.group(1)) > 12:
         return None
     return int(m.group(1)) << {"KB": 10, "MB": 20, "GB": 30, "TB": 40}[m.group(2)]
-
-
-def cgroup_hugetlb_name(size: int) -> str:
-    """The kernel's name for a hugetlb cgroup size (mm/hugetlb_cgroup.c mem_fmt): 2MB, 1GB, 64KB."""
-    for unit, shift in (("GB", 30), ("MB", 20)):
-        if size >= 1 << shift:
-            return f"{size >> shift}{unit}"
-    return f"{size >> 10}KB"

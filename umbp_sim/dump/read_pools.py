@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from umbp_sim import _native
+from umbp_sim.arch_sizes import default_hugepage_sizes, pmd_size
 from umbp_sim.dump.arch import ArchEvidence, ArchReading, read_arch, recorded
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.host_facts import (
@@ -54,8 +55,6 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
     )  # fmt: skip
     f.note("arch" if reading.modelled else "arch-not-modelled", reading.note)
     if not sizes and default is None and "HugePages_Total" in mi:
-        from umbp_sim.machine import default_hugepage_sizes, pmd_size
-
         registered = default_hugepage_sizes(f.arch, f.page_size, f.mmu or "radix")
         default = pmd_size(f.arch, f.page_size, registered)
         sizes = [default]
@@ -85,8 +84,6 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
             )
     f.hugepage_sizes = sorted(set(sizes))
     if default is None and f.hugepage_sizes:
-        from umbp_sim.machine import pmd_size
-
         pmd = pmd_size(f.arch, f.page_size, f.hugepage_sizes)
         default = pmd if pmd in f.hugepage_sizes else f.hugepage_sizes[0]
         f.note(

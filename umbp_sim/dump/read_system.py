@@ -18,7 +18,6 @@ from umbp_sim.dump.host_facts import (
 from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
 from umbp_sim.dump.parse import (
     MAX_NODES,
-    cgroup_hugetlb_name,
     parse_cgroup_max,
     parse_cpulist,
     parse_distance,
@@ -28,6 +27,7 @@ from umbp_sim.dump.parse import (
     parse_osrelease,
     parse_proc_version,
 )
+from umbp_sim.units import cgroup_hugetlb_name
 
 
 def _read_watermarks(r: _Reader) -> None:
