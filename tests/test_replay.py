@@ -332,11 +332,10 @@ def test_fixture_32intel64_100gb_does_not_fit_in_ram(capsys) -> None:  # type: i
 
 
 @pytest.mark.torch  # start_host_pool makes torch tensors
-def test_a_replay_builds_one_question_kernel_per_machine_state(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The questions about the dumped host's starting state (explain's host check, the fix
-    candidates) share one SimKernel (umbp_sim.sim.host_view); every other kernel is one
-    simulation run (the request, then each fix tried). Before host_view: 13 for this replay,
-    a kernel per question; now 12."""
+def test_an_sglang_replay_builds_a_kernel_per_simulation_only(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The questions about the dumped host (explain's host check, the fix candidates) are asked
+    of the state the baseline's run kept; every kernel is one simulation run (the request, then
+    each fix tried). A kernel per question gave 13 for this replay, a shared one 12."""
     import umbp_sim.engine.execute as execute
     from umbp_sim import _native, sim
 
@@ -358,4 +357,4 @@ def test_a_replay_builds_one_question_kernel_per_machine_state(capsys, monkeypat
     monkeypatch.setattr(execute, "fresh_host", counting_fresh_host)
     monkeypatch.setattr(sim, "_VIEWS", {})
     replay(capsys, D / "no-pool-512g", *LLAMA, "--hicache-size", "100")
-    assert len(runs) == 11 and len(built) == len(runs) + 1
+    assert len(runs) == 11 and len(built) == len(runs)

@@ -1,7 +1,8 @@
 """One ``replay --error`` builds a SimKernel per simulation it runs (the baseline, each fix the
-search tries, the comparison with umbp-sim's fixed allocator) plus the hosts it asks questions
-of (the dumped host's starting state, and where a combination of fixes leaves the host), and no
-others: the request goes from the command line to the engine as one typed ``Run``."""
+search tries, the comparison with umbp-sim's fixed allocator) and no others: the questions that
+size a fix (free pages, node memory) are asked of the state a run kept (``HostState``), never of
+a kernel built to ask; the request goes from the command line to the engine as one typed
+``Run``."""
 
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ LINE = (
 def test_replay_error_builds_one_kernel_per_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[int] = []
     runs: list[int] = []
-    questions: list[int] = [1]  # the starting state's (sim.host_view), built once
     searched: list[int] = []
 
     class CountingKernel(_native.SimKernel):  # type: ignore[misc]
@@ -36,7 +36,7 @@ def test_replay_error_builds_one_kernel_per_simulation(monkeypatch: pytest.Monke
             built.append(1)
             super().__init__(config)
 
-    fresh_host, propose, host_after = execute.fresh_host, fix_search.propose, fix_search.host_after
+    fresh_host, propose = execute.fresh_host, fix_search.propose
 
     def counting_fresh_host(machine: Any) -> Any:
         runs.append(1)
@@ -47,16 +47,9 @@ def test_replay_error_builds_one_kernel_per_simulation(monkeypatch: pytest.Monke
         searched.append(found.runs)
         return found
 
-    def counting_host_after(machine: Any, fix: Any) -> Any:
-        host = host_after(machine, fix)
-        if host is not sim.host_view(machine):
-            questions.append(1)
-        return host
-
     monkeypatch.setattr(_native, "SimKernel", CountingKernel)
     monkeypatch.setattr(execute, "fresh_host", counting_fresh_host)
     monkeypatch.setattr(fix_search, "propose", counting_propose)
-    monkeypatch.setattr(fix_search, "host_after", counting_host_after)
     monkeypatch.setattr(sim, "_VIEWS", {})
     out = io.StringIO()
     with redirect_stdout(out):
@@ -65,6 +58,5 @@ def test_replay_error_builds_one_kernel_per_simulation(monkeypatch: pytest.Monke
     assert (code, doc["outcome"], doc["reproduces_error_line"]) == (0, "demoted", False)
     # The simulations: the baseline, every fix tried, the run under umbp-sim's allocator.
     assert searched and len(runs) == 1 + searched[0] + 1
-    # Every other kernel is a host asked questions of, never a run of its own.
-    assert len(built) == len(runs) + len(questions)
-    assert len(built) == 42  # 39 simulations (1 + 37 fixes tried + 1), 3 question hosts
+    # No other kernel: no host built only to be asked questions.
+    assert len(built) == len(runs) == 39  # 1 + 37 fixes tried + 1

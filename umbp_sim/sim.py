@@ -29,6 +29,7 @@ __all__ = [
     "Reason",
     "SimHost",
     "HostNumbers",
+    "HostState",
     "NodeNumbers",
     "build_kernel",
     "host_view",
@@ -237,6 +238,14 @@ def limit_files(machine: Machine) -> dict[str, str]:
     return files
 
 
+def _pool_size(machine: Machine, size: int | None) -> int:
+    """``size``, or the default hugepage size; an error when the host has no such size."""
+    s = size if size is not None else machine.default_hugepage_size
+    if s is None or s not in machine.hugepage_sizes:
+        raise UmbpSimError(f"hugepage size {s}: not a size of this host")
+    return s
+
+
 class SimHost:
     """A simulated host: its kernel, counters, mappings, fds, files and crash."""
 
@@ -246,10 +255,7 @@ class SimHost:
 
     # ---- counters ------------------------------------------------------------------------
     def _size(self, size: int | None) -> int:
-        s = size if size is not None else self.machine.default_hugepage_size
-        if s is None or s not in self.machine.hugepage_sizes:
-            raise UmbpSimError(f"hugepage size {s}: not a size of this host")
-        return s
+        return _pool_size(self.machine, size)
 
     def hugepages(self, size: int | None = None) -> HugePages:
         """Global counters of ``size`` (default: the default hugepage size)."""
@@ -289,6 +295,16 @@ class SimHost:
     def reclaimable(self, node: int | None = None) -> int:
         """Page cache + SReclaimable left, on ``node`` or the whole host (bytes)."""
         return int(self.kernel.reclaimable(-1 if node is None else node))
+
+    def state(self) -> HostState:
+        """The counters and numbers now, kept as data (a run's host after its admin writes)."""
+        pools = {}
+        for size in self.machine.hugepage_sizes:
+            pools[size, -1] = self.hugepages(size)
+            for n in self.machine.node_ids():
+                pools[size, n] = self.node_hugepages(n, size)
+        reclaimable = {n: self.reclaimable(n) for n in self.machine.node_ids()}
+        return HostState(self.machine, self.numbers(), pools, reclaimable)
 
     # ---- files ---------------------------------------------------------------------------
     def files(self) -> dict[str, str]:
@@ -330,6 +346,39 @@ class SimHost:
 
     def __repr__(self) -> str:
         return f"<SimHost {self.machine.name} kernel {self.machine.kernel_version}>"
+
+
+@dataclass(frozen=True)
+class HostState:
+    """A simulated host's counters and numbers at one moment, as data (``SimHost.state``): the
+    questions a replay asks of a host (free pages, node memory) answered without a kernel of
+    its own. A run that keeps it (``Run.keep_state``) records the state its admin writes left,
+    before the work: for the baseline that is the dumped host, for a fix the host it makes."""
+
+    machine: Machine
+    numbers: HostNumbers
+    pools: dict[tuple[int, int], HugePages]  # (size, node; -1: global) -> counters
+    reclaimables: dict[int, int]  # node -> page cache + SReclaimable left, bytes
+
+    def _size(self, size: int | None) -> int:
+        return _pool_size(self.machine, size)
+
+    def hugepages(self, size: int | None = None) -> HugePages:
+        """Global counters of ``size`` (default: the default hugepage size)."""
+        return self.pools[self._size(size), -1]
+
+    def node_hugepages(self, node: int, size: int | None = None) -> HugePages:
+        """Node ``node``'s counters of ``size``."""
+        found = self.pools.get((self._size(size), node))
+        if found is None:
+            raise UmbpSimError(f"node {node}: not a node of this host")
+        return found
+
+    def reclaimable(self, node: int | None = None) -> int:
+        """Page cache + SReclaimable left, on ``node`` or the whole host (bytes)."""
+        if node is None:
+            return sum(self.reclaimables.values())
+        return self.reclaimables.get(node, 0)
 
 
 _VIEWS: dict[str, SimHost] = {}

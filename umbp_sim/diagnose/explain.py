@@ -139,7 +139,7 @@ def _host_check(run: Run, request: Request, machine: Machine) -> list[Cause]:
     out = [Cause(text, "sglang")]
     size = machine.default_hugepage_size
     if size:
-        p = host_view(machine).hugepages(size)
+        p = (run.state or host_view(machine).state()).hugepages(size)
         total, free = p.total, p.free
     if size and total:
         what = "MemAvailable" if "MemAvailable" in b else "psutil's estimate"

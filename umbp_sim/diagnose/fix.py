@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from umbp_sim.diagnose.request import Request
 from umbp_sim.diagnose.run import Run
 from umbp_sim.machine import Machine
-from umbp_sim.sim import SimHost
+from umbp_sim.sim import HostState, SimHost
 
 HostChange = Callable[[SimHost], "str | None"]
 RequestChange = Callable[[Request], Request]
@@ -36,7 +36,7 @@ class Fix:
     key: str = ""  # identity for de-duplication (the commands, by default)
     # The action's text on the host the step starts from, where it names that host's numbers
     # ("N free"): a combination's steps are described on the state the steps before leave.
-    describe: Callable[[SimHost], str] | None = None
+    describe: Callable[[HostState], str] | None = None
     # The steps whose run this one was read from (its numbers are that host's): with one of
     # them dropped from a combination, the action is said by its commands alone.
     sized_after: frozenset[str] = frozenset()

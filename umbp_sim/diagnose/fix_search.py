@@ -36,7 +36,7 @@ from umbp_sim.diagnose.pool_writes import PoolWrite
 from umbp_sim.diagnose.request import Request
 from umbp_sim.diagnose.run import Run, simulate_request
 from umbp_sim.machine import Machine
-from umbp_sim.sim import SimHost, host_view
+from umbp_sim.sim import HostState, SimHost
 
 MAX_RUNS = 120  # simulations per diagnosis, a bound on the search
 
@@ -57,15 +57,16 @@ def run_fix(machine: Machine, request: Request, fix: Fix, profile: str | None = 
     return fix.run
 
 
-def host_after(machine: Machine, fix: Fix) -> SimHost:
+def host_after(machine: Machine, fix: Fix) -> HostState:
     """The simulated host as ``fix`` leaves it (its Machine change, then its admin writes):
-    where the next step of a combination starts, so that step is sized on what is left."""
-    if not fix.host_changes and fix.machine_change is None:
-        return host_view(machine)
+    where the next step of a combination starts, so that step is sized on what is left. The
+    state its own run kept; only a fix not run yet builds a host of its own to ask."""
+    if fix.run is not None and fix.run.state is not None:
+        return fix.run.state
     host = SimHost(fix.machine(machine).copy())
     for change in fix.host_changes:
         change(host)
-    return host
+    return host.state()
 
 
 def overwrites(fix: Fix) -> bool:
@@ -79,7 +80,7 @@ def _next_steps(machine: Machine, request: Request, f: Fix) -> list[Fix]:
     assert f.run is not None
     after = f.machine(machine)
     steps = frozenset(s.key for s in f.singles)
-    found = candidates(after, f.request(request), f.run, host_after(machine, f))
+    found = candidates(after, f.request(request), f.run)
     return [replace(g, sized_after=steps) for g in found]
 
 
@@ -181,7 +182,8 @@ def propose(
     limit = None
     if not minimal:
         limit = _limit(baseline, [f for f in singles if f.run is not None])
-    return Search([_described(machine, f) for f in minimal], not_helping, limit, runs)
+    described = [_described(machine, f, tried, baseline) for f in minimal]
+    return Search(described, not_helping, limit, runs)
 
 
 def _without_moot_steps(fix: Fix, trial: Callable[[Fix], Fix | None]) -> Fix:
@@ -197,7 +199,20 @@ def _without_moot_steps(fix: Fix, trial: Callable[[Fix], Fix | None]) -> Fix:
     return fix
 
 
-def _described(machine: Machine, fix: Fix) -> Fix:
+def _state_before(
+    machine: Machine, parts: list[Fix], tried: dict[frozenset[str], Fix], baseline: Run
+) -> HostState:
+    """The host the steps ``parts`` leave: the state the baseline's run (no steps) or the
+    steps' own trial kept."""
+    if not parts:
+        if baseline.state is not None:
+            return baseline.state
+        return host_after(machine, Fix("", [], ""))
+    done = tried.get(frozenset(s.key for p in parts for s in p.singles))
+    return host_after(machine, done if done is not None else combine(parts))
+
+
+def _described(machine: Machine, fix: Fix, tried: dict[frozenset[str], Fix], baseline: Run) -> Fix:
     """``fix`` with each step described on the host the steps before it leave (a step read
     from a run of steps no longer before it is said by its commands)."""
     if not fix.parts:
@@ -205,7 +220,7 @@ def _described(machine: Machine, fix: Fix) -> Fix:
     parts: list[Fix] = []
     for p in fix.parts:
         if p.describe is not None:
-            before = host_after(machine, combine(parts)) if parts else host_view(machine)
+            before = _state_before(machine, parts, tried, baseline)
             p = replace(p, action=p.describe(before))
         elif not p.sized_after <= {q.key for q in parts}:
             p = replace(p, action="; ".join(p.commands))

@@ -24,7 +24,7 @@ from umbp_sim.diagnose.run import Run
 from umbp_sim.machine import Machine
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.sizing import HICACHE_HOST_MEMORY_RESERVE_BYTES, largest_hicache_size_that_fits
-from umbp_sim.sim import Reason, SimHost, host_view, overcommit_ratio_for
+from umbp_sim.sim import HostState, Reason, host_view, overcommit_ratio_for
 from umbp_sim.units import SizeError, cgroup_hugetlb_name, parse_size, size_at_most
 
 
@@ -53,18 +53,19 @@ def _no_hugepages(r: Request) -> Request:
 
 
 def candidates(
-    machine: Machine, request: Request, run: Run, host: SimHost | None = None
+    machine: Machine, request: Request, run: Run, host: HostState | None = None
 ) -> list[Fix]:
     """Single changes worth simulating, from ``run``'s evidence (not yet run).
 
-    ``host`` is the state the changes start from (``host_after`` of the fix ``run`` re-ran, so
-    a later step is sized on what the earlier steps left); by default ``machine`` as dumped."""
+    ``host`` is the state the changes start from: by default the state ``run``'s own changes
+    left (``run.state``: for the baseline the dumped host; for a fix's run the host it makes, so
+    a later step is sized on what the earlier steps left)."""
     if request.kind == "sglang":
         failure = sgenv.sglang_env_failure(request.env)
         if failure is not None:
             return [_env_fix(failure.variable, failure.value)]
     if host is None:
-        host = host_view(machine)
+        host = run.state or host_view(machine).state()
     out: list[Fix] = []
     o = run.observed
     backing, hp, node, _prefault = request.settings()
@@ -140,7 +141,7 @@ def _env_fix(variable: str, value: str) -> Fix:
 
 
 def _host_check_fixes(
-    machine: Machine, host: SimHost, request: Request, budget: dict[str, int]
+    machine: Machine, host: HostState, request: Request, budget: dict[str, int]
 ) -> list[Fix]:
     h = request.hicache()
     room = budget["available"] - HICACHE_HOST_MEMORY_RESERVE_BYTES
@@ -192,7 +193,7 @@ def _host_check_fixes(
     return out
 
 
-def _from_reason(machine: Machine, host: SimHost, request: Request, r: Reason) -> list[Fix]:
+def _from_reason(machine: Machine, host: HostState, request: Request, r: Reason) -> list[Fix]:
     n = r.numbers
     out: list[Fix] = []
     if r.rule == "hugetlb_reserve":
@@ -301,11 +302,11 @@ def _from_reason(machine: Machine, host: SimHost, request: Request, r: Reason) -
 
 
 def _grow_node(
-    machine: Machine, host: SimHost, node: int, size: int, count: int, needed: int
+    machine: Machine, host: HostState, node: int, size: int, count: int, needed: int
 ) -> Fix:
     """Set node ``node``'s pool of ``size`` pages to ``count`` (``needed`` of them there)."""
 
-    def describe(h: SimHost) -> str:
+    def describe(h: HostState) -> str:
         free = h.node_hugepages(node, size).free
         return (
             f"grow node {node}'s {kb(size)} pool to {count} pages ({needed} needed there, "
@@ -380,7 +381,7 @@ def _smaller(
     ]
 
 
-def _node_fixes(machine: Machine, host: SimHost, request: Request) -> list[Fix]:
+def _node_fixes(machine: Machine, host: HostState, request: Request) -> list[Fix]:
     """Bind elsewhere (the three nodes with the most free memory of the kind asked) or unbind."""
     _backing, hp, node, _prefault = request.settings()
     wants = request.wants_hugepages() and hp in machine.hugepage_sizes
@@ -418,21 +419,9 @@ def _node_fixes(machine: Machine, host: SimHost, request: Request) -> list[Fix]:
     return out
 
 
-def _node_free_now(host: SimHost) -> list[int]:
-    """Free + reclaimable bytes per node, from the simulated host's node meminfo files."""
-    out = []
-    for n in host.machine.nodes:
-        free = 0
-        try:
-            text = host.read(f"/sys/devices/system/node/node{n.id}/meminfo")
-        except OSError:
-            text = ""
-        for line in text.splitlines():
-            parts = line.split()
-            if len(parts) >= 4 and parts[2] == "MemFree:":
-                free = int(parts[3]) * 1024
-        out.append(free + host.reclaimable(n.id))
-    return out
+def _node_free_now(host: HostState) -> list[int]:
+    """Free + reclaimable bytes per node, as SimKernel has them."""
+    return [host.numbers.node(n.id).mem_free + host.reclaimable(n.id) for n in host.machine.nodes]
 
 
 __all__ = ["candidates"]

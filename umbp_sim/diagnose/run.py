@@ -11,7 +11,7 @@ writes could not do. Every simulated run of the diagnosis goes through it; an ex
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from umbp_sim import engine
 from umbp_sim.diagnose.request import Request
@@ -21,6 +21,7 @@ from umbp_sim.engine.spec import HostChange
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.external.runner import NoRoom, RunTimedOut
 from umbp_sim.machine import Machine
+from umbp_sim.sim import HostState
 
 # Outcome ranks: a fix is recommended only when its re-run ranks higher than the replay.
 RANK = {"failed": 0, "crashed": 0, "demoted": 1, "ok": 3}
@@ -76,6 +77,12 @@ class Run:
         return said or f"the buffer is not bound to node {node}"
 
     @property
+    def state(self) -> HostState | None:
+        """The host as this run's admin writes left it, before the allocation (None when an
+        external build's process died before saying)."""
+        return self.observed.host_state
+
+    @property
     def got_what_was_asked(self) -> bool:
         return self.outcome == "ok" and self.unbound is None
 
@@ -114,7 +121,8 @@ def simulate_request(
     RunTimedOut, one whose process failed UmbpSimError, one without address space NoRoom."""
     allocator = profile or request.allocator
     try:
-        rec = engine.run(request.engine_run(machine, allocator, tuple(changes)))
+        run = replace(request.engine_run(machine, allocator, tuple(changes)), keep_state=True)
+        rec = engine.run(run)
     except NoRoom as e:
         raise NoRoom(f"--allocator {allocator}: {e}") from None
     if rec.outcome == "timeout":

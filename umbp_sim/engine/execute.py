@@ -54,6 +54,8 @@ def execute(run: Run, subject: Subject) -> RunRecord:
     rec = RunRecord(outcome="ok")
     host = fresh_host(run.machine)
     rec.setup_notes = [n for n in (change(host) for change in run.changes) if n]
+    if run.keep_state:
+        rec.host_state = host.state()
     stack = instrument(host.kernel, run.plan)
     held = Held()
     counted = False

@@ -79,6 +79,7 @@ class RunRecord:
     steps: list[str] = field(default_factory=list)
     budget: dict[str, int] | None = None  # what sglang's host check read
     setup_notes: list[str] = field(default_factory=list)  # what the admin writes could not do
+    host_state: Any = None  # umbp_sim.sim.HostState after the admin writes (Run.keep_state)
     fault_path: str | None = None  # an external build's: how its page touches reached SimKernel
     # Measure runs (the real kernel): the page size, resident bytes, {node: pages}.
     page_size: int | None = None
