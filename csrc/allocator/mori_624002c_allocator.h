@@ -18,9 +18,8 @@ class Mori624002cAllocator final : public HostMemAllocator {
  public:
   explicit Mori624002cAllocator(KernelPtr kernel, LogSink sink = {});
 
-  HostBufferHandle Alloc(size_t size, HostBufferBacking backing = HostBufferBacking::Anonymous,
-                         size_t hugepage_size = size_t{2} << 20, int numa_node = -1,
-                         bool prefault = true) override;
+  HostBufferHandle Alloc(size_t size, HostBufferBacking backing, size_t hugepage_size,
+                         int numa_node, bool prefault) override;
   void Free(HostBufferHandle& handle) override;
   void ReleaseShmAllocation(uintptr_t base) override;
 

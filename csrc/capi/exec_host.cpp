@@ -90,115 +90,55 @@ void get(const Json& j, const std::string& w, std::map<uint64_t, V>& out) {
 }
 
 #define UMBP_FIELD(f, obj, key) get(f.at(#key), f.name(#key), (obj).key)
+// One member of `out` read from the object `f` reads (the lists in sim_config.h, faulty_kernel.h).
+#define UMBP_READ(key) UMBP_FIELD(f, out, key);
 
 void get(const Json& j, const std::string& w, SimPoolConfig& out) {
   Fields f(j, w);
-  UMBP_FIELD(f, out, total);
-  UMBP_FIELD(f, out, free);
-  UMBP_FIELD(f, out, surplus);
+  UMBP_SIM_POOL_FIELDS(UMBP_READ)
   f.done();
 }
 
 void get(const Json& j, const std::string& w, SimNodeConfig& out) {
   Fields f(j, w);
-  UMBP_FIELD(f, out, id);
-  UMBP_FIELD(f, out, mem_total);
-  UMBP_FIELD(f, out, mem_free);
-  UMBP_FIELD(f, out, page_cache);
-  UMBP_FIELD(f, out, slab_reclaimable);
-  UMBP_FIELD(f, out, cpulist);
-  UMBP_FIELD(f, out, distances);
-  UMBP_FIELD(f, out, hugepages);
+  UMBP_SIM_NODE_FIELDS(UMBP_READ)
   f.done();
 }
 
 SimConfig sim_config(const Json& j) {
-  SimConfig c;
+  SimConfig out;
   Fields f(j, "sim_config");
-  UMBP_FIELD(f, c, page_size);
-  UMBP_FIELD(f, c, hugepage_sizes);
-  UMBP_FIELD(f, c, default_hugepage_size);
-  UMBP_FIELD(f, c, nodes);
-  UMBP_FIELD(f, c, possible_nodes);
-  UMBP_FIELD(f, c, online_nodes);
-  UMBP_FIELD(f, c, numa_sysfs);
-  UMBP_FIELD(f, c, hugepages_reserved);
-  UMBP_FIELD(f, c, nr_overcommit_hugepages);
-  UMBP_FIELD(f, c, overcommit_memory);
-  UMBP_FIELD(f, c, overcommit_ratio);
-  UMBP_FIELD(f, c, overcommit_kbytes);
-  UMBP_FIELD(f, c, swap_total);
-  UMBP_FIELD(f, c, mem_total);
-  UMBP_FIELD(f, c, mem_free);
-  UMBP_FIELD(f, c, mem_available);
-  UMBP_FIELD(f, c, page_cache);
-  UMBP_FIELD(f, c, slab_reclaimable);
-  UMBP_FIELD(f, c, show_mem_available);
-  UMBP_FIELD(f, c, watermark_low);
-  UMBP_FIELD(f, c, committed_as);
-  UMBP_FIELD(f, c, admin_reserve_kbytes);
-  UMBP_FIELD(f, c, user_reserve_kbytes);
-  UMBP_FIELD(f, c, rlimit_as);
-  UMBP_FIELD(f, c, base_vm);
-  UMBP_FIELD(f, c, task_size);
-  UMBP_FIELD(f, c, memcg_max);
-  UMBP_FIELD(f, c, hugetlb_cgroup_max);
-  UMBP_FIELD(f, c, hugetlb_cgroup_rsvd_max);
-  UMBP_FIELD(f, c, kernel_release);
-  UMBP_FIELD(f, c, kernel_major);
-  UMBP_FIELD(f, c, kernel_minor);
-  UMBP_FIELD(f, c, root);
+  UMBP_SIM_CONFIG_FIELDS(UMBP_READ)
   f.done();
-  return c;
+  return out;
 }
 
 constexpr const char* kWhenNames[] = {"always", "nth", "range", "every", "first"};
 
 FaultRule fault_rule(const Json& j, const std::string& w) {
-  FaultRule r;
+  FaultRule out;
   Fields f(j, w);
-  UMBP_FIELD(f, r, name);
   const std::string op = f.at("op").as_string(f.name("op"));
   const int op_index = sysop_from_name(op);
   if (op_index < 0) throw JsonError(f.name("op") + ": unknown operation '" + op + "'");
-  r.op = static_cast<SysOp>(op_index);
-  UMBP_FIELD(f, r, error);
-  UMBP_FIELD(f, r, signal);
+  out.op = static_cast<SysOp>(op_index);
   const Json& content = f.at("content");
-  r.has_content = !content.is_null();
-  if (r.has_content) r.content = content.as_string(f.name("content"));
+  out.has_content = !content.is_null();
+  if (out.has_content) out.content = content.as_string(f.name("content"));
   const std::string when = f.at("when").as_string(f.name("when"));
   bool known = false;
   for (int i = 0; i < 5; ++i)
     if (when == kWhenNames[i]) {
-      r.when = static_cast<FaultRule::When>(i);
+      out.when = static_cast<FaultRule::When>(i);
       known = true;
     }
   if (!known) throw JsonError(f.name("when") + ": unknown schedule '" + when + "'");
-  UMBP_FIELD(f, r, a);
-  UMBP_FIELD(f, r, b);
-  UMBP_FIELD(f, r, probability);
-  UMBP_FIELD(f, r, seed);
-  UMBP_FIELD(f, r, max_fires);
-  UMBP_FIELD(f, r, flags_has);
-  UMBP_FIELD(f, r, flags_lacks);
-  UMBP_FIELD(f, r, map_type);
-  UMBP_FIELD(f, r, map_type_not);
-  UMBP_FIELD(f, r, huge_log2);
-  UMBP_FIELD(f, r, huge_log2_not);
-  UMBP_FIELD(f, r, min_length);
-  UMBP_FIELD(f, r, max_length);
-  UMBP_FIELD(f, r, advice);
-  UMBP_FIELD(f, r, node);
-  UMBP_FIELD(f, r, mode);
-  UMBP_FIELD(f, r, memfd_flags_has);
-  UMBP_FIELD(f, r, memfd_flags_lacks);
-  UMBP_FIELD(f, r, path);
-  UMBP_FIELD(f, r, throw_bad_alloc);
+  UMBP_FAULT_RULE_FIELDS(UMBP_READ)
   f.done();
-  return r;
+  return out;
 }
 
+#undef UMBP_READ
 #undef UMBP_FIELD
 
 void start(const char* path, umbp_sim_exec_host* out) {

@@ -21,6 +21,12 @@ class Parser {
   [[noreturn]] void fail(const std::string& why) const {
     throw JsonError("JSON at byte " + std::to_string(i_) + ": " + why);
   }
+  // After a member or item: true past a ',' (another follows), false past `close` (the end).
+  bool more(char close) {
+    skip_space();
+    if (i_ < s_.size() && (s_[i_] == ',' || s_[i_] == close)) return s_[i_++] == ',';
+    fail(std::string("expected ',' or '") + close + "'");
+  }
   void skip_space() {
     while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\t' || s_[i_] == '\r'))
       ++i_;
@@ -54,16 +60,7 @@ class Parser {
         skip_space();
         if (i_ >= s_.size() || s_[i_++] != ':') fail("expected ':'");
         v.members.emplace_back(std::move(key), value(depth + 1));
-        skip_space();
-        if (i_ < s_.size() && s_[i_] == ',') {
-          ++i_;
-          continue;
-        }
-        if (i_ < s_.size() && s_[i_] == '}') {
-          ++i_;
-          return v;
-        }
-        fail("expected ',' or '}'");
+        if (!more('}')) return v;
       }
     }
     if (c == '[') {
@@ -76,16 +73,7 @@ class Parser {
       }
       for (;;) {
         v.items.push_back(value(depth + 1));
-        skip_space();
-        if (i_ < s_.size() && s_[i_] == ',') {
-          ++i_;
-          continue;
-        }
-        if (i_ < s_.size() && s_[i_] == ']') {
-          ++i_;
-          return v;
-        }
-        fail("expected ',' or ']'");
+        if (!more(']')) return v;
       }
     }
     if (c == '"') {

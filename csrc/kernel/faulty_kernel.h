@@ -72,6 +72,16 @@ struct FaultRule {
   bool matches(const SyscallArgs& a) const;
 };
 
+// FaultRule's plain fields, once (op, when and content are converted by hand): the Python
+// binding (csrc/python/bind_faults.cpp) and exec's plan reader (csrc/capi/exec_host.cpp).
+// clang-format off
+#define UMBP_FAULT_RULE_FIELDS(X) \
+  X(name) X(error) X(signal) X(throw_bad_alloc) X(a) X(b) X(probability) X(seed) X(max_fires) \
+  X(flags_has) X(flags_lacks) X(map_type) X(map_type_not) X(huge_log2) X(huge_log2_not) \
+  X(min_length) X(max_length) X(advice) X(node) X(mode) X(memfd_flags_has) \
+  X(memfd_flags_lacks) X(path)
+// clang-format on
+
 // One injected answer.
 struct FaultRecord {
   size_t rule = 0;

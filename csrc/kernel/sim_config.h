@@ -74,4 +74,22 @@ struct SimConfig {
   bool root = true;  // CAP_SYS_ADMIN / CAP_SYS_NICE
 };
 
+// Every field of the three structs above, once: the Python binding (csrc/python/bind_sim.cpp)
+// and exec's host file reader (csrc/capi/exec_host.cpp) walk these lists, so a new field is
+// added here and in its struct, nowhere else.
+// clang-format off
+#define UMBP_SIM_POOL_FIELDS(X) X(total) X(free) X(surplus)
+#define UMBP_SIM_NODE_FIELDS(X) \
+  X(id) X(mem_total) X(mem_free) X(page_cache) X(slab_reclaimable) X(cpulist) X(distances) \
+  X(hugepages)
+#define UMBP_SIM_CONFIG_FIELDS(X) \
+  X(page_size) X(hugepage_sizes) X(default_hugepage_size) X(nodes) X(possible_nodes) \
+  X(online_nodes) X(numa_sysfs) X(hugepages_reserved) X(nr_overcommit_hugepages) \
+  X(overcommit_memory) X(overcommit_ratio) X(overcommit_kbytes) X(swap_total) X(mem_total) \
+  X(mem_free) X(mem_available) X(page_cache) X(slab_reclaimable) X(show_mem_available) \
+  X(watermark_low) X(committed_as) X(admin_reserve_kbytes) X(user_reserve_kbytes) X(rlimit_as) \
+  X(base_vm) X(task_size) X(memcg_max) X(hugetlb_cgroup_max) X(hugetlb_cgroup_rsvd_max) \
+  X(kernel_release) X(kernel_major) X(kernel_minor) X(root)
+// clang-format on
+
 }  // namespace umbp

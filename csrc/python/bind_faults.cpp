@@ -98,14 +98,15 @@ void bind_faults(py::module_& m) {
       "Name -> value table used by the decoders: errno, signal, prot, mmap_flags, advice, "
       "mpol_mode, mpol_mode_flags, mbind_flags, memfd_flags");
 
-  py::class_<FaultRule>(m, "FaultRule", "One numeric fault rule (see umbp_sim.faults.FaultRule)")
-      .def(py::init<>())
-      .def_readwrite("name", &FaultRule::name)
+  py::class_<FaultRule> rule(m, "FaultRule",
+                             "One numeric fault rule (see umbp_sim.faults.FaultRule)");
+#define UMBP_RULE(f) rule.def_readwrite(#f, &FaultRule::f);
+  UMBP_FAULT_RULE_FIELDS(UMBP_RULE)
+#undef UMBP_RULE
+  rule.def(py::init<>())
       .def_property(
           "op", [](const FaultRule& r) { return std::string(sysop_name(r.op)); },
           [](FaultRule& r, const std::string& s) { r.op = op_from(s); })
-      .def_readwrite("error", &FaultRule::error)
-      .def_readwrite("signal", &FaultRule::signal)
       .def_property(
           "content",
           [](const FaultRule& r) -> py::object {
@@ -126,26 +127,6 @@ void bind_faults(py::module_& m) {
               }
             throw py::value_error("unknown schedule '" + s + "'");
           })
-      .def_readwrite("a", &FaultRule::a)
-      .def_readwrite("b", &FaultRule::b)
-      .def_readwrite("probability", &FaultRule::probability)
-      .def_readwrite("seed", &FaultRule::seed)
-      .def_readwrite("max_fires", &FaultRule::max_fires)
-      .def_readwrite("flags_has", &FaultRule::flags_has)
-      .def_readwrite("flags_lacks", &FaultRule::flags_lacks)
-      .def_readwrite("map_type", &FaultRule::map_type)
-      .def_readwrite("map_type_not", &FaultRule::map_type_not)
-      .def_readwrite("huge_log2", &FaultRule::huge_log2)
-      .def_readwrite("huge_log2_not", &FaultRule::huge_log2_not)
-      .def_readwrite("min_length", &FaultRule::min_length)
-      .def_readwrite("max_length", &FaultRule::max_length)
-      .def_readwrite("advice", &FaultRule::advice)
-      .def_readwrite("node", &FaultRule::node)
-      .def_readwrite("mode", &FaultRule::mode)
-      .def_readwrite("memfd_flags_has", &FaultRule::memfd_flags_has)
-      .def_readwrite("memfd_flags_lacks", &FaultRule::memfd_flags_lacks)
-      .def_readwrite("path", &FaultRule::path)
-      .def_readwrite("throw_bad_alloc", &FaultRule::throw_bad_alloc)
       .def("problem", &FaultRule::problem);
 
   py::class_<FaultRecord>(m, "FaultRecord", "One injected answer")

@@ -138,34 +138,21 @@ void bind_kernel(py::module_& m) {
 
   // UAPI constants, so Python tests spell calls exactly as C does.
   py::dict c;
-  c["PROT_NONE"] = static_cast<long>(PROT_NONE);
-  c["PROT_READ"] = static_cast<long>(PROT_READ);
-  c["PROT_WRITE"] = static_cast<long>(PROT_WRITE);
-  c["MAP_SHARED"] = static_cast<long>(MAP_SHARED);
-  c["MAP_PRIVATE"] = static_cast<long>(MAP_PRIVATE);
-  c["MAP_FIXED"] = static_cast<long>(MAP_FIXED);
-  c["MAP_ANONYMOUS"] = static_cast<long>(MAP_ANONYMOUS);
-  c["MAP_NORESERVE"] = static_cast<long>(MAP_NORESERVE);
-  c["MAP_POPULATE"] = static_cast<long>(MAP_POPULATE);
-  c["MAP_HUGETLB"] = static_cast<long>(MAP_HUGETLB);
+  // clang-format off
+#define UMBP_C(name) c[#name] = static_cast<long>(name);
+  UMBP_C(PROT_NONE) UMBP_C(PROT_READ) UMBP_C(PROT_WRITE) UMBP_C(MAP_SHARED) UMBP_C(MAP_PRIVATE)
+  UMBP_C(MAP_FIXED) UMBP_C(MAP_ANONYMOUS) UMBP_C(MAP_NORESERVE) UMBP_C(MAP_POPULATE)
+  UMBP_C(MAP_HUGETLB) UMBP_C(MADV_DONTNEED) UMBP_C(MPOL_DEFAULT) UMBP_C(MPOL_PREFERRED)
+  UMBP_C(MPOL_BIND) UMBP_C(MPOL_INTERLEAVE) UMBP_C(MPOL_LOCAL) UMBP_C(MPOL_F_STATIC_NODES)
+  UMBP_C(MPOL_F_RELATIVE_NODES) UMBP_C(MPOL_MF_STRICT) UMBP_C(MPOL_MF_MOVE)
+  UMBP_C(MPOL_MF_MOVE_ALL) UMBP_C(MFD_CLOEXEC) UMBP_C(MFD_ALLOW_SEALING) UMBP_C(MFD_HUGETLB)
+#undef UMBP_C
+  // clang-format on
+  // Not in every libc's headers: the kernel's values.
   c["MAP_HUGE_SHIFT"] = static_cast<long>(26);
   c["MAP_HUGE_MASK"] = static_cast<long>(0x3f);
-  c["MADV_DONTNEED"] = static_cast<long>(MADV_DONTNEED);
   c["MADV_POPULATE_READ"] = static_cast<long>(22);
   c["MADV_POPULATE_WRITE"] = static_cast<long>(23);
-  c["MPOL_DEFAULT"] = static_cast<long>(MPOL_DEFAULT);
-  c["MPOL_PREFERRED"] = static_cast<long>(MPOL_PREFERRED);
-  c["MPOL_BIND"] = static_cast<long>(MPOL_BIND);
-  c["MPOL_INTERLEAVE"] = static_cast<long>(MPOL_INTERLEAVE);
-  c["MPOL_LOCAL"] = static_cast<long>(MPOL_LOCAL);
-  c["MPOL_F_STATIC_NODES"] = static_cast<long>(MPOL_F_STATIC_NODES);
-  c["MPOL_F_RELATIVE_NODES"] = static_cast<long>(MPOL_F_RELATIVE_NODES);
-  c["MPOL_MF_STRICT"] = static_cast<long>(MPOL_MF_STRICT);
-  c["MPOL_MF_MOVE"] = static_cast<long>(MPOL_MF_MOVE);
-  c["MPOL_MF_MOVE_ALL"] = static_cast<long>(MPOL_MF_MOVE_ALL);
-  c["MFD_CLOEXEC"] = static_cast<long>(MFD_CLOEXEC);
-  c["MFD_ALLOW_SEALING"] = static_cast<long>(MFD_ALLOW_SEALING);
-  c["MFD_HUGETLB"] = static_cast<long>(MFD_HUGETLB);
   c["MFD_HUGE_SHIFT"] = static_cast<long>(26);
   m.attr("constants") = c;
 }

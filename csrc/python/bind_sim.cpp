@@ -95,56 +95,21 @@ void bind_rules(py::module_& m) {
 
 void bind_sim(py::module_& m) {
   bind_rules(m);
-  py::class_<SimPoolConfig>(m, "SimPoolConfig")
-      .def(py::init<>())
-      .def_readwrite("total", &SimPoolConfig::total)
-      .def_readwrite("free", &SimPoolConfig::free)
-      .def_readwrite("surplus", &SimPoolConfig::surplus);
-  py::class_<SimNodeConfig>(m, "SimNodeConfig")
-      .def(py::init<>())
-      .def_readwrite("id", &SimNodeConfig::id)
-      .def_readwrite("mem_total", &SimNodeConfig::mem_total)
-      .def_readwrite("mem_free", &SimNodeConfig::mem_free)
-      .def_readwrite("page_cache", &SimNodeConfig::page_cache)
-      .def_readwrite("slab_reclaimable", &SimNodeConfig::slab_reclaimable)
-      .def_readwrite("cpulist", &SimNodeConfig::cpulist)
-      .def_readwrite("distances", &SimNodeConfig::distances)
-      .def_readwrite("hugepages", &SimNodeConfig::hugepages);
-  py::class_<SimConfig>(m, "SimConfig", "Starting state of a SimKernel (see umbp_sim.sim)")
-      .def(py::init<>())
-      .def_readwrite("page_size", &SimConfig::page_size)
-      .def_readwrite("hugepage_sizes", &SimConfig::hugepage_sizes)
-      .def_readwrite("default_hugepage_size", &SimConfig::default_hugepage_size)
-      .def_readwrite("nodes", &SimConfig::nodes)
-      .def_readwrite("possible_nodes", &SimConfig::possible_nodes)
-      .def_readwrite("online_nodes", &SimConfig::online_nodes)
-      .def_readwrite("numa_sysfs", &SimConfig::numa_sysfs)
-      .def_readwrite("hugepages_reserved", &SimConfig::hugepages_reserved)
-      .def_readwrite("nr_overcommit_hugepages", &SimConfig::nr_overcommit_hugepages)
-      .def_readwrite("overcommit_memory", &SimConfig::overcommit_memory)
-      .def_readwrite("overcommit_ratio", &SimConfig::overcommit_ratio)
-      .def_readwrite("overcommit_kbytes", &SimConfig::overcommit_kbytes)
-      .def_readwrite("swap_total", &SimConfig::swap_total)
-      .def_readwrite("mem_total", &SimConfig::mem_total)
-      .def_readwrite("mem_free", &SimConfig::mem_free)
-      .def_readwrite("mem_available", &SimConfig::mem_available)
-      .def_readwrite("page_cache", &SimConfig::page_cache)
-      .def_readwrite("slab_reclaimable", &SimConfig::slab_reclaimable)
-      .def_readwrite("show_mem_available", &SimConfig::show_mem_available)
-      .def_readwrite("watermark_low", &SimConfig::watermark_low)
-      .def_readwrite("committed_as", &SimConfig::committed_as)
-      .def_readwrite("admin_reserve_kbytes", &SimConfig::admin_reserve_kbytes)
-      .def_readwrite("user_reserve_kbytes", &SimConfig::user_reserve_kbytes)
-      .def_readwrite("rlimit_as", &SimConfig::rlimit_as)
-      .def_readwrite("base_vm", &SimConfig::base_vm)
-      .def_readwrite("task_size", &SimConfig::task_size)
-      .def_readwrite("memcg_max", &SimConfig::memcg_max)
-      .def_readwrite("hugetlb_cgroup_max", &SimConfig::hugetlb_cgroup_max)
-      .def_readwrite("hugetlb_cgroup_rsvd_max", &SimConfig::hugetlb_cgroup_rsvd_max)
-      .def_readwrite("kernel_release", &SimConfig::kernel_release)
-      .def_readwrite("kernel_major", &SimConfig::kernel_major)
-      .def_readwrite("kernel_minor", &SimConfig::kernel_minor)
-      .def_readwrite("root", &SimConfig::root);
+  py::class_<SimPoolConfig> pool(m, "SimPoolConfig");
+  py::class_<SimNodeConfig> node(m, "SimNodeConfig");
+  py::class_<SimConfig> config(m, "SimConfig", "Starting state of a SimKernel (see umbp_sim.sim)");
+  pool.def(py::init<>());
+  node.def(py::init<>());
+  config.def(py::init<>());
+#define UMBP_POOL(f) pool.def_readwrite(#f, &SimPoolConfig::f);
+#define UMBP_NODE(f) node.def_readwrite(#f, &SimNodeConfig::f);
+#define UMBP_CONFIG(f) config.def_readwrite(#f, &SimConfig::f);
+  UMBP_SIM_POOL_FIELDS(UMBP_POOL)
+  UMBP_SIM_NODE_FIELDS(UMBP_NODE)
+  UMBP_SIM_CONFIG_FIELDS(UMBP_CONFIG)
+#undef UMBP_POOL
+#undef UMBP_NODE
+#undef UMBP_CONFIG
 
   py::class_<SimKernel, Kernel, std::shared_ptr<SimKernel>>(
       m, "SimKernel", "The simulated Linux memory subsystem (docs/kernel-model.md)")

@@ -30,6 +30,9 @@ from umbp_sim.log_capture import LogEntry
 __all__ = ["OUTCOMES", "RunRecord", "handle_fields"]
 
 OUTCOMES = ("ok", "demoted", "failed", "crashed", "timeout", "could-not-run")
+# What a record shows in JSON output (replay, compare, run --json), in this order.
+JSON_FIELDS = ("outcome", "failure", "actual_backing", "mapped_size", "bound_node", "error",
+               "signal", "stage", "crash_node", "warnings", "counters", "steps", "leaks")  # fmt: skip
 TRACE_SHOWN = 40  # lines of the syscall trace a failure report shows
 
 
@@ -94,18 +97,4 @@ class RunRecord:
         return "\n".join(head + shown) + ("\n" if shown or head else "")
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "outcome": self.outcome,
-            "failure": self.failure,
-            "actual_backing": self.actual_backing,
-            "mapped_size": self.mapped_size,
-            "bound_node": self.bound_node,
-            "error": self.error,
-            "signal": self.signal,
-            "stage": self.stage,
-            "crash_node": self.crash_node,
-            "warnings": self.warnings,
-            "counters": self.counters,
-            "steps": self.steps,
-            "leaks": self.leaks,
-        }
+        return {key: getattr(self, key) for key in JSON_FIELDS}
