@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -358,3 +359,30 @@ def test_an_sglang_replay_builds_a_kernel_per_simulation_only(capsys, monkeypatc
     monkeypatch.setattr(sim, "_VIEWS", {})
     replay(capsys, D / "no-pool-512g", *LLAMA, "--hicache-size", "100")
     assert len(runs) == 11 and len(built) == len(runs)
+
+
+def test_a_demoted_buffer_is_said_on_the_hosts_base_pages(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A ppc64le host has 64 KiB base pages: the demotion, the fix that gives up hugepages and
+    the "saw" line say so (they said "4 KiB" on every host)."""
+    from umbp_sim.diagnose.fixes import candidates
+    from umbp_sim.diagnose.request import Request
+    from umbp_sim.diagnose.run import simulate_request
+    from umbp_sim.machine import Machine
+    from umbp_sim.request import AllocRequest
+    from umbp_sim.sim import SimHost
+
+    power = Machine.ppc64le(
+        mem_per_node="64GiB", hugepages={"2MiB": 16}, kernel_version="5.14.0-70.el9.ppc64le"
+    )
+    SimHost(power).render(tmp_path / "p")
+    doc = replay(capsys, tmp_path / "p", "--size", "1GiB", "--backing", "hugetlb")
+    assert doc["outcome"] == "demoted"
+    assert not_helping(doc)["--hugepage-size 1GiB"] == "demoted: Anonymous (64 KiB pages)"
+    request = Request(AllocRequest(1 << 30, "AnonymousHugetlb"))
+    actions = [f.action for f in candidates(power, request, simulate_request(power, request))]
+    assert "do not ask for hugepages: plain 64 KiB pages" in actions
+    assert main(["replay", str(tmp_path / "p"), "--size", "1GiB", "--backing", "hugetlb",
+                 "--allocator", "umbp-sim"]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert "demoted: hugepages were asked for, the buffer is on 64 KiB pages" in text
+    assert not re.search(r"(?<!\d)4 KiB", text)

@@ -128,6 +128,13 @@ def format_size(n: int, unit: str | None = None) -> str:
     return f"{int(n)}B"
 
 
+def spaced_size(n: int) -> str:
+    """``n`` bytes as a sentence writes a page size: 4096 -> '4 KiB', 65536 -> '64 KiB'."""
+    text = format_size(n)
+    digits = len(text) - len(text.lstrip("0123456789"))
+    return f"{text[:digits]} {text[digits:]}"
+
+
 def size_at_most(n: int, like: int) -> tuple[str, int]:
     """The largest size not above ``n`` bytes, written in ``like``'s unit, and its bytes: a
     size for a command line, never an approximation nor a long byte count. A decimal unit (a

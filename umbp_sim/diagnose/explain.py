@@ -30,8 +30,8 @@ from umbp_sim.sim import Reason, host_view
 GiB = 1 << 30
 
 RDMA_NOTE = (
-    "a demoted buffer is on 4 KiB pages: some RDMA NICs cannot register a large region of "
-    "4 KiB pages (a per-protection-domain limit of about 4 GiB worth of PTEs was reported), "
+    "a demoted buffer is on {base} pages: some RDMA NICs cannot register a large region of "
+    "{base} pages (a per-protection-domain limit of about 4 GiB worth of PTEs was reported), "
     "so the allocation succeeding does not mean the server works"
 )
 
@@ -101,7 +101,7 @@ def explain(
         if o.error and not o.warnings:
             causes.append(Cause(f"the request ended with: {o.error}", "outcome"))
     if run.outcome == "demoted":
-        causes.append(Cause(RDMA_NOTE, "outcome"))
+        causes.append(Cause(RDMA_NOTE.format(base=run.base_pages), "outcome"))
     return causes + _notes(facts, request)
 
 

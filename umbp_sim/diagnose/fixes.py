@@ -25,7 +25,7 @@ from umbp_sim.machine import Machine
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.sizing import HICACHE_HOST_MEMORY_RESERVE_BYTES, largest_hicache_size_that_fits
 from umbp_sim.sim import HostState, Reason, host_view, overcommit_ratio_for
-from umbp_sim.units import SizeError, cgroup_hugetlb_name, parse_size, size_at_most
+from umbp_sim.units import SizeError, cgroup_hugetlb_name, parse_size, size_at_most, spaced_size
 
 
 def _set_node(node: int) -> RequestChange:
@@ -92,7 +92,7 @@ def candidates(
                 )
         out.append(
             Fix(
-                "do not ask for hugepages: plain 4 KiB pages",
+                f"do not ask for hugepages: plain {spaced_size(machine.page_size)} pages",
                 [request.no_hugepages_change()],
                 "no-hugepages",
                 request_change=_no_hugepages,

@@ -17,7 +17,7 @@ _ALLOCATOR = {
 
 _SAW = {
     "ok": "ok: the request got what it asked for",
-    "demoted": "demoted: hugepages were asked for, the buffer is on 4 KiB pages",
+    "demoted": "demoted: hugepages were asked for, the buffer is on {base} pages",
     "failed": "failed: the server dies at startup",
     "crashed": "crashed: the process is killed by a signal",
 }
@@ -52,7 +52,7 @@ class Sections:
 
 def sections(d: Diagnosis, mode: str = "replay") -> Sections:
     o = d.run.observed
-    saw = _SAW[o.outcome]
+    saw = _SAW[o.outcome].format(base=d.run.base_pages)
     if o.outcome == "ok" and d.run.unbound:
         saw = "ok, but the NUMA binding was dropped"
     saw_lines = []

@@ -22,6 +22,7 @@ from umbp_sim.errors import UmbpSimError
 from umbp_sim.external.runner import NoRoom, RunTimedOut
 from umbp_sim.machine import Machine
 from umbp_sim.sim import HostState
+from umbp_sim.units import spaced_size
 
 # Outcome ranks: a fix is recommended only when its re-run ranks higher than the replay.
 RANK = {"failed": 0, "crashed": 0, "demoted": 1, "ok": 3}
@@ -83,6 +84,11 @@ class Run:
         return self.observed.host_state
 
     @property
+    def base_pages(self) -> str:
+        """The host's base page size, "4 KiB" (what a demoted buffer is on)."""
+        return spaced_size(self.state.machine.page_size) if self.state else "base"
+
+    @property
     def got_what_was_asked(self) -> bool:
         return self.outcome == "ok" and self.unbound is None
 
@@ -102,7 +108,7 @@ class Run:
             elif node >= 0:
                 text += f" on node {node}"
         elif o.outcome == "demoted":
-            text = f"demoted: {o.actual_backing} (4 KiB pages)"
+            text = f"demoted: {o.actual_backing} ({self.base_pages} pages)"
         else:
             text = f"{o.outcome}: {o.error}"
         if self.setup_notes:

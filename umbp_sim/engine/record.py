@@ -31,8 +31,21 @@ __all__ = ["OUTCOMES", "RunRecord", "handle_fields"]
 
 OUTCOMES = ("ok", "demoted", "failed", "crashed", "timeout", "could-not-run")
 # What a record shows in JSON output (replay, compare, run --json), in this order.
-JSON_FIELDS = ("outcome", "failure", "actual_backing", "mapped_size", "bound_node", "error",
-               "signal", "stage", "crash_node", "warnings", "counters", "steps", "leaks")  # fmt: skip
+JSON_FIELDS = (
+    "outcome",
+    "failure",
+    "actual_backing",
+    "mapped_size",
+    "bound_node",
+    "error",
+    "signal",
+    "stage",
+    "crash_node",
+    "warnings",
+    "counters",
+    "steps",
+    "leaks",
+)
 TRACE_SHOWN = 40  # lines of the syscall trace a failure report shows
 
 
