@@ -195,3 +195,20 @@ def test_memavailable_and_node_free_from_the_raw_facts() -> None:
     m2 = Machine.x86_64(nodes=2, mem_per_node="8GiB", mem_free=5 * GiB + 1)
     m2.nodes = [Node(0, 8 * GiB, mem_free=GiB), Node(1, 8 * GiB)]
     assert [n.mem_free for n in start_numbers(m2).nodes] == [GiB, 4 * GiB + 1]
+
+
+@pytest.mark.parametrize(
+    ("release", "said", "shown"),
+    [("3.13.0", None, False), ("3.14.0", None, True), ("6.8.0", None, True),
+     ("3.10.0-1160.el7", True, True), ("5.15.0", False, False)],
+)  # fmt: skip
+def test_the_memavailable_line_is_the_kernels_rule(
+    release: str, said: bool | None, shown: bool
+) -> None:
+    """Python passes what the host says (a dump, a scenario) or nothing; SimKernel applies the
+    3.14 rule (sim_rules.h shows_mem_available)."""
+    from umbp_sim.sim import to_sim_config
+
+    m = Machine.x86_64(kernel_version=release, mem_available_line=said)
+    assert to_sim_config(m).show_mem_available == (-1 if said is None else int(said))
+    assert ("MemAvailable:" in SimHost(m).read("/proc/meminfo")) is shown

@@ -202,7 +202,7 @@ class SimConfig:
     possible_nodes: list[int]
     rlimit_as: int
     root: bool
-    show_mem_available: bool
+    show_mem_available: int
     slab_reclaimable: int
     swap_total: int
     task_size: int

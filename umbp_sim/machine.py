@@ -131,7 +131,7 @@ class Machine:
                                    "proc/meminfo MemAvailable (else estimated)")
     # RHEL 7's 3.10 prints MemAvailable (backported).
     mem_available_line: bool | None = _f(None, "", "whether /proc/meminfo prints MemAvailable; "
-                                         "None: kernel 3.14+ (RHEL 7's 3.10 has it)", "bool",
+                                         "None: kernel 3.14+ (RHEL 7's 3.10 has it)", "int",
                                          "proc/meminfo MemAvailable")
     # Linux reclaims both before the OOM killer runs; MemAvailable counts them.
     page_cache: int = _f(0, "bytes", "the file LRU (Active(file) + Inactive(file)): faults take "

@@ -158,9 +158,7 @@ _RESOLVE: dict[str, Callable[[Machine], object]] = {
     "mem_total": Machine.total_memory,
     "mem_free": lambda m: _given(m.mem_free),
     "mem_available": lambda m: _given(m.mem_available),
-    "mem_available_line": lambda m: (
-        m.mem_available_line if m.mem_available_line is not None else m.kernel_tuple() >= (3, 14, 0)
-    ),
+    "mem_available_line": lambda m: -1 if m.mem_available_line is None else int(m.mem_available_line),
     "watermark_low": lambda m: m.watermark_low or 0,
     "rlimit_as": lambda m: _unlimited(m.rlimit_as),
     "memcg_max": lambda m: _unlimited(m.memcg_max),

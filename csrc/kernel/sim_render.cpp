@@ -79,7 +79,7 @@ void SimKernel::render_locked(std::map<std::string, std::string>& f, const std::
             v.obj->pages.count(v.pgoff, v.len() / v.obj->page, PageState::Faulted) * v.obj->page;
     kb_line(m, "", "MemTotal:", total / 1024);
     kb_line(m, "", "MemFree:", static_cast<uint64_t>(free) / 1024);
-    if (cfg_.show_mem_available)
+    if (rules::shows_mem_available(cfg_))
       kb_line(m, "", "MemAvailable:", static_cast<uint64_t>(avail) / 1024);
     kb_line(m, "", "Buffers:", 0);
     kb_line(m, "", "Cached:", cache_now / 1024);

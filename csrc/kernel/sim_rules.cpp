@@ -94,6 +94,11 @@ SimHostNumbers derive_start(const SimConfig& cfg) {
 
 namespace rules {
 
+bool shows_mem_available(const SimConfig& cfg) {
+  if (cfg.show_mem_available >= 0) return cfg.show_mem_available != 0;
+  return cfg.kernel_major > 3 || (cfg.kernel_major == 3 && cfg.kernel_minor >= 14);
+}
+
 uint64_t pool_pages(const SimConfig& cfg) {
   uint64_t pages = 0;
   for (uint64_t size : cfg.hugepage_sizes)

@@ -37,6 +37,10 @@ SimHostNumbers derive_start(const SimConfig& cfg);
 
 namespace rules {
 
+// Whether /proc/meminfo prints MemAvailable: as the config says, else from 3.14 on (commit
+// 34e431b0ae39; RHEL 7's 3.10 has it backported, which only a dump can say).
+bool shows_mem_available(const SimConfig& cfg);
+
 // Base pages of a config's hugetlb pools (the sizes the kernel has), at start.
 uint64_t pool_pages(const SimConfig& cfg);
 
