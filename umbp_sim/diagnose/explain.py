@@ -94,7 +94,7 @@ def explain(
             if request.hicache().nbytes > o.budget["available"] - HICACHE_HOST_MEMORY_RESERVE_BYTES:
                 return causes + _notes(facts, request)
     causes += _allocator_binding(run, request, machine)
-    causes += kernel_causes(o.reasons, run)
+    causes += deciding_first(kernel_causes(o.reasons, run), run)
     if not any(c.source in ("kernel", "allocator") for c in causes) and run.outcome != "ok":
         # The allocator gave up without a kernel failure: its own words are the evidence.
         causes += [Cause(f"the allocator logged: {w}", "allocator") for w in o.warnings]
@@ -195,6 +195,29 @@ def kernel_causes(reasons: list[Reason], run: Run) -> list[Cause]:
                 last_fault = (r, len(out))
             out.append(Cause(text, "kernel", rules))
     return out
+
+
+def deciding_first(causes: list[Cause], run: Run) -> list[Cause]:
+    """``causes`` with the one the outcome came from first (the rest in the order they
+    happened): a crash's signal, a demotion's first hugetlb failure, a failure's last errno. An
+    old kernel's MADV_POPULATE EINVAL, say, only sends the allocator to touch by hand: it comes
+    after the empty pool that demoted the buffer, or the missing page that killed it. An ok
+    run's causes (a dropped binding's) stay in the order they happened."""
+    failing = [r for r in run.observed.reasons if r.errno or r.signal]
+    if run.outcome == "crashed":
+        deciding = [r for r in failing if r.signal]
+        rule = deciding[-1].rule if deciding else None
+    elif run.outcome == "demoted":
+        deciding = [r for r in failing if r.rule.startswith("hugetlb")]
+        rule = deciding[0].rule if deciding else None
+    elif run.outcome == "failed":
+        rule = failing[-1].rule if failing else None
+    else:  # ok (a binding dropped, say): as it happened
+        return causes
+    first = next((i for i, c in enumerate(causes) if rule in c.rules), None)
+    if first is None:
+        return causes
+    return [causes[first], *causes[:first], *causes[first + 1 :]]
 
 
 def _same_shortage(a: Reason, b: Reason) -> bool:
@@ -344,6 +367,7 @@ NOTES_NUMA = frozenset({"bare-meminfo", "no-numa-sysfs"})
 __all__ = [
     "RDMA_NOTE",
     "Cause",
+    "deciding_first",
     "explain",
     "gib",
     "kb",

@@ -268,8 +268,8 @@ def replay_host(path: str, request: Request) -> HostRow:
         machine.name,
         outcome,
         j.get("actual_backing"),
-        # the last cause: the explanation follows the run, so it is the one the outcome came from
-        str(causes[-1]) if causes else None,
+        # the single replay's first: the one the outcome came from (explain.deciding_first)
+        str(causes[0]) if causes else None,
         fix,
         d.exit_code,
         picture=picture_of(d),
