@@ -144,6 +144,11 @@ def _unlimited(value: int | None) -> int:
     return value if value is not None else _UNLIMITED
 
 
+def _said(value: bool | None) -> int:
+    """1 or 0 as the host says, or -1: SimKernel applies its rule (sim_rules.h)."""
+    return -1 if value is None else int(value)
+
+
 def _given(value: int | None) -> int:
     """A number the host gives, or UNKNOWN: SimKernel derives it (sim_rules.h)."""
     return value if value is not None else _native.UNKNOWN
@@ -158,7 +163,7 @@ _RESOLVE: dict[str, Callable[[Machine], object]] = {
     "mem_total": Machine.total_memory,
     "mem_free": lambda m: _given(m.mem_free),
     "mem_available": lambda m: _given(m.mem_available),
-    "mem_available_line": lambda m: -1 if m.mem_available_line is None else int(m.mem_available_line),
+    "mem_available_line": lambda m: _said(m.mem_available_line),
     "watermark_low": lambda m: m.watermark_low or 0,
     "rlimit_as": lambda m: _unlimited(m.rlimit_as),
     "memcg_max": lambda m: _unlimited(m.memcg_max),

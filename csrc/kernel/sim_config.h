@@ -55,10 +55,10 @@ struct SimConfig {
   uint64_t mem_available = kUnknown;  // kUnknown: si_mem_available of the numbers below
   uint64_t page_cache = 0;            // the host's file LRU, spread over nodes without their own
   uint64_t slab_reclaimable = 0;      // the host's SReclaimable, spread the same way
-  int show_mem_available = -1;  // /proc/meminfo has a MemAvailable line: 1/0, -1 the rule
-                                // (shows_mem_available: 3.14+; a dump of a backport says 1)
-  uint64_t watermark_low = 0;      // sum of the zones' low watermarks, bytes (/proc/zoneinfo)
-  uint64_t committed_as = 0;       // bytes committed by other processes
+  int show_mem_available = -1;        // /proc/meminfo has a MemAvailable line: 1/0, -1 the rule
+                                      // (shows_mem_available: 3.14+; a dump of a backport says 1)
+  uint64_t watermark_low = 0;         // sum of the zones' low watermarks, bytes (/proc/zoneinfo)
+  uint64_t committed_as = 0;          // bytes committed by other processes
   uint64_t admin_reserve_kbytes = 8192;
   uint64_t user_reserve_kbytes = 131072;
   uint64_t rlimit_as = UINT64_MAX;  // UINT64_MAX: unlimited
