@@ -139,3 +139,57 @@ def test_parse_allocator_spec_paths_and_errors(tiny_builds: dict[str, str]) -> N
     with pytest.raises(AllocatorSpecError, match=r"^--allocator 'not a spec!': not a built-in"):
         parse_allocator_spec("not a spec!")
     assert AllocatorSpecError("x").exit_code == 64
+
+
+ZERO = "[ample k6.8.0] alloc(size=0, Anonymous, hugepage_size=2097152, numa_node=-1, prefault=True)"
+
+
+def test_a_warning_count_difference_shows_the_texts(capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 27: the class printed the two counts only; now the texts of both sides too."""
+    argv = ["compare", "umbp-sim", "mori-624002c", "--no-scenarios", "-k", "[[]" + ZERO[1:]]
+    assert main([*argv, "--json"]) == 1
+    (item,) = json.loads(capsys.readouterr().out)["differences"]["warning count"]
+    said = ["Alloc(size=0): nothing to allocate; returning an invalid handle"]
+    assert item == {"run": ZERO, "a": 1, "b": 0, "texts_a": said, "texts_b": []}
+    assert main(argv) == 1
+    out = capsys.readouterr().out.splitlines()
+    at = out.index(f"  {ZERO}")
+    assert out[at + 1 : at + 4] == ["    A: 1", f"       {said[0]}", "    B: 0"]
+
+
+def test_junit_has_a_case_per_class_failing_with_its_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import xml.etree.ElementTree as ET
+
+    from umbp_sim.external.compare import CLASSES
+
+    out = tmp_path / "compare.xml"
+    argv = ["compare", "umbp-sim", "mori-624002c", "--no-scenarios", "-k", "*ample k6.8.0*"]
+    assert main([*argv, "--json", "--junit", str(out)]) == 1  # 136 runs, 68 differ
+    doc = json.loads(capsys.readouterr().out)
+    suite = ET.parse(out).getroot().find("testsuite")
+    assert suite is not None
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == list(CLASSES)
+    failed = {c.get("name"): c.find("failure") for c in cases if c.find("failure") is not None}
+    assert set(failed) == set(doc["differences"]) and suite.get("failures") == str(len(failed))
+    for cls, failure in failed.items():
+        n = len(doc["differences"][cls])
+        assert failure.get("message") == f"{n} of {doc['runs']} runs differ in {cls}"
+        assert all(d["run"] in (failure.text or "") for d in doc["differences"][cls])
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props == {"runs": str(doc["runs"]), "differing_runs": str(doc["differing_runs"])}
+    # the same allocator twice: every case passes
+    assert main(["compare", "umbp-sim", "umbp-sim", "--no-scenarios", "--junit", str(out)]) == 0
+    assert ET.parse(out).getroot().find("testsuite").get("failures") == "0"  # type: ignore[union-attr]
+
+
+def test_an_unwritable_junit_file_fails_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "missing-dir" / "c.xml"
+    assert main(["compare", "umbp-sim", "umbp-sim", "--junit", str(target)]) == 73
+    err = capsys.readouterr().err
+    assert f"--junit {target}: cannot write: No such file or directory" in err
+    assert not target.parent.exists()

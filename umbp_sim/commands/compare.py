@@ -57,6 +57,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also write the differences as an HTML page (every differing run, by class)",
     )  # fmt: skip
     p.add_argument(
+        "--junit", metavar="FILE",
+        help="also write the comparison as JUnit XML: one test case per class of difference, "
+        "failing with every run that differs in it",
+    )  # fmt: skip
+    p.add_argument(
         "--jobs", "-j", type=int, default=None, metavar="N",
         help="worker processes (default: the number of CPUs; 1: every run in this process, "
         "one after the other); the result is the same for any N",
@@ -142,11 +147,12 @@ def _run(args: argparse.Namespace) -> int:
         what = f"-k {args.pattern!r}: no run's label matches" if args.pattern else "no runs"
         print(f"umbp-sim compare: {what} (nothing compared)", file=sys.stderr)
         return EX_USAGE
-    page = None
-    if args.html:
+    page = junit = None
+    if args.html or args.junit:  # before the runs: an unwritable FILE fails at once
         from umbp_sim.diagnose.html_report import PageFile
 
-        page = PageFile(args.html)  # before the runs: an unwritable FILE fails at once
+        page = PageFile(args.html) if args.html else None
+        junit = PageFile(args.junit, "--junit") if args.junit else None
     opened: list[Any] = []
     lines_a: dict[str, str] = {}
     lines_b: dict[str, str] = {}
@@ -172,6 +178,10 @@ def _run(args: argparse.Namespace) -> int:
             from umbp_sim.external.compare_html import render_compare_html
 
             page.write(render_compare_html(result, lines_a, lines_b))
+        if junit is not None:
+            from umbp_sim.external.compare_junit import render_junit
+
+            junit.write(render_junit(result))
     except CouldNotRun as e:
         print(f"umbp-sim compare: {e}", file=sys.stderr)
         return EX_COULD_NOT_RUN
@@ -193,8 +203,9 @@ def _run(args: argparse.Namespace) -> int:
             outcomes.close()  # the workers end here, even when the comparison stopped early
         for r in opened:
             r.close()
-        if page is not None and not page.written:
-            page.discard()  # no page (nor an empty file) left behind
+        for out in (page, junit):
+            if out is not None and not out.written:
+                out.discard()  # no page (nor an empty file) left behind
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -261,8 +261,9 @@ class PageFile:
     fails. A FIFO or a device (``--html /dev/stdout``) is written to directly. ``discard``
     (nothing was created before ``write``) is kept for the callers' clean-up paths."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, flag: str = "--html") -> None:
         self.path = path
+        self.flag = flag  # the option that named the file, in errors
         self.written = False
         try:
             st: os.stat_result | None = os.stat(path)
@@ -285,7 +286,7 @@ class PageFile:
                 raise self._error(OSError(errno.EACCES, os.strerror(errno.EACCES)))
 
     def _error(self, e: OSError) -> ReportWriteError:
-        return ReportWriteError(f"--html {self.path}: cannot write: {e.strerror}")
+        return ReportWriteError(f"{self.flag} {self.path}: cannot write: {e.strerror}")
 
     def write(self, text: str) -> None:
         data = text.encode("utf-8")

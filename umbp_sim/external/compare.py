@@ -96,11 +96,13 @@ def differences(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]]:
             out["crash"] = (" in ".join(ca), " in ".join(cb))
     if a.held != b.held:
         out["leak"] = (dict(a.held), dict(b.held))
-    wa, wb = a.allocator_warnings, b.allocator_warnings  # the allocators' own lines
-    if len(wa) != len(wb):
-        out["warning count"] = (len(wa), len(wb))
-    elif (na := _normalized(wa)) != (nb := _normalized(wb)):
-        out["warning text"] = (na, nb)  # addresses as 0x...: the same report from any process
+    # The allocators' own lines, addresses as 0x... (the same report from any process); a
+    # count that differs is said with the texts of both sides.
+    na, nb = _normalized(a.allocator_warnings), _normalized(b.allocator_warnings)
+    if len(na) != len(nb):
+        out["warning count"] = (na, nb)
+    elif na != nb:
+        out["warning text"] = (na, nb)
     return out
 
 
@@ -139,8 +141,9 @@ class Comparison:
             lines.append(f"\n{cls}: {len(items)} runs")
             for item in items[:examples]:
                 lines.append(f"  {item['run']}")
-                lines.append(f"    A: {item['a']}")
-                lines.append(f"    B: {item['b']}")
+                for side in ("a", "b"):
+                    lines.append(f"    {side.upper()}: {item[side]}")
+                    lines += [f"       {t}" for t in item.get(f"texts_{side}", ())]
             if len(items) > examples:
                 lines.append(f"  ... {len(items) - examples} more (--json for all)")
         return "\n".join(lines) + "\n"
@@ -162,6 +165,13 @@ def compared(run: Run, oa: RunRecord, ob: RunRecord) -> Compared:
     return run, differences(oa, ob), summary(oa), summary(ob)
 
 
+def _item(label: str, cls: str, va: Any, vb: Any) -> dict[str, Any]:
+    """One differing run of a class: its values; a warning count's texts beside the counts."""
+    if cls == "warning count":
+        return {"run": label, "a": len(va), "b": len(vb), "texts_a": va, "texts_b": vb}
+    return {"run": label, "a": va, "b": vb}
+
+
 def compare_differences(
     a: str,
     b: str,
@@ -175,7 +185,7 @@ def compare_differences(
         if diff:
             result.differing_runs += 1
             for cls, (va, vb) in diff.items():
-                result.by_class.setdefault(cls, []).append({"run": run.label, "a": va, "b": vb})
+                result.by_class.setdefault(cls, []).append(_item(run.label, cls, va, vb))
         if progress:
             progress(i)
     return result

@@ -27,7 +27,9 @@ from umbp_sim.external.compare import CLASSES, Comparison
 MAX_RUNS_PER_CLASS = 2000
 
 
-def _value(v: Any) -> str:
+def _value(v: Any, texts: list[str] | None = None) -> str:
+    if texts is not None:  # a warning count: the count, then each text
+        return "\n".join([f"{v} warnings", *texts])
     if isinstance(v, list):
         return "\n".join(str(x) for x in v) or "(none)"
     if isinstance(v, dict):
@@ -76,8 +78,8 @@ def render_compare_html(
                 label,
                 outcomes_a.get(label, "-"),
                 outcomes_b.get(label, "-"),
-                _value(item["a"]),
-                _value(item["b"]),
+                _value(item["a"], item.get("texts_a")),
+                _value(item["b"], item.get("texts_b")),
             )
             tds = "".join(f'<td style="white-space:pre-wrap">{esc(c)}</td>' for c in cells)
             rows.append(f'<tr class="run">{tds}</tr>')
