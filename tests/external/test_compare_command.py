@@ -193,3 +193,19 @@ def test_an_unwritable_junit_file_fails_before_any_run(
     err = capsys.readouterr().err
     assert f"--junit {target}: cannot write: No such file or directory" in err
     assert not target.parent.exists()
+
+
+def test_a_touch_stride_bug_differs_in_faulted_pages(
+    tiny_builds: dict[str, str], tiny_planted: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """issue 27: a hand-touch loop with the wrong stride (only kernels before 5.14 touch by
+    hand) kept every compared field; the pages the buffer has faulted when alloc returns show
+    it, and only on those kernels."""
+    argv = ["compare", tiny_builds["wrap"], tiny_planted["stride_bug"], "--no-scenarios"]
+    argv += ["-k", "*alloc(size=4194304, Anonymous, *numa_node=1, prefault=True)", "--json"]
+    assert main(argv) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["differences"]) == ["faulted"]
+    by_run = {d["run"]: (d["a"], d["b"]) for d in doc["differences"]["faulted"]}
+    assert by_run and all(("k3.10.0" in r or "k4.9.0" in r or "k5.10.0" in r) for r in by_run)
+    assert set(by_run.values()) == {("1024 x 4KiB", "2 x 4KiB")}

@@ -10,7 +10,9 @@
 //   - TINY_WRONG_NODE: binds to the other node of a pair (numa_node ^ 1), the bug of an
 //     allocator change that compare reports in its "numa binding" class;
 //   - TINY_ENV_PROBE: reads MORI_UMBP_LOG_LEVEL at alloc time (getenv) and, when set, warns
-//     what it saw.
+//     what it saw;
+//   - TINY_STRIDE_BUG: touches by hand with the hugepage size as the stride on base pages too
+//     (only kernels before 5.14 touch by hand), the bug compare reports in its "faulted" class.
 #include <fcntl.h>
 #include <linux/mempolicy.h>
 #include <pybind11/pybind11.h>
@@ -124,7 +126,11 @@ class Allocator {
     }
     if (prefault && madvise(p, len, 23 /* MADV_POPULATE_WRITE */) != 0) {
       warn(std::string("populate failed (") + std::strerror(errno) + "); touching pages");
+#ifdef TINY_STRIDE_BUG
+      touch_pages(p, len, hugepage_size);
+#else
       touch_pages(p, len, huge ? hugepage_size : page);
+#endif
     }
     h.ptr = reinterpret_cast<uintptr_t>(p);
     h.requested_size = size;

@@ -1,4 +1,5 @@
-"""Where a buffer's memory is bound and where its hugepages landed: compare's "numa binding".
+"""Where a buffer's memory is bound and where its hugepages landed: compare's "numa binding";
+and how many of its pages the allocation faulted: compare's "faulted".
 
 Read from SimKernel's state after the allocation and the user's first write, before the free:
 the NUMA policy recorded on the VMA that holds the handle's address (what ``mbind`` left), and
@@ -53,3 +54,15 @@ def binding(kernel: Any, machine: Machine, ptr: int, before: dict[tuple[int, int
         if key in before and before[key] > free
     ]
     return policy + (f"; hugepages {', '.join(taken)}" if taken else "")
+
+
+def faulted(kernel: Any, ptr: int, length: int) -> str:
+    """``"1024 x 4KiB"``: the pages of the buffer [ptr, ptr + length) that SimKernel has faulted
+    in, by page size (``"none"``): what a prefault did, read when alloc returns (before any
+    write). A touch loop with the wrong stride, or a populate that is skipped, differs here."""
+    pages: dict[int, int] = {}
+    for m in kernel.mappings():
+        if ptr <= m["start"] < ptr + length and m["faulted_pages"]:
+            size = int(m["page_size"])
+            pages[size] = pages.get(size, 0) + int(m["faulted_pages"])
+    return ", ".join(f"{n} x {format_size(s)}" for s, n in sorted(pages.items())) or "none"

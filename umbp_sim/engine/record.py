@@ -74,6 +74,7 @@ class RunRecord:
     mapped_size: int | None = None
     bound_node: int | None = None
     binding: str | None = None
+    faulted: str | None = None  # the buffer's pages faulted when alloc returned ("1024 x 4KiB")
     # A crash: the signal, where (stage), whether SimKernel raised it, its node and account.
     signal: str | None = None
     stage: str | None = None

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.backing import alloc_outcome, is_demoted
-from umbp_sim.engine.binding import binding, pools_free
+from umbp_sim.engine.binding import binding, faulted, pools_free
 from umbp_sim.engine.record import RunRecord, handle_fields
 from umbp_sim.engine.spec import Alloc, RunError, SglangStartup, Steps
 from umbp_sim.engine.subject import Subject
@@ -69,6 +69,7 @@ def run_alloc(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held
     if not h:
         _failed(rec, "invalid", null_handle_error(req.size, req.backing, req.numa_node))
         return
+    rec.faulted = faulted(kernel, int(h.ptr), int(h.mapped_size))  # before the user's write
     if work.write:
         held.stage = "write"
         subject.stage("write")

@@ -25,6 +25,7 @@ CLASSES = (
     "mapped_size",
     "alignment",
     "numa binding",
+    "faulted",
     "crash",
     "leak",
     "warning count",
@@ -90,6 +91,8 @@ def differences(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]]:
             out["alignment"] = (ha["alignment"], hb["alignment"])
         if _binding_key(a, b) != _binding_key(b, a):
             out["numa binding"] = (a.binding, b.binding)
+        if a.faulted != b.faulted and ha["backing"] == hb["backing"]:
+            out["faulted"] = (a.faulted, b.faulted)
     if ra == rb == "crash":
         ca, cb = (str(a.signal), str(a.stage)), (str(b.signal), str(b.stage))
         if ca != cb:
