@@ -30,12 +30,14 @@ def tiny_builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def tiny_planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Planted variants of the test allocator (link-time builds): {"wrong_node": binds to the
     other node of a pair, "env_probe": warns MORI_UMBP_LOG_LEVEL as getenv saw it at alloc
-    (when set), "stride_bug": touches base pages by hand with the hugepage size as stride}."""
+    (when set), "stride_bug": touches base pages by hand with the hugepage size as stride,
+    "free_keeps_handle": a free whose munmap fails leaves the handle valid}."""
     d = tmp_path_factory.mktemp("tiny_planted")
     builds = {
         "wrong_node": "TINY_WRONG_NODE",
         "env_probe": "TINY_ENV_PROBE",
         "stride_bug": "TINY_STRIDE_BUG",
+        "free_keeps_handle": "TINY_FREE_KEEPS_HANDLE",
     }
     jobs = {}
     for name, define in builds.items():

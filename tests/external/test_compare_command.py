@@ -209,3 +209,22 @@ def test_a_touch_stride_bug_differs_in_faulted_pages(
     by_run = {d["run"]: (d["a"], d["b"]) for d in doc["differences"]["faulted"]}
     assert by_run and all(("k3.10.0" in r or "k4.9.0" in r or "k5.10.0" in r) for r in by_run)
     assert set(by_run.values()) == {("1024 x 4KiB", "2 x 4KiB")}
+
+
+def test_a_free_that_keeps_the_handle_differs_after_free(
+    tiny_builds: dict[str, str], tiny_planted: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """issue 27: compare read the handle before Free only; a free whose munmap fails and that
+    leaves the handle valid differs in "after free" (each run frees twice: the second is a
+    no-op for the correct build, which leaks the mapping its failed munmap kept; the planted one
+    unmaps it then, so they differ in "leak" too)."""
+    argv = ["compare", tiny_builds["wrap"], tiny_planted["free_keeps_handle"], "--no-scenarios"]
+    assert main([*argv, "-k", "*munmap:EINVAL*", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["differences"]) == ["leak", "after free"]
+    values = {(d["a"], d["b"]) for d in doc["differences"]["after free"]}
+    assert values == {
+        ("invalid, ptr 0, mapped_size 0, requested_size 0",
+         "valid, ptr set, mapped_size 4194304, requested_size 4194304"),
+    }  # fmt: skip
+    assert len(doc["differences"]["after free"]) == doc["runs"] == 4  # one per backing

@@ -64,7 +64,7 @@ def test_an_oom_touched_page_by_page_is_explained_for_the_whole_buffer(
     argv += ["Anonymous", "--numa-node", "1", "--json", "--allocator"]
     doc = _json(capsys, [*argv, tiny_builds["wrap"]], 0)
     assert (doc["outcome"], doc["signal"]) == ("crashed", "SIGKILL")
-    assert doc["causes"][-1] == (
+    assert doc["causes"][0] == (  # the cause of the kill first (explain.deciding_first)
         "out of memory: prefault touch needs 100 GiB on node 1, which had 62 GiB free and 0 GiB "
         "of reclaimable page cache and slab; after 62 GiB the kernel's OOM killer ends the "
         "process (SIGKILL)"

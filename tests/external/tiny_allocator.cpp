@@ -12,7 +12,9 @@
 //   - TINY_ENV_PROBE: reads MORI_UMBP_LOG_LEVEL at alloc time (getenv) and, when set, warns
 //     what it saw;
 //   - TINY_STRIDE_BUG: touches by hand with the hugepage size as the stride on base pages too
-//     (only kernels before 5.14 touch by hand), the bug compare reports in its "faulted" class.
+//     (only kernels before 5.14 touch by hand), the bug compare reports in its "faulted" class;
+//   - TINY_FREE_KEEPS_HANDLE: a free whose munmap fails returns with the handle still valid,
+//     the bug compare reports in its "after free" class.
 #include <fcntl.h>
 #include <linux/mempolicy.h>
 #include <pybind11/pybind11.h>
@@ -143,8 +145,12 @@ class Allocator {
 
   void free(Handle& h) {
     if (!h.valid()) return;
-    if (munmap(reinterpret_cast<void*>(h.ptr), h.mapped_size) != 0)
+    if (munmap(reinterpret_cast<void*>(h.ptr), h.mapped_size) != 0) {
       warn(std::string("munmap failed: ") + std::strerror(errno));
+#ifdef TINY_FREE_KEEPS_HANDLE
+      return;
+#endif
+    }
     if (h.fd >= 0) close(h.fd);
     h = Handle{};
   }

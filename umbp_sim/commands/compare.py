@@ -37,9 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = (
         "Classes of difference: outcome, backing, mapped_size, alignment, numa binding (the "
         "policy on the buffer's VMA and the nodes its hugepages came from), faulted (the buffer's "
-        "pages faulted when alloc returned, by page size), crash, leak, warning count, warning "
-        "text; a run of an external build past --run-timeout differs in outcome "
-        "(timed out after N s in alloc). Exit status: 0 no difference, 1 differences, 2 could "
+        "pages faulted when alloc returned, by page size), crash, leak, after free (the "
+        "handle as the first of a run's two frees left it), warning count, warning text; a "
+        "run of an external build past --run-timeout differs in outcome (timed out after N s "
+        "in alloc). Exit status: 0 no difference, 1 differences, 2 could "
         "not run (an allocator failed to load, a worker died, Ctrl-C), 64 bad usage or nothing "
         "to compare, 143/129 SIGTERM/SIGHUP."
     )

@@ -19,7 +19,7 @@ from typing import Any
 
 from umbp_sim import _native
 from umbp_sim.engine.counters import read_counters
-from umbp_sim.engine.record import RunRecord
+from umbp_sim.engine.record import RunRecord, handle_state
 from umbp_sim.engine.spec import Alloc, Run, SglangStartup, Steps
 from umbp_sim.engine.subject import Subject
 from umbp_sim.engine.work import Held, raised, run_alloc, run_steps, start_sglang
@@ -113,6 +113,10 @@ def _free(run: Run, subject: Subject, rec: RunRecord, held: Held) -> None:
             elif held.allocator is not None:
                 for h in held.handles:
                     held.allocator.free(h)
+                if isinstance(run.work, Alloc) and run.work.free_twice:
+                    rec.after_free = "; ".join(handle_state(h) for h in held.handles)
+                    for h in held.handles:  # a second free of the same handle: a no-op
+                        held.allocator.free(h)
     except subject.harness_errors:
         raise
     except Exception as e:  # noqa: BLE001 - the allocator's exception is the outcome

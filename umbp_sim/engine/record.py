@@ -27,7 +27,7 @@ from typing import Any
 
 from umbp_sim.log_capture import LogEntry
 
-__all__ = ["OUTCOMES", "RunRecord", "handle_fields"]
+__all__ = ["OUTCOMES", "RunRecord", "handle_fields", "handle_state"]
 
 OUTCOMES = ("ok", "demoted", "failed", "crashed", "timeout", "could-not-run")
 # What a record shows in JSON output (replay, compare, run --json), in this order.
@@ -62,6 +62,16 @@ def handle_fields(h: Any) -> dict[str, Any]:
     }
 
 
+def handle_state(h: Any) -> str:
+    """A handle as Free left it, without its address (it differs from process to process):
+    ``"invalid, ptr 0, mapped_size 0, requested_size 0"``."""
+    ptr = "0" if int(h.ptr) == 0 else "set"
+    return (
+        f"{'valid' if bool(h) else 'invalid'}, ptr {ptr}, mapped_size {int(h.mapped_size)}, "
+        f"requested_size {int(h.requested_size)}"
+    )
+
+
 @dataclass
 class RunRecord:
     outcome: str
@@ -75,6 +85,7 @@ class RunRecord:
     bound_node: int | None = None
     binding: str | None = None
     faulted: str | None = None  # the buffer's pages faulted when alloc returned ("1024 x 4KiB")
+    after_free: str | None = None  # the handle as the first Free left it (Alloc.free_twice)
     # A crash: the signal, where (stage), whether SimKernel raised it, its node and account.
     signal: str | None = None
     stage: str | None = None

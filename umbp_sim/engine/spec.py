@@ -49,6 +49,7 @@ class Alloc:
     request: AllocRequest
     write: bool = False  # write the first byte after alloc (the user's first touch)
     free: bool = True
+    free_twice: bool = False  # then free the same handle again (a double free is a no-op)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ CLASSES = (
     "faulted",
     "crash",
     "leak",
+    "after free",
     "warning count",
     "warning text",
 )
@@ -99,6 +100,8 @@ def differences(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]]:
             out["crash"] = (" in ".join(ca), " in ".join(cb))
     if a.held != b.held:
         out["leak"] = (dict(a.held), dict(b.held))
+    if ra == rb and a.after_free != b.after_free:
+        out["after free"] = (a.after_free, b.after_free)
     # The allocators' own lines, addresses as 0x... (the same report from any process); a
     # count that differs is said with the texts of both sides.
     na, nb = _normalized(a.allocator_warnings), _normalized(b.allocator_warnings)

@@ -80,8 +80,8 @@ def _run(pool: str, call: AllocRequest, kernel: str = "6.8.0", fault: str | None
 
 
 def _life(call: AllocRequest) -> Alloc:
-    """A run's work: allocate, write the first byte as a user would, free."""
-    return Alloc(call, write=True, free=True)
+    """A run's work: allocate, write the first byte as a user would, free, free again."""
+    return Alloc(call, write=True, free=True, free_twice=True)
 
 
 def quick() -> Iterator[Run]:
