@@ -59,6 +59,8 @@ class Diagnosis:
         return EX_OK if self.run.got_what_was_asked else EX_NEGATIVE
 
     def to_json(self) -> dict[str, Any]:
+        from umbp_sim.diagnose.persist import persistent
+
         o = self.run.observed
         return {
             "outcome": o.outcome,
@@ -67,7 +69,10 @@ class Diagnosis:
             "signal": o.signal,
             "warnings": list(o.warnings),
             "causes": list(self.causes),
-            "fixes": [f.to_json() for f in self.fixes],
+            "fixes": [
+                {**f.to_json(), "persistent": persistent(f.commands, self.machine)}
+                for f in self.fixes
+            ],
             # extra keys
             "fixes_not_helping": [f.to_json() for f in self.not_helping],
             "limit": self.limit,

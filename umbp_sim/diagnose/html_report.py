@@ -169,6 +169,7 @@ def render_diagnosis_html(s: Sections, pic: Picture | None, title: str = "umbp-s
         rows = "".join(
             f"<li>{esc(f.action)}"
             + "".join(f"<pre class='cmd'><code>{esc(c)}</code></pre>" for c in f.commands)
+            + "".join(f"<div class='boot'>after a reboot too: {esc(p)}</div>" for p in f.persistent)
             + f"<div class='after'>simulated: {esc(f.outcome_after)}</div></li>"
             for f in fs
         )

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 
 from umbp_sim.diagnose import Diagnosis, log_lines
+from umbp_sim.diagnose.persist import persistent
 from umbp_sim.printable import printable
 from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, mori_log_level
 from umbp_sim.sglang.release import describe_release
@@ -28,6 +29,7 @@ class FixLine:
     action: str
     commands: list[str]
     outcome_after: str
+    persistent: list[str]  # what makes the commands last past a reboot (diagnose.persist)
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,10 @@ def sections(d: Diagnosis, mode: str = "replay") -> Sections:
         )
 
     def fix_lines(fixes: list) -> list[FixLine]:  # type: ignore[type-arg]
-        return [FixLine(f.action, list(f.commands), f.outcome_after) for f in fixes]
+        return [
+            FixLine(f.action, list(f.commands), f.outcome_after, persistent(f.commands, d.machine))
+            for f in fixes
+        ]
 
     return Sections(
         heading=f"{mode} of {d.request.describe()}",
@@ -113,6 +118,7 @@ def render_text(d: Diagnosis, mode: str = "replay") -> str:
     for i, f in enumerate(s.fixes, 1):
         lines.append(f"   {i}. {f.action}")
         lines += [f"        {c}" for c in f.commands]
+        lines += [f"      after a reboot too: {p}" for p in f.persistent]
         lines.append(f"      simulated: {f.outcome_after}")
     if s.not_helping:
         lines += ["", "   tried in simulation, does not help:"]
