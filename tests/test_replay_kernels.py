@@ -1,5 +1,6 @@
 """One ``replay --error`` builds a SimKernel per simulation it runs (the baseline, each fix the
-search tries, the comparison with umbp-sim's fixed allocator) and no others: the questions that
+search tries, the comparison with umbp-sim's fixed allocator, each hypothesis for a line not
+reproduced) and no others: the questions that
 size a fix (free pages, node memory) are asked of the state a run kept (``HostState``), never of
 a kernel built to ask; the request goes from the command line to the engine as one typed
 ``Run``."""
@@ -56,7 +57,10 @@ def test_replay_error_builds_one_kernel_per_simulation(monkeypatch: pytest.Monke
         code = main(["replay", str(REPLAY / "pool-on-node0-6.8.0"), "--error", LINE, "--json"])
     doc = json.loads(out.getvalue())
     assert (code, doc["outcome"], doc["reproduces_error_line"]) == (0, "demoted", False)
-    # The simulations: the baseline, every fix tried, the run under umbp-sim's allocator.
-    assert searched and len(runs) == 1 + searched[0] + 1
+    # The simulations: the baseline, every fix tried, the run under umbp-sim's allocator, and
+    # each host state the line's hypotheses tried (the line is not reproduced: every one is
+    # reported, kept or ruled out).
+    hypotheses = doc["hypotheses"]["simulations"]
+    assert searched and len(runs) == 1 + searched[0] + 1 + hypotheses
     # No other kernel: no host built only to be asked questions.
-    assert len(built) == len(runs) == 39  # 1 + 37 fixes tried + 1
+    assert len(built) == len(runs) == 47  # 1 + 37 fixes tried + 1 + 8 hypotheses tried

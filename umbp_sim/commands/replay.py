@@ -10,11 +10,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument(
         "dump",
-        nargs="+",
+        nargs="*",
         metavar="DUMP|DIR|GLOB",
         help="dump directory, .tar[.gz|.bz2|.xz] (hwloc-gather-topology, sosreport, umbp-sim "
         "collect), or a meminfo file; - reads one from stdin; several, a directory of dumps "
-        "or a glob: a row per host (umbp_sim/diagnose/fleet.py)",
+        "or a glob: a row per host (umbp_sim/diagnose/fleet.py); none, with --error LINE: the "
+        "kinds of host on which that line happens",
     )
     add_request_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
@@ -68,12 +69,19 @@ def close_external_allocators() -> None:
 def _run(args: argparse.Namespace) -> int:
     from umbp_sim.diagnose import diagnose
     from umbp_sim.diagnose.fleet import is_fleet
-    from umbp_sim.diagnose.request import request_from_args
+    from umbp_sim.diagnose.request import RequestError, request_from_args
     from umbp_sim.dump import load_dump
     from umbp_sim.dump.stdin import STDIN, check_one_reader, stdin_source
 
     check_one_reader(args.dump, getattr(args, "error", None), "DUMP")
+    if not args.dump and getattr(args, "error", None) is None:
+        raise RequestError(
+            "DUMP: give the host's dump (umbp-sim collect), or --error LINE alone for the kinds "
+            "of host on which that line happens"
+        )
     request = request_from_args(args)  # flags first: a usage error needs no dump
+    if not args.dump:
+        return _line_hosts(args, request)
     if is_fleet(args.dump):
         return replay_fleet_command(args.dump, request, args.json, args.html)
     machine, facts = load_dump(stdin_source() if args.dump[0] == STDIN else args.dump[0])
@@ -82,6 +90,26 @@ def _run(args: argparse.Namespace) -> int:
 
     write_html(d, args.html)  # first: an unwritable FILE fails before any output
     print_diagnosis(d, args.json)
+    return 0
+
+
+def _line_hosts(args: argparse.Namespace, request) -> int:  # type: ignore[no-untyped-def]
+    """``replay --error LINE`` with no dump: the kinds of host on which the line happens."""
+    import json
+
+    from umbp_sim.diagnose.hypotheses import line_hosts
+    from umbp_sim.diagnose.report import line_hosts_json, render_line_hosts
+    from umbp_sim.printable import terminal
+
+    if args.html:
+        from umbp_sim.diagnose.request import RequestError
+
+        raise RequestError("--html: a page is drawn for a dumped host; give its DUMP")
+    machine, found = line_hosts(request)
+    if args.json:
+        print(json.dumps(line_hosts_json(request, machine, found), indent=2))
+    else:
+        print(terminal(render_line_hosts(request, machine, found)))
     return 0
 
 

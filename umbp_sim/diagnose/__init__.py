@@ -23,6 +23,7 @@ from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, canonical_profile, m
 if TYPE_CHECKING:
     from umbp_sim.diagnose.explain import Cause as Cause
     from umbp_sim.diagnose.fix import Fix as Fix
+    from umbp_sim.diagnose.hypotheses import HypothesisSearch as HypothesisSearch
     from umbp_sim.diagnose.request import Request as Request, RequestError as RequestError
     from umbp_sim.diagnose.request_flags import add_request_arguments as add_request_arguments
     from umbp_sim.diagnose.run import Run as Run, simulate_request as simulate_request
@@ -46,6 +47,8 @@ class Diagnosis:
     # The same request under umbp-sim's fixed allocator, when its outcome differs.
     with_fixes: Run | None = None
     limit: str | None = None  # when no change helps: the rule in the way
+    # An error line the replay does not reproduce: the host states a dump cannot show that do.
+    hypotheses: HypothesisSearch | None = None
 
     @property
     def causes(self) -> list[str]:
@@ -91,6 +94,7 @@ class Diagnosis:
             "reproduces_error_line": (
                 self.request.error_line.matches(o.error) if self.request.error_line else None
             ),
+            "hypotheses": self.hypotheses.to_json() if self.hypotheses else None,
             "with_umbp_sim_fixes": (
                 {
                     "outcome": self.with_fixes.outcome,
@@ -135,6 +139,7 @@ def diagnose(
     """
     from umbp_sim.diagnose.explain import explain
     from umbp_sim.diagnose.fix_search import propose
+    from umbp_sim.diagnose.hypotheses import search
     from umbp_sim.diagnose.run import simulate_request
 
     if profile is not None:
@@ -147,4 +152,6 @@ def diagnose(
         found = propose(machine, request, run, profile)
         d.fixes, d.not_helping, d.limit = found.fixes, found.not_helping, found.limit
     d.with_fixes = _with_fixes(machine, request, run)
+    if request.error_line is not None and not request.error_line.matches(run.observed.error):
+        d.hypotheses = search(machine, facts, request, profile)
     return d

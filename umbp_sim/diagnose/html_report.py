@@ -187,7 +187,21 @@ def render_diagnosis_html(s: Sections, pic: Picture | None, title: str = "umbp-s
     ]
     if pic is not None:
         body += ["<h2>memory per node</h2>", bars_html(pic)]
-    body += ["<h2>2. why</h2>", items(s.causes or ["nothing to explain"])]
+    body += ["<h2>2. why</h2>"]
+    if s.hypotheses_intro is not None:
+        body.append(f"<p>{esc(s.hypotheses_intro)}</p>")
+        rows = "".join(
+            f"<li>{esc(h.cause)}<div class='after'>simulated: {esc(h.verified)}</div>"
+            + (f"<div class='after'>just past it: {esc(h.beyond)}</div>" if h.beyond else "")
+            + "".join(f"<div class='boot'>to confirm: {esc(c)}</div>" for c in h.collect)
+            + "</li>"
+            for h in s.hypotheses
+        )
+        body.append(f"<ol class='hypotheses'>{rows}</ol>" if rows else "")
+        if s.ruled_out:
+            body += ["<h3>does not give the line (simulated)</h3>", items(s.ruled_out)]
+        body.append("<h3>on the host as dumped</h3>")
+    body.append(items(s.causes or ["nothing to explain"]))
     body += ["<h2>3. what to change</h2>"]
     if s.no_fix is not None:
         body.append(f"<p>{esc(s.no_fix)}</p>")

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from umbp_sim.diagnose import Diagnosis, log_lines
+from umbp_sim.diagnose.hypotheses import HypothesisSearch
 from umbp_sim.diagnose.persist import persistent
+from umbp_sim.diagnose.request import Request
+from umbp_sim.machine import Machine
 from umbp_sim.printable import printable
 from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, mori_log_level
 from umbp_sim.sglang.release import describe_release
+from umbp_sim.units import spaced_size
 
 _ALLOCATOR = {
     FIELD_PROFILE: f"{FIELD_PROFILE} (mori's HostMemAllocator as deployed, ROCm/mori 624002c)",
@@ -33,6 +38,16 @@ class FixLine:
 
 
 @dataclass(frozen=True)
+class HypothesisLine:
+    """A verified hypothesis for an error line the dump does not reproduce, as shown."""
+
+    cause: str
+    verified: str  # the change and "the line, exactly"
+    beyond: str | None  # the change just past the edge and what it gives
+    collect: list[str]  # what to collect to confirm it
+
+
+@dataclass(frozen=True)
 class Sections:
     """A diagnosis as the report shows it, section by section: what the text and the HTML page
     both render (never one read back from the other)."""
@@ -46,6 +61,10 @@ class Sections:
     saw: str
     saw_lines: list[str]  # backing, error, the error line given, the log
     causes: list[str]
+    # An error line not reproduced: what opens the search, its hypotheses, what it ruled out.
+    hypotheses_intro: str | None
+    hypotheses: list[HypothesisLine]
+    ruled_out: list[str]
     fixes: list[FixLine]
     no_fix: str | None  # why there is no fix (nothing to change / none helps)
     not_helping: list[FixLine]
@@ -85,6 +104,7 @@ def sections(d: Diagnosis, mode: str = "replay") -> Sections:
             for f in fixes
         ]
 
+    intro, hypotheses, ruled_out = hypothesis_lines(d.hypotheses)
     return Sections(
         heading=f"{mode} of {d.request.describe()}",
         host=f"{printable(d.machine.name)} (kernel {printable(d.machine.kernel_version)})",
@@ -95,11 +115,63 @@ def sections(d: Diagnosis, mode: str = "replay") -> Sections:
         saw=saw,
         saw_lines=saw_lines,
         causes=list(d.causes),
+        hypotheses_intro=intro,
+        hypotheses=hypotheses,
+        ruled_out=ruled_out,
         fixes=fix_lines(d.fixes),
         no_fix=no_fix,
         not_helping=fix_lines(d.not_helping),
         with_fixes=d.with_fixes.summary() if d.with_fixes is not None else None,
     )
+
+
+def hypothesis_lines(
+    found: HypothesisSearch | None, on: str = "the host as dumped"
+) -> tuple[str | None, list[HypothesisLine], list[str]]:
+    """The search's opening sentence, its hypotheses and what it ruled out, as shown."""
+    if found is None:
+        return None, [], []
+    runs = f"{len(found.tried)} simulated runs"
+    if found.hypotheses:
+        intro = (
+            f"{on} does not give the error line; changed in what a dump cannot show "
+            f"({runs}), the host gives it exactly when:"
+        )
+    else:
+        intro = (
+            f"{on} does not give the error line, and nothing umbp-sim models that a dump "
+            f"cannot show gives it ({runs})"
+        )
+    shown = [
+        HypothesisLine(
+            h.cause,
+            f"{h.verified.change}: the line, exactly",
+            f"{h.beyond.change}: {h.beyond.summary}" if h.beyond else None,
+            list(h.collect),
+        )
+        for h in found.hypotheses
+    ]
+    return intro, shown, [f"{t.change}: {t.summary}" for t in found.ruled_out]
+
+
+def hypothesis_text(intro: str | None, hypotheses: list[HypothesisLine],
+                    ruled_out: list[str]) -> list[str]:  # fmt: skip
+    """The hypotheses as the text report's lines (indented for section 2)."""
+    if intro is None:
+        return []
+    lines = [f"   {intro}"]
+    for i, h in enumerate(hypotheses):
+        letter = chr(ord("a") + i) if i < 26 else str(i + 1)
+        lines.append(f"   {letter}. {h.cause}")
+        lines.append(f"      simulated: {h.verified}")
+        if h.beyond:
+            lines.append(f"      just past it: {h.beyond}")
+        for i, c in enumerate(h.collect):
+            lines.append(f"      {'to confirm: ' if i == 0 else '            '}{c}")
+    if ruled_out:
+        lines.append("   does not give the line (simulated):")
+        lines += [f"   - {x}" for x in ruled_out]
+    return lines
 
 
 def render_text(d: Diagnosis, mode: str = "replay") -> str:
@@ -111,6 +183,9 @@ def render_text(d: Diagnosis, mode: str = "replay") -> str:
     lines += ["", f"1. {s.saw_title}", f"   outcome: {s.saw}"]
     lines += [f"   {x}" for x in s.saw_lines]
     lines += ["", "2. why"]
+    lines += hypothesis_text(s.hypotheses_intro, s.hypotheses, s.ruled_out)
+    if s.hypotheses_intro is not None:
+        lines.append("   on the host as dumped:")
     lines += [f"   - {c}" for c in s.causes] or ["   - nothing to explain"]
     lines += ["", "3. what to change"]
     if s.no_fix is not None:
@@ -155,3 +230,47 @@ def _log_section(d: Diagnosis) -> list[str]:
 
 def render_json(d: Diagnosis) -> str:
     return json.dumps(d.to_json(), indent=2)
+
+
+def _reference(machine: Machine) -> str:
+    nodes = machine.nodes
+    return (
+        f"{machine.arch}, {len(nodes)} nodes of {spaced_size(nodes[0].mem_total)}, no hugepages "
+        f"reserved, overcommit_memory {machine.overcommit_memory}, no limits, kernel "
+        f"{machine.kernel_version}"
+    )
+
+
+def render_line_hosts(request: Request, machine: Machine, found: HypothesisSearch) -> str:
+    """``replay --error LINE`` with no dump: the kinds of host on which the line happens."""
+    assert request.error_line is not None
+    intro, hypotheses, ruled_out = hypothesis_lines(found, "the reference host")
+    lines = [
+        f"hosts on which this line happens: {request.error_line.text}",
+        f"request: {request.describe()}",
+        f"allocator: {_ALLOCATOR.get(request.allocator, request.allocator)}",
+        f"simulated on a reference host: {_reference(machine)}",
+        "",
+    ]
+    if any(h.kind == "any_host" for h in found.hypotheses):
+        lines.append(f"   {found.hypotheses[0].cause}")
+        lines.append(f"      simulated: {hypotheses[0].verified}")
+    else:
+        lines += hypothesis_text(intro, hypotheses, ruled_out)
+    lines += [
+        "",
+        "with the server's host dump (umbp-sim collect, or collect --pid PID of a running "
+        "server), `umbp-sim replay DUMP --error LINE` checks these against that host",
+    ]
+    return "\n".join(lines)
+
+
+def line_hosts_json(request: Request, machine: Machine, found: HypothesisSearch) -> dict[str, Any]:
+    assert request.error_line is not None
+    return {
+        "error_line": request.error_line.text,
+        "request": request.describe(),
+        "allocator": request.allocator,
+        "reference_host": _reference(machine),
+        **found.to_json(),
+    }
