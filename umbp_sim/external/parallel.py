@@ -36,8 +36,11 @@ MAX_CHUNK = 64  # runs handed to a worker at a time: about 1/20 of its share, 1.
 _GRACE = 15.0  # seconds a worker gets to close its allocator servers once told to stop
 
 
-def _terminate(_sig: int, _frame: Any) -> None:
-    raise SystemExit(0)  # unwinds through the finally that closes the allocator servers
+def _close(opened: list[Any], conn: multiprocessing.connection.Connection) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # closing is not interrupted again
+    for r in opened:
+        r.close()
+    conn.close()
 
 
 def _worker(
@@ -51,9 +54,17 @@ def _worker(
     """In a worker: open both runners, then run each chunk of indices the parent sends."""
     for sig in (signal.SIGINT, signal.SIGHUP):  # the parent decides; it ends us on these
         signal.signal(sig, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _terminate)
-    die_with_parent(parent, signal.SIGTERM)  # a SIGKILLed parent still ends us (and ours)
     opened: list[Any] = []
+
+    def terminate(_sig: int, _frame: Any) -> None:
+        # Close the servers here and leave: an exception raised from a signal handler can land
+        # where Python ignores it (a weakref callback, a __del__: "Exception ignored in ...")
+        # and the worker would go on.
+        _close(opened, conn)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, terminate)
+    die_with_parent(parent, signal.SIGTERM)  # a SIGKILLed parent still ends us (and ours)
     try:
         for spec in specs:
             opened.append(open_allocator(spec, env, run_timeout))
@@ -70,10 +81,7 @@ def _worker(
     except Exception as e:  # noqa: BLE001 - told to the parent as one line, not a traceback
         conn.send(("error", f"a worker failed: {type(e).__name__}: {e}"))
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # closing is not interrupted again
-        for r in opened:
-            r.close()
-        conn.close()
+        _close(opened, conn)
 
 
 class WorkerDied(CouldNotRun):

@@ -33,6 +33,7 @@ import pickle
 import select
 import signal
 import struct
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -40,6 +41,9 @@ from typing import Any
 from umbp_sim.errors import Terminated
 
 PR_SET_PDEATHSIG = 1
+# Seconds a command told to end by SIGTERM/SIGHUP has for its finally blocks (workers get 15 s
+# to close their servers) before a watchdog ends it, should the exception have been ignored.
+_TERMINATED_GRACE = 60.0
 
 _libc: Any = None
 
@@ -274,6 +278,12 @@ def ended_by_signals() -> Iterator[None]:
             signal.signal(sig, signal.SIG_DFL)
             os.kill(os.getpid(), sig)
             return
+        # Python ignores an exception raised where the signal happens to land in a weakref
+        # callback or a __del__ ("Exception ignored in ..."): the command would go on. A
+        # watchdog ends it then, after the time the finally blocks need to end what it started.
+        watchdog = threading.Timer(_TERMINATED_GRACE, os._exit, (128 + sig,))
+        watchdog.daemon = True
+        watchdog.start()
         raise Terminated(sig)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
