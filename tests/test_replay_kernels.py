@@ -63,4 +63,4 @@ def test_replay_error_builds_one_kernel_per_simulation(monkeypatch: pytest.Monke
     hypotheses = doc["hypotheses"]["simulations"]
     assert searched and len(runs) == 1 + searched[0] + 1 + hypotheses
     # No other kernel: no host built only to be asked questions.
-    assert len(built) == len(runs) == 47  # 1 + 37 fixes tried + 1 + 8 hypotheses tried
+    assert len(built) == len(runs) == 51  # 1 + 41 fixes tried + 1 + 8 hypotheses tried

@@ -62,6 +62,7 @@ class Diagnosis:
         return EX_OK if self.run.got_what_was_asked else EX_NEGATIVE
 
     def to_json(self) -> dict[str, Any]:
+        from umbp_sim.diagnose.margin import margin
         from umbp_sim.diagnose.persist import persistent
 
         o = self.run.observed
@@ -73,7 +74,11 @@ class Diagnosis:
             "warnings": list(o.warnings),
             "causes": list(self.causes),
             "fixes": [
-                {**f.to_json(), "persistent": persistent(f.commands, self.machine)}
+                {
+                    **f.to_json(),
+                    "persistent": persistent(f.commands, self.machine),
+                    "margin": margin(f.run),
+                }
                 for f in self.fixes
             ],
             # extra keys

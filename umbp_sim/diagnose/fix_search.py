@@ -128,6 +128,11 @@ def propose(
         (f for f in singles if f.run and f.run.rank < 3 and _changed(f.run, baseline)),
         key=lambda f: -f.run.rank if f.run else 0,
     )[:3]
+    # A switch to another hugepage size (the host's, where the asked one is not configured)
+    # meets that size's own pool: its run says how many pages to reserve, even with the outcome
+    # unchanged.
+    frontier += [f for f in singles if f.category == "size" and f.run and f.run.rank < 3
+                 and f not in frontier]  # fmt: skip
     for f in frontier:
         for g in _next_steps(machine, request, f):
             if g.key not in {s.key for s in f.singles}:
@@ -166,6 +171,11 @@ def propose(
     minimal.sort(key=_value, reverse=True)
     # The smallest sets that get everything, then the best partial successes.
     full = [f for f in minimal if f.run and f.run.rank == 3]
+    # Giving up what the buffer is for (hugepages, its size) only when no milder set, however
+    # many steps it takes, gets everything: the host's own hugepage size and a pool for it
+    # before plain pages.
+    mild = [f for f in full if not any(s.category in HEAVY for s in f.singles)]
+    full = mild or full
     if full:
         least = min(len(f.singles) for f in full)
         full = [f for f in full if len(f.singles) == least]
@@ -178,7 +188,16 @@ def propose(
     )
     if mild_ok:
         minimal = [f for f in minimal if not any(s.category in HEAVY for s in f.singles)]
-    not_helping = [f for f in singles if f.run is not None and f.run.rank <= baseline.rank]
+    # What did not help, as a person would try it: every change to the host (pool, limits,
+    # env), and a compromise (another node, size, buffer) only where it changed the outcome:
+    # "bind to node 0 (0 free pages there)" on a host without hugepages is noise.
+    not_helping = [
+        f
+        for f in singles
+        if f.run is not None
+        and f.run.rank <= baseline.rank
+        and (f.category not in COMPROMISES or _changed(f.run, baseline))
+    ]
     limit = None
     if not minimal:
         limit = _limit(baseline, [f for f in singles if f.run is not None])

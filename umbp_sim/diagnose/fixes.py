@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from umbp_sim.arch_sizes import MiB
 from umbp_sim.backing import SHM_BACKINGS
 from umbp_sim.diagnose.explain import gib, kb, pages_needed
 from umbp_sim.diagnose.fix import Fix, RequestChange
@@ -80,8 +81,11 @@ def candidates(
         and run.outcome in ("demoted", "crashed")
         or (request.wants_hugepages() and any(r.rule == "hugepage_size_unknown" for r in o.reasons))
     ):
+        biggest = max(request.buffer_sizes())
         for s in machine.hugepage_sizes:
-            if s != hp:
+            # A size a person would use for this buffer: not above it (a 16 GiB page for an
+            # 8 GiB buffer), and from 1 MiB (64 kB pages for a 93 GiB buffer are no hugepages).
+            if s != hp and MiB <= s <= max(biggest, MiB):
                 out.append(
                     Fix(
                         f"use {kb(s)} pages",

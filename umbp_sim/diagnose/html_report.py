@@ -170,7 +170,9 @@ def render_diagnosis_html(s: Sections, pic: Picture | None, title: str = "umbp-s
             f"<li>{esc(f.action)}"
             + "".join(f"<pre class='cmd'><code>{esc(c)}</code></pre>" for c in f.commands)
             + "".join(f"<div class='boot'>after a reboot too: {esc(p)}</div>" for p in f.persistent)
-            + f"<div class='after'>simulated: {esc(f.outcome_after)}</div></li>"
+            + f"<div class='after'>simulated: {esc(f.outcome_after)}</div>"
+            + (f"<div class='after'>leaves: {esc(f.margin)}</div>" if f.margin else "")
+            + "</li>"
             for f in fs
         )
         return f"<{tag} class='fixes'>{rows}</{tag}>"

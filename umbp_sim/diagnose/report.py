@@ -8,6 +8,7 @@ from typing import Any
 
 from umbp_sim.diagnose import Diagnosis, log_lines
 from umbp_sim.diagnose.hypotheses import HypothesisSearch
+from umbp_sim.diagnose.margin import margin
 from umbp_sim.diagnose.persist import persistent
 from umbp_sim.diagnose.request import Request
 from umbp_sim.machine import Machine
@@ -35,6 +36,7 @@ class FixLine:
     commands: list[str]
     outcome_after: str
     persistent: list[str]  # what makes the commands last past a reboot (diagnose.persist)
+    margin: str | None  # what the fix leaves on the buffer's nodes (diagnose.margin)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,13 @@ def sections(d: Diagnosis, mode: str = "replay") -> Sections:
 
     def fix_lines(fixes: list) -> list[FixLine]:  # type: ignore[type-arg]
         return [
-            FixLine(f.action, list(f.commands), f.outcome_after, persistent(f.commands, d.machine))
+            FixLine(
+                f.action,
+                list(f.commands),
+                f.outcome_after,
+                persistent(f.commands, d.machine),
+                margin(f.run),
+            )
             for f in fixes
         ]
 
@@ -195,6 +203,8 @@ def render_text(d: Diagnosis, mode: str = "replay") -> str:
         lines += [f"        {c}" for c in f.commands]
         lines += [f"      after a reboot too: {p}" for p in f.persistent]
         lines.append(f"      simulated: {f.outcome_after}")
+        if f.margin:
+            lines.append(f"      leaves: {f.margin}")
     if s.not_helping:
         lines += ["", "   tried in simulation, does not help:"]
         for f in s.not_helping:

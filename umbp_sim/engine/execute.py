@@ -71,6 +71,8 @@ def execute(run: Run, subject: Subject) -> RunRecord:
                 start_sglang(work, dict(run.env), subject, host, rec, held)
             else:
                 raise TypeError(f"a simulated run cannot do {type(work).__name__}")
+            if run.keep_state:  # what the buffer leaves the host: a fix's margin
+                rec.state_after = host.state()
             rec.counters, counted = read_counters(host, run.counters), True
             held.stage = "free"
             subject.stage("free")

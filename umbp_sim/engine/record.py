@@ -108,6 +108,7 @@ class RunRecord:
     budget: dict[str, int] | None = None  # what sglang's host check read
     setup_notes: list[str] = field(default_factory=list)  # what the admin writes could not do
     host_state: Any = None  # umbp_sim.sim.HostState after the admin writes (Run.keep_state)
+    state_after: Any = None  # and after the work, before the free (a run that did not crash)
     fault_path: str | None = None  # an external build's: how its page touches reached SimKernel
     # Measure runs (the real kernel): the page size, resident bytes, {node: pages}.
     page_size: int | None = None

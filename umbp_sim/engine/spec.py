@@ -94,7 +94,8 @@ class Run:
     changes: tuple[HostChange, ...] = ()
     counters: tuple[str, ...] = ()  # [expect].counters keys, read after the work, before cleanup
     label: str = ""
-    # Keep the host's state after ``changes``, before the work (RunRecord.host_state): a replay
+    # Keep the host's state after ``changes``, before the work (RunRecord.host_state), and after
+    # the work (RunRecord.state_after, a fix's margin): a replay
     # asks it the questions that size its next fixes, instead of building a kernel to ask.
     keep_state: bool = False
 
