@@ -169,6 +169,10 @@ def test_pid_records_what_the_server_saw_and_no_secrets(tmp_path: Path, kind: st
         server.wait()
         server.stdout.close()  # type: ignore[union-attr]
     assert machine.rlimit_as == 8 << 30 and facts.rlimit_as == 8 << 30  # the server's limit
+    # Its credentials: the effective uid, and CAP_SYS_ADMIN (bit 21) of CapEff as root.
+    live = dict(ln.split(":", 1) for ln in live_status.splitlines() if ":" in ln)
+    assert facts.uid == int(live["Uid"].split()[1]) == os.geteuid()
+    assert machine.root is bool(int(live["CapEff"], 16) >> 21 & 1)
     assert secret_env.encode() not in blob and secret_arg.encode() not in blob
     assert b"file=" not in blob
     assert cgroup == live_cgroup
@@ -185,7 +189,7 @@ def test_pid_records_what_the_server_saw_and_no_secrets(tmp_path: Path, kind: st
         "environment variables (/proc/*/environ): never read",
         "command lines (/proc/*/cmdline): never read",
         f"proc/{server.pid}/status: all but Mems_allowed, Mems_allowed_list, Cpus_allowed, "
-        "Cpus_allowed_list",
+        "Cpus_allowed_list, Uid, Gid, CapPrm, CapEff, CapBnd",
         f"proc/{server.pid}/numa_maps: file names",
     ]
 
@@ -367,3 +371,39 @@ def test_dash_refuses_a_terminal_stdout(tmp_path: Path, kind: str) -> None:
         73,
         f"collect.{kind}: -o -: stdout is a terminal; redirect it to a file (-o - > host.tar.gz)\n",
     )
+
+
+UNPRIVILEGED = (
+    "Name:\tpython3\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\n"
+    "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t000001ffffffffff\n"
+    "Mems_allowed_list:\t0-1\n"
+)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pid_records_the_servers_credentials_and_the_replay_uses_them(
+    tmp_path: Path, kind: str
+) -> None:
+    """A server without CAP_SYS_ADMIN (a container's process): collect --pid records its Uid
+    and Cap* lines as proc/self/status, the dump reads root = False, and the replay says so."""
+    root = write_tree(tmp_path / "root", {**CGROUP_V2_HOST, "proc/4242/status": UNPRIVILEGED,
+                                          "proc/4242/cgroup": "0::/\n"})  # fmt: skip
+    out = tmp_path / "srv.tar"
+    done = run_script(tmp_path, kind, "--root", str(root), "-o", str(out), "--pid", "4242")
+    assert done.returncode == 0, done.stderr
+    machine, facts = load_dump(out)
+    assert (machine.root, facts.uid) == (False, 1000)
+    assert "the server ran as uid 1000 without CAP_SYS_ADMIN and CAP_SYS_NICE" in " ".join(
+        facts.notes
+    )
+    assert "proc/self/status: the credentials of /proc/4242/status" in manifest(out)["notes"]
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+        kept = tar.extractfile(next(n for n in names if n.endswith("proc/self/status")))
+        assert kept is not None and b"Name:" not in kept.read()  # the credential lines only
+    # Without --pid nothing says who the server was: taken as privileged, in a note.
+    plain = tmp_path / "plain.tar"
+    assert run_script(tmp_path, kind, "--root", str(root), "-o", str(plain)).returncode == 0
+    machine, facts = load_dump(plain)
+    assert machine.root is True and facts.root is None
+    assert any(n.code == "credentials-unknown" for n in facts.notes)

@@ -36,7 +36,7 @@ from umbp_sim.strategies import PRESETS, machines
 
 ROOT = Path(__file__).resolve().parent.parent
 # Fields a dump cannot carry: the loader takes the default and says so in a note.
-NOT_IN_A_DUMP = {"root"}
+NOT_IN_A_DUMP: set[str] = set()  # every field has a file of a dump that carries it
 
 
 def declared_config() -> dict[str, str]:
@@ -257,13 +257,13 @@ def test_a_collected_dump_carries_the_reserve_sysctls(tmp_path: Path) -> None:
     assert (loaded.admin_reserve_kbytes, loaded.user_reserve_kbytes) == (0, 4096)
 
 
-def test_a_field_a_dump_cannot_carry_is_named_in_a_note(tmp_path: Path) -> None:
-    loaded, notes = round_trip(Machine.x86_64(root=False), tmp_path)
-    assert loaded.root is True
-    assert (
-        "root = True: not in a dump, the default (the process has CAP_SYS_ADMIN / CAP_SYS_NICE "
-        "(admin reserve, MPOL_MF_MOVE_ALL))"
-    ) in notes
+def test_the_processs_credentials_round_trip_through_a_dump(tmp_path: Path) -> None:
+    """root: the rendered proc/self/status's CapEff (what collect --pid records of a server)."""
+    for root in (False, True):
+        loaded, notes = round_trip(Machine.x86_64(root=root, name=f"r{root}"), tmp_path)
+        assert loaded.root is root
+        unprivileged = [n for n in notes if n.code == "credentials-unprivileged"]
+        assert len(unprivileged) == (not root)
 
 
 def test_limits_round_trip_through_a_dump(tmp_path: Path) -> None:

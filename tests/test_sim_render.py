@@ -85,8 +85,11 @@ def test_sysfs_files() -> None:
         "Node 3 HugePages_Free:      1\n"
         "Node 3 HugePages_Surp:      0\n"
     )
+    # The process's credentials (Machine.root): uid 0 with CAP_SYS_ADMIN (bit 21) in CapEff.
+    status = dict(ln.split(":\t", 1) for ln in h.read("/proc/self/status").splitlines())
+    assert status["Uid"] == "0\t0\t0\t0" and int(status["CapEff"], 16) >> 21 & 1
     with pytest.raises(OSError) as e:
-        h.read("/proc/self/status")
+        h.read("/proc/self/environ")
     assert e.value.errno == errno.ENOENT
 
 

@@ -165,7 +165,8 @@ class Machine:
                                                  "dict[int, int]",
                                                  "sys/fs/cgroup/hugetlb.<size>.rsvd.max")
     root: bool = _f(True, "", "the process has CAP_SYS_ADMIN / CAP_SYS_NICE (admin reserve, "
-                    "MPOL_MF_MOVE_ALL)", "bool", None)
+                    "MPOL_MF_MOVE_ALL)", "bool",
+                    "proc/self/status CapEff (the server's: collect --pid)")
     kernel_version: str = _f("6.18.0", "", "kernel release; decides MADV_POPULATE_WRITE (5.14), "
                              "MFD_HUGETLB (4.14), memfd_create (3.17), MemAvailable (3.14)",
                              "str", "proc/sys/kernel/osrelease")

@@ -223,8 +223,24 @@ def _limit(value: int | None, unlimited: str) -> str:
     return unlimited if value is None else str(value)
 
 
+CAP_SYS_ADMIN, CAP_SYS_NICE = 21, 23  # bits of /proc/PID/status CapEff (linux/capability.h)
+ALL_CAPS = (1 << 41) - 1  # CapEff of root on a 5.9+ kernel: capabilities 0-40
+
+
+def credentials_text(privileged: bool) -> str:
+    """The credential lines of /proc/self/status of a process that has (``privileged``: uid
+    0 and every capability) or has not (uid 1000, none) CAP_SYS_ADMIN and CAP_SYS_NICE."""
+    uid, caps = ("0", ALL_CAPS) if privileged else ("1000", 0)
+    ids = "\t".join([uid] * 4)
+    return (
+        f"Uid:\t{ids}\nGid:\t{ids}\nCapPrm:\t{caps:016x}\nCapEff:\t{caps:016x}\n"
+        f"CapBnd:\t{ALL_CAPS:016x}\n"
+    )
+
+
 def limit_files(machine: Machine) -> dict[str, str]:
-    """/proc/self/limits (RLIMIT_AS) and the cgroup v2 limits (memory.max, hugetlb.<size>.max,
+    """/proc/self/limits (RLIMIT_AS), the credentials of /proc/self/status (``root``) and the
+    cgroup v2 limits (memory.max, hugetlb.<size>.max,
     hugetlb.<size>.rsvd.max) as the kernel prints them. A run never changes them: they are the
     Machine's (SimKernel enforces them; it renders the files that change)."""
     rlimit = _limit(machine.rlimit_as, "unlimited")
@@ -233,6 +249,7 @@ def limit_files(machine: Machine) -> dict[str, str]:
         "/proc/self/limits": row("Limit", "Soft Limit", "Hard Limit", "Units")
         + row("Max address space", rlimit, rlimit, "bytes"),
         "/sys/fs/cgroup/memory.max": _limit(machine.memcg_max, "max") + "\n",
+        "/proc/self/status": credentials_text(machine.root),
     }
     for size in machine.hugepage_sizes:
         cg = f"/sys/fs/cgroup/hugetlb.{cgroup_hugetlb_name(size)}"

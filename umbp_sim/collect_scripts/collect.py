@@ -44,6 +44,9 @@ MANIFEST = "umbp-sim-collect.json"
 V1_UNLIMITED = 1 << 62
 MAX_READ = 4 << 20
 STATUS_KEYS = ("Mems_allowed", "Mems_allowed_list", "Cpus_allowed", "Cpus_allowed_list")
+# The server's credentials (--pid only), kept as proc/self/status: whether it had
+# CAP_SYS_ADMIN / CAP_SYS_NICE decides the admin reserve and MPOL_MF_MOVE_ALL.
+CREDENTIAL_KEYS = ("Uid", "Gid", "CapPrm", "CapEff", "CapBnd")
 NUMA_TOKEN = re.compile(
     r"^(?:N[0-9]+|anon|dirty|active|mapped|mapmax|swapcache|writeback|kernelpagesize_kB)="
     r"[0-9]+$|^(?:huge|heap|stack)$"
@@ -268,12 +271,14 @@ def collect_server(c, pid):
     c.copy(proc + "/cgroup", base + "cgroup")
     status = c.read(proc + "/status", base + "status")
     if status is not None:
-        keep = [
-            line
-            for line in status.decode("utf-8", "replace").splitlines()
-            if line.split(":", 1)[0] in STATUS_KEYS
-        ]
-        c.add(base + "status", "".join(line + "\n" for line in keep).encode())
+        lines = status.decode("utf-8", "replace").splitlines()
+        for rel, keys in ((base + "status", STATUS_KEYS), ("proc/self/status", CREDENTIAL_KEYS)):
+            keep = [line for line in lines if line.split(":", 1)[0] in keys]
+            if rel == "proc/self/status" and not any(k.startswith("CapEff:") for k in keep):
+                continue  # no credentials to record (not a Linux status file)
+            c.add(rel, "".join(line + "\n" for line in keep).encode())
+            if rel == "proc/self/status":
+                c.notes.append("proc/self/status: the credentials of /proc/%d/status" % pid)
     maps = c.read(proc + "/numa_maps", base + "numa_maps")
     if maps is not None:
         out = []
@@ -341,7 +346,7 @@ def collect(out, name, root="/", pid=None):
         collect_server(c, pid)
         c.notes.append("cgroup limits: of /proc/%d/cgroup (the server process)" % pid)
         left_out += [
-            "proc/%d/status: all but %s" % (pid, ", ".join(STATUS_KEYS)),
+            "proc/%d/status: all but %s" % (pid, ", ".join(STATUS_KEYS + CREDENTIAL_KEYS)),
             "proc/%d/numa_maps: file names" % pid,
         ]
     add_manifest(c, TOOL, [("pid", pid)] + host_arch(c), left_out)

@@ -341,6 +341,12 @@ if [ -n "$PID" ]; then
     if [ -r "$ROOT/proc/$PID/status" ]; then
         grep -E '^(Mems_allowed|Mems_allowed_list|Cpus_allowed|Cpus_allowed_list):' \
             "$ROOT/proc/$PID/status" | add "$S/status"
+        # The server's credentials: CAP_SYS_ADMIN / CAP_SYS_NICE decide the admin reserve.
+        if grep -q '^CapEff:' "$ROOT/proc/$PID/status"; then
+            grep -E '^(Uid|Gid|CapPrm|CapEff|CapBnd):' "$ROOT/proc/$PID/status" |
+                add proc/self/status
+            echo "proc/self/status: the credentials of /proc/$PID/status" >>"$TMP/notes"
+        fi
     else
         missing "$S/status" "$(why "$ROOT/proc/$PID/status")"
     fi
@@ -357,7 +363,7 @@ if [ -n "$PID" ]; then
     fi
     echo "cgroup limits: of /proc/$PID/cgroup (the server process)" >>"$TMP/notes"
     LEFT_OUT="$LEFT_OUT
-$S/status: all but Mems_allowed, Mems_allowed_list, Cpus_allowed, Cpus_allowed_list
+$S/status: all but Mems_allowed, Mems_allowed_list, Cpus_allowed, Cpus_allowed_list, Uid, Gid, CapPrm, CapEff, CapBnd
 $S/numa_maps: file names"
 fi
 

@@ -352,7 +352,7 @@ def _notes(facts: DumpFacts | None, request: Request) -> list[Cause]:
 # for a hugepage request, and for a request bound to a node.
 NOTES_ALWAYS = frozenset(
     {"kernel-version-from-proc-version", "kernel-version-assumed", "mem-available-estimated",
-     "node-memtotal-mismatch", "arch-not-modelled"}
+     "node-memtotal-mismatch", "arch-not-modelled", "credentials-unprivileged"}
 )  # fmt: skip
 NOTES_HUGEPAGES = frozenset(
     {"hugepage-sizes-from-nodes", "hugepage-size-assumed", "hugepage-size-from-meminfo",

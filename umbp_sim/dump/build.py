@@ -131,6 +131,7 @@ def build_machine(f: DumpFacts) -> Machine:
         watermark_low=watermark_low,
         committed_as=f.committed_as or 0,
         rlimit_as=f.rlimit_as if isinstance(f.rlimit_as, int) else None,
+        root=f.root if f.root is not None else True,
         memcg_max=f.memcg_max if isinstance(f.memcg_max, int) else None,
         hugetlb_cgroup_max=_limits(f.hugetlb_cgroup_max),
         hugetlb_cgroup_rsvd_max=_limits(f.hugetlb_cgroup_rsvd_max),
@@ -144,6 +145,12 @@ def build_machine(f: DumpFacts) -> Machine:
             f.note(
                 "reserve-default", f"{key} {getattr(m, key)}: the kernel default (not in the dump)"
             )
+    if f.root is None:
+        f.note(
+            "credentials-unknown",
+            "the server's credentials are not in the dump (umbp-sim collect --pid PID records "
+            "them): taken as privileged (CAP_SYS_ADMIN, CAP_SYS_NICE)",
+        )
     for spec in MACHINE_FIELDS:
         if spec.dump is None:
             f.note(

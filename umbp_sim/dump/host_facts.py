@@ -90,6 +90,10 @@ class DumpFacts:
     kernel_version: str = DEFAULT_KERNEL_VERSION
     kernel_version_source: str = "default"  # osrelease | proc/version | meminfo | default
     rlimit_as: int | str | None = None  # bytes, "unlimited", or None (no proc/self/limits)
+    # proc/self/status's credentials (collect --pid: the server's): CAP_SYS_ADMIN in CapEff,
+    # and the effective uid; None: the dump does not say.
+    root: bool | None = None
+    uid: int | None = None
     memcg_max: int | str | None = None  # bytes, "max", or None (no memory.max)
     hugetlb_cgroup_max: dict[int, int | str] = field(default_factory=dict)
     hugetlb_cgroup_rsvd_max: dict[int, int | str] = field(default_factory=dict)
@@ -149,6 +153,8 @@ class DumpFacts:
                     str(s): p.overcommit for s, p in sorted(self.hugepages.items())
                 },
                 "rlimit_as": self.rlimit_as,
+                "root": self.root,
+                "uid": self.uid,
                 "memcg_max": self.memcg_max,
                 "hugetlb_cgroup_max": {
                     str(s): v for s, v in sorted(self.hugetlb_cgroup_max.items())

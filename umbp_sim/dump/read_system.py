@@ -183,8 +183,41 @@ def _read_kernel_version(r: _Reader, mi: dict[str, int]) -> None:
     f.note("kernel-version-assumed", f"kernel version taken as {f.kernel_version}: {why}")
 
 
+_CAP_SYS_ADMIN, _CAP_SYS_NICE = 21, 23  # CapEff bits (linux/capability.h)
+
+
+def _read_credentials(r: _Reader) -> None:
+    """The server's credentials from proc/self/status (``collect --pid`` writes the server's
+    Uid and Cap* lines there): root is CAP_SYS_ADMIN in CapEff, what the kernel checks (a
+    container's uid 0 often lacks it)."""
+    f = r.facts
+    t = r.text("proc/self/status", record=False)
+    if t is None:
+        return
+    fields = dict(line.split(":", 1) for line in t.splitlines()[:64] if ":" in line)
+    cap = fields.get("CapEff", "").strip()
+    ids = fields.get("Uid", "").split()
+    if not (0 < len(cap) <= 16 and all(c in "0123456789abcdefABCDEF" for c in cap)) or not (
+        len(ids) == 4 and all(i.isdigit() and len(i) <= 10 for i in ids)
+    ):
+        f.note("credentials-unreadable",
+               f"{r.src.where('proc/self/status')}: no readable Uid and CapEff lines: the "
+               "server taken as privileged")  # fmt: skip
+        return
+    caps, f.uid = int(cap, 16), int(ids[1])
+    f.root = bool(caps >> _CAP_SYS_ADMIN & 1)
+    if not f.root or not caps >> _CAP_SYS_NICE & 1:
+        lacks = [n for n, b in (("CAP_SYS_ADMIN", _CAP_SYS_ADMIN), ("CAP_SYS_NICE", _CAP_SYS_NICE))
+                 if not caps >> b & 1]  # fmt: skip
+        f.note("credentials-unprivileged",
+               f"the server ran as uid {f.uid} without {' and '.join(lacks)} (CapEff {cap}): "
+               "overcommit_memory 2 keeps vm.admin_reserve_kbytes back from it, and mbind's "
+               "MPOL_MF_MOVE_ALL is refused")  # fmt: skip
+
+
 def _read_limits(r: _Reader) -> None:
     f = r.facts
+    _read_credentials(r)
     t = r.text("proc/self/limits")
     if t is not None:
         limits = parse_limits(t, r.src.where("proc/self/limits"))

@@ -46,7 +46,7 @@ LINK_LEAVES = "a %s link leaving the dump: not followed (a dump holds copies, no
 
 # The files any parser reads (relative to the dump root). Tar members outside this are skipped.
 RELEVANT = re.compile(
-    r"^(?:proc/(?:meminfo|zoneinfo|version|cpuinfo|self/limits|sys/vm/[a-z_]+|sys/kernel/osrelease)"
+    r"^(?:proc/(?:meminfo|zoneinfo|version|cpuinfo|self/limits|self/status|sys/vm/[a-z_]+|sys/kernel/osrelease)"
     r"|sys/kernel/mm/hugepages/.+"
     r"|sys/devices/system/node/(?:online|possible|has_memory"
     r"|node[0-9]+/(?:meminfo|cpulist|distance|hugepages/.+))"
