@@ -12,6 +12,7 @@ import pytest
 
 from umbp_sim import cli
 from umbp_sim.diagnose import diagnose
+from umbp_sim.diagnose.error_line import parse_error_line
 from umbp_sim.diagnose.fleet import (
     FleetReport,
     expand_dumps,
@@ -303,3 +304,32 @@ def test_a_demoted_old_kernel_host_names_the_pool_not_madv_populate() -> None:
     (row,) = replay_fleet([str(DATA / "replay" / "pool-on-node0-5.10.0")], request, jobs=1).rows
     assert row.outcome == "demoted"
     assert row.cause is not None and row.cause.startswith("2048 kB pages needed: 4096;"), row.cause
+
+
+def test_an_error_line_over_a_fleet_says_which_hosts_give_it(
+    fleet: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """With --error each row says whether its host gives the line and, where not, the single
+    replay's hypotheses for it, most likely first."""
+    line = (
+        "RuntimeError: UMBPHostMemAllocator.alloc(8589934592 bytes) failed "
+        "(requested_backing=UMBPHostBufferBacking.AnonymousHugetlb, numa_node=0)."
+    )
+    page = tmp_path / "fleet.html"
+    cli.main(["replay", str(fleet), "--error", line, "--json", "--html", str(page)])
+    out = json.loads(capsys.readouterr().out)
+    for row in out["hosts"]:
+        name = Path(row["dump"]).name
+        m, f = load_dump(fleet / name)
+        el = parse_error_line(line)
+        request = Request(AllocRequest(el.size, el.backing, numa_node=0), error_line=el)
+        d = diagnose(m, f, request).to_json()
+        assert row["reproduces_error_line"] is d["reproduces_error_line"] is False, name
+        kinds = [h["kind"] for h in d["hypotheses"]["hypotheses"]]
+        assert row["hypotheses"] == kinds and kinds[0] == "rlimit_as", name
+        assert row["first_hypothesis"] == d["hypotheses"]["hypotheses"][0]["cause"]
+    cli.main(["replay", str(fleet), "--error", line])
+    text = capsys.readouterr().out.splitlines()
+    assert text[2].split()[:5] == ["host", "dump", "outcome", "error", "line"]
+    assert "not reproduced; rlimit_as" in text[3]
+    assert "<th>error line</th>" in page.read_text()

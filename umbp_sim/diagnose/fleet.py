@@ -200,6 +200,20 @@ class HostRow:
     exit_code: int
     error: str | None = None
     picture: Picture | None = None  # the HTML page's bars (not in the JSON)
+    # With --error: whether this host gives the line, else the single replay's hypotheses for it
+    # (their kinds, most likely first, and the first one's cause).
+    reproduces: bool | None = None
+    hypotheses: tuple[str, ...] = ()
+    hypothesis: str | None = None
+
+    @property
+    def line_cell(self) -> str | None:
+        """The text table's "error line" cell."""
+        if self.reproduces is None:
+            return None
+        if self.reproduces:
+            return "reproduced"
+        return "not reproduced; " + (", ".join(self.hypotheses) or "no hypothesis gives it")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -211,6 +225,9 @@ class HostRow:
             "fix": self.fix,
             "exit_code": self.exit_code,
             "error": self.error,
+            "reproduces_error_line": self.reproduces,
+            "hypotheses": list(self.hypotheses),
+            "first_hypothesis": self.hypothesis,
         }
 
 
@@ -263,6 +280,7 @@ def replay_host(path: str, request: Request) -> HostRow:
     if fixes:
         commands = fixes[0].get("commands") or []
         fix = "; ".join(commands) if commands else str(fixes[0].get("action"))
+    found = d.hypotheses.hypotheses if d.hypotheses is not None else []
     return HostRow(
         path,
         machine.name,
@@ -273,6 +291,9 @@ def replay_host(path: str, request: Request) -> HostRow:
         fix,
         d.exit_code,
         picture=picture_of(d),
+        reproduces=j["reproduces_error_line"],
+        hypotheses=tuple(h.kind for h in found),
+        hypothesis=found[0].cause if found else None,
     )
 
 
@@ -346,13 +367,17 @@ def _cell(text: str | None, width: int) -> str:
 
 
 def render_fleet_text(report: FleetReport) -> str:
-    header = ("host", "dump", "outcome", "backing", "cause", "smallest fix")
-    widths = (24, 32, 14, 19, 64, 80)
+    header: tuple[str, ...] = ("host", "dump", "outcome", "backing", "cause", "smallest fix")
+    widths: tuple[int, ...] = (24, 32, 14, 19, 64, 80)
+    with_line = report.request.error_line is not None
+    if with_line:  # which hosts give the line, and what would make the others give it
+        header, widths = (*header[:3], "error line", *header[3:]), (*widths[:3], 48, *widths[3:])
     lines: list[tuple[str | None, ...]] = [header]
     for r in report.rows:
         cause = r.error if r.outcome == "unreadable" else r.cause
         dump = os.path.basename(r.dump.rstrip("/"))
-        lines.append((r.host, dump, r.outcome, r.backing, cause, r.fix))
+        row: tuple[str | None, ...] = (r.host, dump, r.outcome, r.backing, cause, r.fix)
+        lines.append((*row[:3], r.line_cell, *row[3:]) if with_line else row)
     cells = [tuple(_cell(c, w) for c, w in zip(line, widths, strict=True)) for line in lines]
     cols = [max(len(row[i]) for row in cells) for i in range(len(header))]
     out = [f"replay of {report.request.describe()} on {len(report.rows)} hosts", ""]

@@ -228,12 +228,15 @@ def render_fleet_html(report: FleetReport, title: str = "umbp-sim replay") -> st
     def cell(text: str | None) -> str:
         return f"<td>{esc('-' if text is None else text)}</td>"
 
-    head = "".join(f"<th>{esc(c)}</th>" for c in FLEET_COLUMNS)
+    with_line = report.request.error_line is not None  # as the text table: which give the line
+    columns = FLEET_COLUMNS[:3] + ("error line",) * with_line + FLEET_COLUMNS[3:]
+    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
     rows = []
     for r in report.rows:
         cause = r.error if r.outcome == "unreadable" else r.cause
         dump = os.path.basename(r.dump.rstrip("/"))
-        cells = "".join(cell(c) for c in (r.host, dump, r.outcome, r.backing, cause, r.fix))
+        line = (r.line_cell,) if with_line else ()
+        cells = "".join(cell(c) for c in (r.host, dump, r.outcome, *line, r.backing, cause, r.fix))
         rows.append(f'<tr class="host" data-outcome="{esc(r.outcome)}">{cells}</tr>')
     summary = "".join(
         f'<tr class="outcome"><td>{esc(o)}</td><td>{n}</td></tr>'
