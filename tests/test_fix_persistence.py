@@ -4,35 +4,49 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from umbp_sim.cli import main
+from umbp_sim.diagnose.fix import Fix, combine
 from umbp_sim.diagnose.persist import boot_size, persistent
+from umbp_sim.diagnose.pool_writes import overcommit_write, pool_write
 from umbp_sim.machine import Machine
 
 NODE0 = "echo 2064 > /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages"
+G1 = 1 << 30
+M2 = 2 << 20
+
+
+def fix(**data: Any) -> Fix:
+    """A fix with only what persistence reads: its admin writes, sysctls, service limits."""
+    return Fix("a change", ["(its live commands are not read)"], "pool", **data)
 
 
 @pytest.mark.parametrize(
-    ("commands", "kernel", "said"),
+    ("fixes", "kernel", "said"),
     [
-        (["sysctl -w vm.nr_hugepages=4096", "sysctl -w vm.overcommit_memory=1"], "6.8.0",
+        ([fix(host_changes=[pool_write(M2, 4096)]), fix(sysctls={"vm.overcommit_memory": "1"})],
+         "6.8.0",
          ["/etc/sysctl.d/90-hugepages.conf: vm.nr_hugepages = 4096; vm.overcommit_memory = 1"]),
-        (["echo 4 > /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"], "6.8.0",
+        ([fix(host_changes=[pool_write(G1, 4)])], "6.8.0",
          ["kernel command line: hugepagesz=1G hugepages=4"]),
-        ([NODE0], "5.16.0", ["kernel command line: hugepagesz=2M hugepages=0:2064"]),
-        ([NODE0], "5.15.0", [f"a unit run at boot: {NODE0}"]),  # no NODE:COUNT before 5.16
-        (["echo max > /sys/fs/cgroup/<server cgroup>/memory.max"], "6.8.0",
+        ([fix(host_changes=[pool_write(M2, 2064, 0)])], "5.16.0",
+         ["kernel command line: hugepagesz=2M hugepages=0:2064"]),
+        ([fix(host_changes=[pool_write(M2, 2064, 0)])], "5.15.0",
+         [f"a unit run at boot: {NODE0}"]),  # no NODE:COUNT before 5.16
+        ([fix(host_changes=[overcommit_write(G1, 2)])], "6.8.0",
+         ["a unit run at boot: echo 2 > "
+          "/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_overcommit_hugepages"]),
+        ([fix(service=["echo max > /sys/fs/cgroup/<server cgroup>/memory.max"])], "6.8.0",
          ["the limits the server's service or container starts it with: "
           "echo max > /sys/fs/cgroup/<server cgroup>/memory.max"]),
-        (["--numa-node 1", "SGLANG_HICACHE_HOST_NUMA_NODE=-1"], "6.8.0", []),  # the server's
+        ([fix(), fix()], "6.8.0", []),  # a change of the request: the server's configuration
     ],
 )  # fmt: skip
-def test_each_live_command_has_its_boot_form(
-    commands: list[str], kernel: str, said: list[str]
-) -> None:
-    assert persistent(commands, Machine.x86_64(kernel_version=kernel)) == said
+def test_each_host_change_has_its_boot_form(fixes: list[Fix], kernel: str, said: list[str]) -> None:
+    assert persistent(combine(fixes), Machine.x86_64(kernel_version=kernel)) == said
 
 
 def test_boot_sizes_are_the_kernels_spelling() -> None:

@@ -102,7 +102,13 @@ SysResult SimKernel::do_mbind(void* addr, size_t length, int mode, const unsigne
     if (!user_nodes.empty() || (mode_flags & (MPOL_F_STATIC_NODES | MPOL_F_RELATIVE_NODES)))
       return SysResult::Err(EINVAL);
   } else if (user_nodes.empty()) {
-    return SysResult::Err(EINVAL);
+    // The mask the kernel read (maxnode - 1 bits) holds no node: a node at or past bit
+    // maxnode - 1 was dropped (mori's maxnode rule, docs/deployed-behaviour.md row 4).
+    const int64_t read = maxnode == 0 ? 0 : static_cast<int64_t>(maxnode) - 1;
+    return fail(EINVAL, "mbind", "mbind_empty_mask",
+                "the node mask mbind reads (maxnode - 1 = " + std::to_string(read) +
+                    " bits) holds no node: mbind fails with EINVAL",
+                {{"maxnode", static_cast<int64_t>(maxnode)}, {"bits_read", read}});
   }
   // mpol_set_nodemask: only nodes with memory (cpuset mems = N_MEMORY here) survive.
   SimPolicy pol;

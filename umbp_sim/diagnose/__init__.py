@@ -76,7 +76,7 @@ class Diagnosis:
             "fixes": [
                 {
                     **f.to_json(),
-                    "persistent": persistent(f.commands, self.machine),
+                    "persistent": persistent(f, self.machine),
                     "margin": margin(f.run),
                 }
                 for f in self.fixes

@@ -16,7 +16,6 @@ puts their numbers into sentences.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 from umbp_sim.diagnose.request import Request
@@ -291,8 +290,8 @@ def _sentence(r: Reason, reserved: Reason | None, run: Run) -> str | None:
             f"{n['surplus_allowed']} (surplus {n['surplus']}) allows no more: mmap(MAP_HUGETLB) "
             "fails with ENOMEM"
         )
-    if r.rule == "arguments" and r.call == "mbind" and r.errno == "EINVAL":
-        maxnode_rule = _mbind_maxnode(run)
+    if r.rule == "mbind_empty_mask":
+        maxnode_rule = _mbind_maxnode(run, n["maxnode"])
         if maxnode_rule is not None:
             return maxnode_rule
     if r.errno or r.signal or r.rule == "hugetlb_surplus_gathered":
@@ -300,24 +299,12 @@ def _sentence(r: Reason, reserved: Reason | None, run: Run) -> str | None:
     return None
 
 
-# mbind(addr, len, mode, [nodes the kernel reads], maxnode, flags) = -1 EINVAL, as the trace has it
-_MBIND_EINVAL = re.compile(
-    r"^mbind\(0x[0-9a-f]+, [0-9]+, MPOL_[A-Z_]+(?:\|[A-Z_]+)*, \[[0-9,\- ]*\], ([0-9]{1,10}), "
-    r"[0-9x]+\) = -1 EINVAL",
-    re.M,
-)
-
-
-def _mbind_maxnode(run: Run) -> str | None:
-    """An mbind EINVAL whose node is beyond the maxnode - 1 bits the kernel reads (the
-    maxnode the trace recorded): mori's maxnode rule when maxnode is its mask's bit count
-    (docs/deployed-behaviour.md row 4). None when the trace does not show that."""
+def _mbind_maxnode(run: Run, maxnode: int) -> str | None:
+    """An mbind EINVAL whose node is beyond the maxnode - 1 bits the kernel reads (``maxnode``:
+    the number SimKernel's reason recorded): mori's maxnode rule when maxnode is its mask's bit
+    count (docs/deployed-behaviour.md row 4). None when the request's node is not beyond."""
     node = run.request.settings()[2]
-    found = _MBIND_EINVAL.findall(run.observed.trace_text())
-    if node < 0 or not found:
-        return None
-    maxnode = int(found[-1])
-    if maxnode == 0 or node < maxnode - 1:
+    if node < 0 or maxnode == 0 or node < maxnode - 1:
         return None
     read = f"maxnode - 1 = {maxnode - 1} bits, nodes 0-{maxnode - 2}"
     tail = f"node {node} is outside them, so the mask mbind sees is empty and it fails with EINVAL"

@@ -40,6 +40,11 @@ class Fix:
     # The steps whose run this one was read from (its numbers are that host's): with one of
     # them dropped from a combination, the action is said by its commands alone.
     sized_after: frozenset[str] = frozenset()
+    # What the change sets on the host besides its admin writes (``host_changes``), as data for
+    # what makes it last past a reboot (diagnose/persist.py): sysctls {"vm.KEY": "VALUE"}, and
+    # the limits the server's service or container starts it with.
+    sysctls: dict[str, str] = field(default_factory=dict)
+    service: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.key = self.key or " ; ".join(self.commands)

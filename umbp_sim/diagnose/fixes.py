@@ -260,6 +260,7 @@ def _from_reason(machine: Machine, host: HostState, request: Request, r: Reason)
                 ["echo max > /sys/fs/cgroup/<server cgroup>/memory.max"],
                 "limits",
                 machine_change=lambda m: m.apply(memcg_max=None),
+                service=["echo max > /sys/fs/cgroup/<server cgroup>/memory.max"],
             )
         )
         fits = n["limit"] * 9 // 10
@@ -278,6 +279,7 @@ def _from_reason(machine: Machine, host: HostState, request: Request, r: Reason)
                 [f"echo max > /sys/fs/cgroup/<server cgroup>/hugetlb.{name}.max"],
                 "limits",
                 machine_change=lift,
+                service=[f"echo max > /sys/fs/cgroup/<server cgroup>/hugetlb.{name}.max"],
             )
         )
     elif r.rule == "rlimit_as":
@@ -287,6 +289,7 @@ def _from_reason(machine: Machine, host: HostState, request: Request, r: Reason)
                 ["ulimit -v unlimited"],
                 "limits",
                 machine_change=lambda m: m.apply(rlimit_as=None),
+                service=["ulimit -v unlimited (a unit's LimitAS=infinity, docker --ulimit as=-1)"],
             )
         )
     elif r.rule == "commit_limit":
@@ -298,6 +301,7 @@ def _from_reason(machine: Machine, host: HostState, request: Request, r: Reason)
                 ["sysctl -w vm.overcommit_memory=1"],
                 "limits",
                 machine_change=lambda m: m.apply(overcommit_memory=1),
+                sysctls={"vm.overcommit_memory": "1"},
             )
         )
     elif r.rule == "hugetlb_surplus_no_memory":
@@ -333,6 +337,7 @@ def _commit_fixes(machine: Machine, n: dict[str, int]) -> list[Fix]:
             ["sysctl -w vm.overcommit_memory=0"],
             "limits",
             machine_change=lambda m: m.apply(overcommit_memory=0),
+            sysctls={"vm.overcommit_memory": "0"},
         )
     ]
     extra = n["committed_as"] + n["length"] - n["limit"]
@@ -347,6 +352,7 @@ def _commit_fixes(machine: Machine, n: dict[str, int]) -> list[Fix]:
                 [f"sysctl -w vm.overcommit_ratio={ratio}"],
                 "limits",
                 machine_change=lambda m: m.apply(overcommit_ratio=ratio),
+                sysctls={"vm.overcommit_ratio": str(ratio)},
             )
         )
     return out

@@ -106,7 +106,7 @@ def sections(d: Diagnosis, mode: str = "replay") -> Sections:
                 f.action,
                 list(f.commands),
                 f.outcome_after,
-                persistent(f.commands, d.machine),
+                persistent(f, d.machine),
                 margin(f.run),
             )
             for f in fixes
