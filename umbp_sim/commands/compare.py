@@ -44,8 +44,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "not run (an allocator failed to load, a worker died, Ctrl-C), 64 bad usage or nothing "
         "to compare, 143/129 SIGTERM/SIGHUP."
     )
-    p.add_argument("spec_a", metavar="SPEC_A", help="umbp-sim | mori | MODULE | PATH.so")
-    p.add_argument("spec_b", metavar="SPEC_B", help="umbp-sim | mori | MODULE | PATH.so")
+    p.add_argument("spec_a", metavar="SPEC_A", nargs="?",
+                   help="umbp-sim | mori | MODULE | PATH.so")  # fmt: skip
+    p.add_argument("spec_b", metavar="SPEC_B", nargs="?",
+                   help="umbp-sim | mori | MODULE | PATH.so")  # fmt: skip
+    p.add_argument(
+        "--shard", metavar="K/N",
+        help="only the K-th of N shares of the runs (after -k): run each share on its own "
+        "machine with --json, then --merge the files",
+    )  # fmt: skip
+    p.add_argument(
+        "--merge", nargs="+", metavar="SHARD.json",
+        help="the comparison the shards' JSON files (--shard K/N --json, every K once) make "
+        "together, as one run would print it (no SPEC_A/SPEC_B, no runs)",
+    )  # fmt: skip
     p.add_argument(
         "--matrix", choices=("quick", "full", "none"), default="quick",
         help="request matrix: quick (default), full (the whole product: long), none",
@@ -111,8 +123,51 @@ def _recorded(
 def run(args: argparse.Namespace) -> int:
     from umbp_sim.external.procs import ended_by_signals
 
+    if args.merge is not None:
+        return _merge(args)
+    if args.spec_a is None or args.spec_b is None:
+        print("umbp-sim compare: give SPEC_A and SPEC_B (or --merge SHARD.json ...)",
+              file=sys.stderr)  # fmt: skip
+        return EX_USAGE
     with ended_by_signals():
         return _run(args)
+
+
+def _merge(args: argparse.Namespace) -> int:
+    """``compare --merge SHARD.json ...``: the shards' comparison, as one run prints it."""
+    from umbp_sim.external.shards import merge, read_paths
+
+    clash = [flag for flag, given in (("SPEC_A/SPEC_B", args.spec_a is not None),
+                                      ("--shard", args.shard is not None),
+                                      ("--html", args.html is not None)) if given]  # fmt: skip
+    if clash:
+        why = "the shards were run; --html needs each run's outcome: write it on one machine"
+        print(f"umbp-sim compare: --merge takes no {', '.join(clash)} ({why})", file=sys.stderr)
+        return EX_USAGE
+    junit = None
+    if args.junit:
+        from umbp_sim.diagnose.html_report import PageFile
+
+        junit = PageFile(args.junit, "--junit")
+    try:
+        result = merge(read_paths(args.merge))
+        if junit is not None:
+            from umbp_sim.external.compare_junit import render_junit
+
+            junit.write(render_junit(result))
+    finally:
+        if junit is not None and not junit.written:
+            junit.discard()
+    _print(result, args)
+    return 0 if result.same else EX_DIFFERENT
+
+
+def _print(result: Any, args: argparse.Namespace) -> None:
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(result.report(args.examples))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -149,6 +204,15 @@ def _run(args: argparse.Namespace) -> int:
         what = f"-k {args.pattern!r}: no run's label matches" if args.pattern else "no runs"
         print(f"umbp-sim compare: {what} (nothing compared)", file=sys.stderr)
         return EX_USAGE
+    shard = None
+    if args.shard is not None:
+        from umbp_sim.external import shards
+
+        k, n = shards.parse_shard(args.shard)
+        labels = [r.label for r in runs]
+        shard, index = shards.shard_info(k, n, labels), {lb: i for i, lb in enumerate(labels)}
+        runs = shards.select(runs, k, n)
+        jobs = jobs if runs else 1  # a share with no run (N above the runs): nothing to spread
     page = junit = None
     if args.html or args.junit:  # before the runs: an unwritable FILE fails at once
         from umbp_sim.diagnose.html_report import PageFile
@@ -176,6 +240,8 @@ def _run(args: argparse.Namespace) -> int:
             if page is not None:
                 outcomes = _recorded(outcomes, lines_a, lines_b)
             result = compare_differences(str(spec_a), str(spec_b), outcomes, count)
+            if shard is not None:
+                result.shard, result.index = shard, index
         if page is not None:
             from umbp_sim.external.compare_html import render_compare_html
 
@@ -208,9 +274,5 @@ def _run(args: argparse.Namespace) -> int:
         for out in (page, junit):
             if out is not None and not out.written:
                 out.discard()  # no page (nor an empty file) left behind
-    if args.json:
-        json.dump(result.to_json(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(result.report(args.examples))
+    _print(result, args)
     return 0 if result.same else EX_DIFFERENT

@@ -119,20 +119,32 @@ class Comparison:
     runs: int = 0
     differing_runs: int = 0
     by_class: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # A shard's (compare --shard K/N): {"k", "n", "total", "digest"} of the whole run list, and
+    # each differing run's place in it, so that --merge rebuilds the whole comparison.
+    shard: dict[str, Any] | None = None
+    index: dict[str, int] = field(default_factory=dict)
 
     @property
     def same(self) -> bool:
         return self.differing_runs == 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        differences = {c: self.by_class[c] for c in CLASSES if c in self.by_class}
+        out = {
             "a": self.a,
             "b": self.b,
             "runs": self.runs,
             "differing_runs": self.differing_runs,
             "same": self.same,
-            "differences": {c: self.by_class[c] for c in CLASSES if c in self.by_class},
+            "differences": differences,
         }
+        if self.shard is not None:
+            out["shard"] = self.shard
+            out["differences"] = {
+                c: [{**item, "index": self.index[item["run"]]} for item in items]
+                for c, items in differences.items()
+            }
+        return out
 
     def report(self, examples: int = 5) -> str:
         lines = [f"compared {self.a} (A) with {self.b} (B) over {self.runs} runs"]
