@@ -76,3 +76,25 @@ def test_no_tiny_hugepages_for_a_large_buffer() -> None:
         if c.startswith("--hugepage-size")
     ]
     assert offered == ["--hugepage-size 32MiB", "--hugepage-size 1GiB"]
+
+
+def test_a_buffer_below_every_other_size_is_offered_the_next_one_up() -> None:
+    """POWER's smallest hugepage is 16 MiB: a 10 MiB buffer asking for 2 MiB pages is offered
+    one 16 MiB page (at most twice the buffer), never the 16 GiB one."""
+    power = Machine.ppc64le(mmu="hash", nodes=2, mem_per_node="64GiB", hugepages={"16MiB": 4})
+    request = hugetlb(10 * MiB)
+    offered = [
+        c
+        for f in candidates(power, request, simulate_request(power, request))
+        for c in f.commands
+        if c.startswith("--hugepage-size")
+    ]
+    assert offered == ["--hugepage-size 16MiB"]
+    small = hugetlb(4 * MiB)  # 16 MiB is four times the buffer: not a size to offer
+    offered = [
+        c
+        for f in candidates(power, small, simulate_request(power, small))
+        for c in f.commands
+        if c.startswith("--hugepage-size")
+    ]
+    assert offered == []

@@ -190,3 +190,54 @@ def test_the_page_shows_the_hypotheses(capsys, tmp_path) -> None:
     assert why.count("<li>the server&#x27;s address-space limit (RLIMIT_AS") == 1
     assert "simulated: RLIMIT_AS 4194303 KiB (ulimit -v 4194303): the line, exactly" in why
     assert "<h3>does not give the line (simulated)</h3>" in why
+
+
+def test_an_error_line_is_a_raw_request() -> None:
+    """An sglang startup makes several alloc calls: the line is replayed as the one it names."""
+    el = parse_error_line(line(1 << 30, 0))
+    with pytest.raises(ValueError, match="raw alloc it names"):
+        Request(sglang={"layers": 32}, error_line=el)
+
+
+@pytest.mark.parametrize("backing", ["Anonymous", "AnonymousShm"])
+def test_a_backing_without_hugepages_is_said_as_one_mmap(backing: str) -> None:
+    """No hugetlb mmap, no fallback: the causes say the one mapping the request makes."""
+    text = line(100000595968, node=1, backing=backing)
+    _, found = line_hosts(request_for(text))
+    causes = " ".join(h.cause for h in found.hypotheses)
+    assert found.hypotheses and "rlimit_as" in [h.kind for h in found.hypotheses]
+    assert "its one mmap fails with ENOMEM" in causes
+    assert "hugetlb" not in causes and "fallback" not in causes
+
+
+def test_a_hugetlb_line_says_both_mmaps() -> None:
+    _, found = line_hosts(request_for(line(100000595968, node=1)))
+    rlimit = next(h for h in found.hypotheses if h.kind == "rlimit_as")
+    assert "the hugetlb mmap and the 4 KiB-page fallback both fail with ENOMEM" in rlimit.cause
+
+
+def test_a_moment_is_combined_only_when_it_causes_the_fallback() -> None:
+    """A host with no pool demotes the request as dumped: a memory cgroup limit demoting it too
+    is no cause, so it is not tried again under overcommit_memory 2 (no "memcg+..." kind)."""
+    machine = Machine.x86_64(nodes=2, mem_per_node="32GiB")
+    request = request_for(line(4096))
+    d = diagnose(machine, None, request)
+    assert d.run.outcome == "demoted" and d.hypotheses is not None
+    kinds = [h.kind for h in d.hypotheses.hypotheses]
+    assert kinds and not any("+" in k for k in kinds), kinds
+    memcg = next(t for t in d.hypotheses.ruled_out if t.change.startswith("a memory cgroup"))
+    assert memcg.change.endswith(", one page")
+    # With a pool that has room, taking its pages is what demotes: then both are tried.
+    pooled = Machine.x86_64(nodes=2, mem_per_node="32GiB", hugepages={"2MiB": 4})
+    d = diagnose(pooled, None, request_for(line(4 << 20)))
+    assert d.run.outcome == "ok" and d.hypotheses is not None
+    kinds = [h.kind for h in d.hypotheses.hypotheses]
+    assert "hugepages_taken+overcommit_mode" in kinds, kinds
+
+
+def test_a_request_of_less_than_a_page_still_finds_its_rlimit_edge() -> None:
+    text = line(100, backing="Anonymous")
+    machine, found = line_hosts(request_for(text))
+    rlimit = next(h for h in found.hypotheses if h.kind == "rlimit_as")
+    assert rlimit.verified.fields == {"rlimit_as": 3072}  # the 4 KiB mmap: 3 KiB still fails
+    assert rerun(machine, request_for(text), {"rlimit_as": 4096}) != text

@@ -266,6 +266,34 @@ def test_the_processs_credentials_round_trip_through_a_dump(tmp_path: Path) -> N
         assert len(unprivileged) == (not root)
 
 
+@pytest.mark.parametrize(
+    ("status", "root", "says"),
+    [
+        # A uid in other scripts' digits is no uid (str.isdigit takes '²'): read as unreadable.
+        ("Uid:\t0\t²\t0\t0\nCapEff:\t000001ffffffffff\n", True, "no readable Uid"),
+        # CAP_SYS_NICE (23) alone missing: the admin reserve is the server's, MOVE_ALL is not.
+        ("Uid:\t0\t0\t0\t0\nCapEff:\t000001ffff7fffff\n", True,
+         "without CAP_SYS_NICE (CapEff 000001ffff7fffff): mbind's MPOL_MF_MOVE_ALL would be "
+         "refused (EPERM); the simulation"),
+        # CAP_SYS_ADMIN (21) alone missing: the admin reserve is kept back, nothing about mbind.
+        ("Uid:\t0\t0\t0\t0\nCapEff:\t000001ffffdfffff\n", False,
+         "without CAP_SYS_ADMIN (CapEff 000001ffffdfffff): overcommit_memory 2 keeps "
+         "vm.admin_reserve_kbytes back from it"),
+    ],
+)  # fmt: skip
+def test_credentials_are_read_per_capability(
+    tmp_path: Path, status: str, root: bool, says: str
+) -> None:
+    where = tmp_path / "h"
+    SimHost(Machine.x86_64(name="h")).render(where)
+    (where / "proc/self/status").write_text(status)
+    loaded, facts = load_dump(where)
+    assert loaded.root is root
+    texts = [str(n) for n in facts.notes if n.code.startswith("credentials-")]
+    assert len(texts) == 1 and says in texts[0], texts
+    assert ("mbind" in texts[0]) is ("CAP_SYS_NICE" in says)
+
+
 def test_limits_round_trip_through_a_dump(tmp_path: Path) -> None:
     m = Machine.x86_64(rlimit_as="8GiB", memcg_max="4GiB", hugetlb_cgroup_max={"1GiB": "2GiB"})
     loaded, _ = round_trip(m, tmp_path)

@@ -31,6 +31,9 @@ def run(capsys, argv: list[str]) -> tuple[int, str]:  # type: ignore[no-untyped-
         (["--size", "1GiB", "--env", "SGLANG_HICACHE_HOST_NUMA_NODE=0"], 64,
          "--env SGLANG_HICACHE_HOST_NUMA_NODE: applies to sglang requests only"),
         ([], 64, "no request: give --size"),
+        (["--error", "RuntimeError: UMBPHostMemAllocator.alloc(1073741824 bytes) failed "
+          "(requested_backing=AnonymousHugetlb, numa_node=0)", "--model-layers", "32"], 64,
+         "--error cannot be combined with --model-layers: the error line is the request"),
         (["--model-layers", "32", "--kv-heads", "8", "--head-dim", "128", "--hicache-size", "1",
           "--layout", "bogus"], 64, "--layout: Unsupported layout: bogus"),
         (["--model-layers", "32", "--kv-heads", "8", "--head-dim", "128", "--hicache-size", "1",

@@ -15,9 +15,13 @@ import umbp_sim.external.procs as procs
 from umbp_sim.errors import Terminated
 procs._TERMINATED_GRACE = 0.5
 with procs.ended_by_signals():
-    print("ready", flush=True)
+    said = False
     while True:
         try:
+            # Inside the try: the signal can land while print is still returning.
+            if not said:
+                print("ready", flush=True)
+                said = True
             time.sleep(0.05)
         except Terminated:
             pass  # what Python does with it inside a weakref callback

@@ -158,5 +158,5 @@ def diagnose(
         d.fixes, d.not_helping, d.limit = found.fixes, found.not_helping, found.limit
     d.with_fixes = _with_fixes(machine, request, run)
     if request.error_line is not None and not request.error_line.matches(run.observed.error):
-        d.hypotheses = search(machine, facts, request, profile)
+        d.hypotheses = search(machine, facts, request, run.outcome, profile)
     return d

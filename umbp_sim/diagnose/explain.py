@@ -306,7 +306,8 @@ def _mbind_maxnode(run: Run, maxnode: int) -> str | None:
     node = run.request.settings()[2]
     if node < 0 or maxnode == 0 or node < maxnode - 1:
         return None
-    read = f"maxnode - 1 = {maxnode - 1} bits, nodes 0-{maxnode - 2}"
+    nodes = "no node" if maxnode == 1 else f"nodes 0-{maxnode - 2}"
+    read = f"maxnode - 1 = {maxnode - 1} bits, {nodes}"
     tail = f"node {node} is outside them, so the mask mbind sees is empty and it fails with EINVAL"
     if maxnode % 64 == 0 and node == maxnode - 1:
         return (

@@ -53,6 +53,19 @@ def _no_hugepages(r: Request) -> Request:
     return r.without_hugepages()
 
 
+def _sizes_for(machine: Machine, hp: int, biggest: int) -> list[int]:
+    """The other hugepage sizes a person would use for a ``biggest``-byte buffer: from 1 MiB
+    (64 kB pages for a 93 GiB buffer are no hugepages) and not above the buffer (a 16 GiB page
+    for an 8 GiB buffer); where no such size exists, the smallest one up to twice the buffer
+    (POWER's 16 MiB page for a 10 MiB buffer)."""
+    others = [s for s in machine.hugepage_sizes if s != hp and s >= MiB]
+    fitting = [s for s in others if s <= max(biggest, MiB)]
+    if fitting:
+        return fitting
+    above = [s for s in others if s <= 2 * biggest]
+    return [min(above)] if above else []
+
+
 def candidates(
     machine: Machine, request: Request, run: Run, host: HostState | None = None
 ) -> list[Fix]:
@@ -81,19 +94,15 @@ def candidates(
         and run.outcome in ("demoted", "crashed")
         or (request.wants_hugepages() and any(r.rule == "hugepage_size_unknown" for r in o.reasons))
     ):
-        biggest = max(request.buffer_sizes())
-        for s in machine.hugepage_sizes:
-            # A size a person would use for this buffer: not above it (a 16 GiB page for an
-            # 8 GiB buffer), and from 1 MiB (64 kB pages for a 93 GiB buffer are no hugepages).
-            if s != hp and MiB <= s <= max(biggest, MiB):
-                out.append(
-                    Fix(
-                        f"use {kb(s)} pages",
-                        [request.hugepage_size_change(s)],
-                        "size",
-                        request_change=_set_hp(s),
-                    )
+        for s in _sizes_for(machine, hp, max(request.buffer_sizes())):
+            out.append(
+                Fix(
+                    f"use {kb(s)} pages",
+                    [request.hugepage_size_change(s)],
+                    "size",
+                    request_change=_set_hp(s),
                 )
+            )
         out.append(
             Fix(
                 f"do not ask for hugepages: plain {spaced_size(machine.page_size)} pages",

@@ -158,14 +158,26 @@ def _size(n: int) -> str:
     return f"{gib(n)} ({n:,} bytes)"
 
 
+def _mappings(request: Request) -> tuple[str, str]:
+    """How the request's mappings fail, in words: (every mmap it tries, the last one).
+
+    A hugetlb backing falls back to 4 KiB pages when its hugetlb mmap fails, so a null handle
+    means both failed; any other backing tries one mmap.
+    """
+    backing = request.settings()[0]
+    if backing in HUGETLB_BACKINGS:
+        return "the hugetlb mmap and the 4 KiB-page fallback both fail", "4 KiB-page fallback"
+    return "its one mmap fails", f"{backing} mapping"
+
+
 def _ulimit(limit: int) -> str:
     return f"RLIMIT_AS {limit // KiB} KiB (ulimit -v {limit // KiB})"
 
 
 def _rlimit_as(s: _Searcher, facts: DumpFacts | None) -> None:
     """The server's RLIMIT_AS: the largest limit that still gives the line."""
-    page = s.machine.page_size
-    probe, run = s.run("RLIMIT_AS of one page", rlimit_as=page)
+    # A limit of 0 fails any mmap (one page would let a request of a page or less through).
+    probe, run = s.run("RLIMIT_AS 0 (ulimit -v 0)", rlimit_as=0)
     if not probe.reproduces:
         s.found.ruled_out.append(probe)
         return
@@ -178,25 +190,33 @@ def _rlimit_as(s: _Searcher, facts: DumpFacts | None) -> None:
     edge = (need - 1) // KiB * KiB  # ulimit -v counts KiB
     verified, _ = s.run(_ulimit(edge), rlimit_as=edge)
     if not verified.reproduces:
-        verified, edge = probe, page
+        verified, edge = probe, 0
     beyond, _ = s.run(_ulimit(-(-need // KiB) * KiB), rlimit_as=-(-need // KiB) * KiB)
     shown = ""
     if facts is not None and facts.rlimit_as is not None:
         said = facts.rlimit_as if isinstance(facts.rlimit_as, str) else _size(facts.rlimit_as)
-        shown = f" (the dump's proc/self/limits says {said}: the collecting process's, unless "
-        shown += "it was collected with --pid of the server)"
+        # Credentials are in a dump only from collect --pid, which takes the limits from there.
+        whose = (
+            "the server's when it was collected (collect --pid), so not what it ran with "
+            "when it failed"
+            if facts.uid is not None
+            else "the collecting process's: collect --pid PID records the server's"
+        )
+        shown = f" (the dump's proc/self/limits says {said}: {whose})"
+    both, _ = _mappings(s.request)
+    hugetlb = " (hugetlb too)" if s.request.settings()[0] in HUGETLB_BACKINGS else ""
     before = f"maps {_size(numbers['vm'])} before" if numbers["vm"] else "maps nothing else"
     cause = (
         f"the server's address-space limit (RLIMIT_AS, ulimit -v) left less than "
         f"{_size(numbers['length'])} for the mmap that failed: RLIMIT_AS counts every mapping "
-        f"(hugetlb too), so the hugetlb mmap and the anonymous fallback both fail with ENOMEM "
-        f"and alloc returns a null handle. The room is the limit less what the server already "
-        f"maps (its VmSize: Python, torch and a GPU runtime map tens of GiB); simulated, a "
-        f"process that {before} gives the line with any limit up to {edge:,} bytes{shown}"
+        f"{hugetlb}, so {both} with ENOMEM and alloc returns a null handle. The room is the "
+        f"limit less what the server already maps (its VmSize: Python, torch and a GPU "
+        f"runtime map tens of GiB); simulated, a process that {before} gives the line with "
+        f"any limit up to {edge:,} bytes{shown}"
     )
     s.keep("rlimit_as", cause, verified, beyond, (
         "umbp-sim collect --pid PID of a running server: its /proc/PID/limits "
-        "('Max address space') and VmSize in /proc/PID/status",
+        "('Max address space'); and what it maps: grep VmSize /proc/PID/status",
         _LIMITS_AT_START,
     ))  # fmt: skip
 
@@ -249,7 +269,8 @@ def _committed(s: _Searcher, first: tuple[str, str, dict[str, Any]] | None = Non
     cause = (
         f"other processes had committed {_size(least)} or more (Committed_AS; {dumped}) under "
         f"overcommit_memory 2: {limit} leaves less than the {_size(numbers['length'])} "
-        "anonymous fallback, which is refused with ENOMEM, and alloc returns a null handle"
+        f"{_mappings(s.request)[1]}, which is refused with ENOMEM, and alloc returns a null "
+        "handle"
     )
     if changed_mode:
         cause = (
@@ -258,7 +279,7 @@ def _committed(s: _Searcher, first: tuple[str, str, dict[str, Any]] | None = Non
         )
     collect: tuple[str, ...] = (_COMMIT_HISTORY, _SYSCTL_AT_START)
     if first is not None:
-        cause = f"{first[1]} (so mori falls back to anonymous memory), and {cause}"
+        cause = f"{first[1]} (so the allocator falls back to 4 KiB pages), and {cause}"
         collect = (*collect, _HUGEPAGES_HISTORY)
     s.keep(kind, cause, verified, beyond, collect)
 
@@ -270,7 +291,12 @@ def _moment_changes(s: _Searcher) -> list[tuple[str, str, dict[str, Any]]]:
     biggest = max(request.buffer_sizes())
     out: list[tuple[str, str, dict[str, Any]]] = []
     cap = max(m.page_size, biggest // 2 // m.page_size * m.page_size)
-    out.append(("memcg", f"a memory cgroup limit (memory.max) of {_size(cap)}, half the buffer",
+    than = (
+        "half the buffer"
+        if 2 * cap == biggest
+        else ("less than the buffer" if cap < biggest else "one page")
+    )
+    out.append(("memcg", f"a memory cgroup limit (memory.max) of {_size(cap)}, {than}",
                 {"memcg_max": cap}))  # fmt: skip
     backing, hugepage_size, _node, _prefault = request.settings()
     if backing in HUGETLB_BACKINGS:
@@ -288,25 +314,31 @@ def _moment_changes(s: _Searcher) -> list[tuple[str, str, dict[str, Any]]]:
     return out
 
 
-def _moments(s: _Searcher) -> None:
-    """Each state of the moment alone; one that sends mori to its anonymous fallback (demoted)
-    is tried again under overcommit_memory 2 (``_committed``): both at once give the line."""
+def _moments(s: _Searcher, baseline: str) -> None:
+    """Each state of the moment alone; one that sends the allocator to its 4 KiB-page fallback
+    (demoted, where the host as searched was not: ``baseline`` is its outcome) is tried again
+    under overcommit_memory 2 (``_committed``): both at once may give the line."""
     for kind, change, fields in _moment_changes(s):
         tried, _ = s.run(change, **fields)
         if tried.reproduces:
             s.keep(kind, change, tried, None, ())
             continue
         s.found.ruled_out.append(tried)
-        if tried.outcome == "demoted":
+        if tried.outcome == "demoted" and baseline != "demoted":
             _committed(s, (kind, change, fields))
 
 
 def search(
-    machine: Machine, facts: DumpFacts | None, request: Request, profile: str | None = None
+    machine: Machine,
+    facts: DumpFacts | None,
+    request: Request,
+    baseline: str,
+    profile: str | None = None,
 ) -> HypothesisSearch:
     """The changes a dump cannot show that reproduce ``request.error_line`` on ``machine``,
     most likely first: under the dump's overcommit_memory 2, what others had committed; the
-    server's RLIMIT_AS; then overcommit_memory changed to 2 since the failure."""
+    server's RLIMIT_AS; then overcommit_memory changed to 2 since the failure. ``baseline``:
+    the outcome of the request on ``machine`` as dumped (the replay's run)."""
     s = _Searcher(machine, request, profile)
     if machine.overcommit_memory == 2:
         _committed(s)
@@ -314,7 +346,7 @@ def search(
     else:
         _rlimit_as(s, facts)
         _committed(s)
-    _moments(s)
+    _moments(s, baseline)
     return s.found
 
 
@@ -340,7 +372,8 @@ def line_hosts(request: Request, profile: str | None = None) -> tuple[Machine, H
     s = _Searcher(machine, request, profile, "the reference host has")
     as_is, run = s.run("none: the reference host as it is")
     if as_is.reproduces:
-        why = "; ".join(c.text for c in kernel_causes(run.observed.reasons, run)) or (
+        texts = dict.fromkeys(c.text for c in kernel_causes(run.observed.reasons, run))
+        why = "; ".join(texts) or (
             "the allocator returns a null handle for this request without any kernel call "
             "failing (simulated on a reference host with memory to spare and no limits)"
         )
@@ -356,13 +389,15 @@ def line_hosts(request: Request, profile: str | None = None) -> tuple[Machine, H
     if tried.reproduces:
         cause = (
             "a host whose RAM + swap is smaller than the request: overcommit_memory 0 refuses a "
-            "single mapping larger than MemTotal + SwapTotal (ENOMEM), the hugetlb mmap fails "
-            "or finds no pool, and alloc returns a null handle"
-        )
+            "single mapping larger than MemTotal + SwapTotal (ENOMEM)"
+            + (", the hugetlb mmap fails or finds no pool,"
+               if request.settings()[0] in HUGETLB_BACKINGS else "")
+            + " and alloc returns a null handle"
+        )  # fmt: skip
         s.keep("ram", cause, tried, None, ("MemTotal, SwapTotal: umbp-sim collect",))
     else:
         s.found.ruled_out.append(tried)
     _rlimit_as(s, None)
     _committed(s)
-    _moments(s)
+    _moments(s, as_is.outcome)
     return machine, s.found

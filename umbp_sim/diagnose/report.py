@@ -139,11 +139,11 @@ def hypothesis_lines(
     """The search's opening sentence, its hypotheses and what it ruled out, as shown."""
     if found is None:
         return None, [], []
-    runs = f"{len(found.tried)} simulated runs"
+    runs = f"{len(found.tried)} simulated runs in all, probes included"
     if found.hypotheses:
         intro = (
             f"{on} does not give the error line; changed in what a dump cannot show "
-            f"({runs}), the host gives it exactly when:"
+            f"({runs}), the host gives it exactly if:"
         )
     else:
         intro = (

@@ -73,6 +73,13 @@ class Request:
     sglang_release: str = "0.5.23"  # whose UMBPHostTensorAllocator: a release, or "installed"
     error_line: ErrorLine | None = None  # the RuntimeError line the replay was asked about
 
+    def __post_init__(self) -> None:
+        # The line names one alloc call (its size, backing, node): it is a raw request. An
+        # sglang startup makes several, and the search around the line (diagnose/hypotheses.py)
+        # would move the edges of the first failing one, not of the one the line names.
+        if self.error_line is not None and self.alloc is None:
+            raise ValueError("an error line replays as the raw alloc it names, not an sglang one")
+
     @property
     def kind(self) -> str:
         """ "raw" or "sglang"."""
@@ -250,6 +257,13 @@ def _request_from_flags(args: argparse.Namespace) -> Request:
                 )
     raw_given = [f for f in RAW_FLAGS if flags.get(f) not in (None, False)]
     sg_given = [f for f in SGLANG_FLAGS if flags.get(f) is not None]
+    if line is not None and sg_given:
+        raise RequestError(
+            f"--error cannot be combined with {_flag(sg_given[0])}: the error line is the "
+            "request, the one alloc call that failed (its size, backing and node); replay it "
+            f"with --error alone (and --hugepage-size, --no-prefault), or the sglang startup "
+            "without --error"
+        )
     if raw_given and sg_given:
         raise RequestError(
             f"{_flag(raw_given[0])} cannot be combined with {_flag(sg_given[0])}: give a raw "

@@ -145,7 +145,7 @@ def build_machine(f: DumpFacts) -> Machine:
             f.note(
                 "reserve-default", f"{key} {getattr(m, key)}: the kernel default (not in the dump)"
             )
-    if f.root is None:
+    if f.root is None and not any(n.code == "credentials-unreadable" for n in f.notes):
         f.note(
             "credentials-unknown",
             "the server's credentials are not in the dump (umbp-sim collect --pid PID records "

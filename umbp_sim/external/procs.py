@@ -281,6 +281,7 @@ def ended_by_signals() -> Iterator[None]:
         # Python ignores an exception raised where the signal happens to land in a weakref
         # callback or a __del__ ("Exception ignored in ..."): the command would go on. A
         # watchdog ends it then, after the time the finally blocks need to end what it started.
+        # It does not flush stdout: the main thread may hold its lock, blocked on a full pipe.
         watchdog = threading.Timer(_TERMINATED_GRACE, os._exit, (128 + sig,))
         watchdog.daemon = True
         watchdog.start()
