@@ -106,7 +106,7 @@ CASES = [
     ("steps missing", valid(request='[request]\nkind = "steps"\n'), r"^\[request\]\.steps: missing$"),
     ("steps empty", valid(request='[request]\nkind = "steps"\nsteps = []\n'), r"^\[request\]\.steps: expected an array of tables \(at least 1\)$"),
     ("step not a table", valid(request='[request]\nkind = "steps"\nsteps = ["alloc"]\n'), r"^\[request\]\.steps\[0\]: expected a table, got a string \('alloc'\)$"),
-    ("step op unknown", valid(request='[request]\nkind = "steps"\nsteps = [{ op = "malloc", id = "a" }]\n'), r"^\[request\]\.steps\[0\]\.op: 'malloc' is not one of alloc, free, acquire, release, lookup, set_nr_hugepages$"),
+    ("step op unknown", valid(request='[request]\nkind = "steps"\nsteps = [{ op = "malloc", id = "a" }]\n'), r"^\[request\]\.steps\[0\]\.op: 'malloc' is not one of alloc, free, acquire, release, lookup, mapped, set_nr_hugepages$"),
     ("step without op", valid(request='[request]\nkind = "steps"\nsteps = [{ id = "a" }]\n'), r"^\[request\]\.steps\[0\]\.op: None is not one of "),
     ("alloc step without size", valid(request='[request]\nkind = "steps"\nsteps = [{ op = "alloc", id = "a" }]\n'), r"^\[request\]\.steps\[0\]\.size: missing$"),
     ("alloc step without id", valid(request='[request]\nkind = "steps"\nsteps = [{ op = "alloc", size = 1 }]\n'), r"^\[request\]\.steps\[0\]\.id: missing$"),

@@ -133,3 +133,69 @@ def test_a_checkout_without_spdlog_names_the_packages(
         "libspdlog-dev (Debian, Ubuntu) or dnf install spdlog-devel; or -I the directory "
         "holding spdlog/\n"
     )
+
+
+REGISTRY_SCENARIO = """umbp_sim_scenario = 1
+[scenario]
+name = "registry"
+description = "registered twice, released once, freed: mapped until the last release"
+
+[machine]
+nodes = 1
+mem_per_node = "16GiB"
+
+[request]
+kind = "steps"
+steps = [
+  { op = "alloc", id = "kv", size = "64KiB", backing = "AnonymousShm" },
+  { op = "acquire", id = "kv", offset = 4096, size = "4KiB" },
+  { op = "acquire", id = "kv", offset = 8192, size = "4KiB" },
+  { op = "release", id = "kv" },
+  { op = "free", id = "kv" },
+  { op = "mapped", id = "kv" },
+  { op = "lookup", id = "kv", offset = 4096, size = "4KiB" },
+  { op = "release", id = "kv" },
+  { op = "mapped", id = "kv" },
+]
+
+[expect]
+outcome = "ok"
+steps = ["alloc ok AnonymousShm 65536", "acquire found", "acquire found", "released", "freed",
+         "mapped yes", "lookup none", "released", "mapped no"]
+no_leaks = true
+"""
+
+
+def test_the_shm_registry_runs_on_a_checkout_build(
+    checkout: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """mori's registry is C++ only: build-allocator's binding gives it to umbp-sim's steps, so
+    a registry that miscounts (Acquire not counted: the Free unmaps at once) fails a scenario
+    and differs in compare (class "steps")."""
+    good, bug = tmp_path / "mori_umbp.so", tmp_path / "mori_bug.so"
+    assert main(["build-allocator", "--mori", str(checkout), "-o", str(good)]) == 0
+    argv = ["build-allocator", "--mori", str(checkout), "-D", "FAKE_MORI_REFCOUNT_BUG"]
+    assert main([*argv, "-o", str(bug)]) == 0
+    scn = tmp_path / "registry.toml"
+    scn.write_text(REGISTRY_SCENARIO)
+    capsys.readouterr()
+    assert main(["run", "--allocator", str(good), str(scn)]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    assert main(["run", "--allocator", str(bug), str(scn)]) == 1
+    out = capsys.readouterr().out
+    assert "'freed', 'mapped no', 'lookup none'" in out, out
+    # compare: the bundled mori scenario of the same sequence, on both builds
+    pick = ["--matrix", "none", "-k", "*shm-free-deferred-until-last-release*", "--json"]
+    assert main(["compare", str(good), str(good), *pick]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"] == 1
+    assert main(["compare", str(good), str(bug), *pick]) == 1
+    steps = json.loads(capsys.readouterr().out)["differences"]["steps"]
+    assert [s[5] for s in (steps[0]["a"], steps[0]["b"])] == ["mapped yes", "mapped no"]
+
+
+def test_a_build_without_the_registry_leaves_its_steps_out(
+    tiny_builds: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    pick = ["--matrix", "none", "-k", "*shm-free-deferred-until-last-release*"]
+    assert main(["compare", tiny_builds["wrap"], tiny_builds["wrap"], *pick]) == 64
+    assert "no run's label matches" in capsys.readouterr().err

@@ -3,13 +3,16 @@
 // UMBPHostBufferHandle, UMBPHostMemAllocator with alloc() and free(), their defaults and
 // argument names), written against the public header src/umbp/include/umbp/local/
 // host_mem_allocator.h alone, so a checkout builds without the rest of mori's Python module
-// (its distributed client, gRPC, HIP). The module is named by UMBP_SIM_MODULE_NAME (the output
-// file's stem).
+// (its distributed client, gRPC, HIP). Where the header declares mori's C++-only shm registry,
+// the module also has it as _umbp_sim_* functions (umbp-sim's acquire/lookup/release steps).
+// The module is named by UMBP_SIM_MODULE_NAME (the output file's stem).
 #include <pybind11/pybind11.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <sstream>
+#include <type_traits>
+#include <utility>
 
 #include "umbp/local/host_mem_allocator.h"
 
@@ -22,6 +25,58 @@ using mori::umbp::HostBufferBacking;
 using mori::umbp::HostBufferHandle;
 using mori::umbp::HostBufferOptions;
 using mori::umbp::HostMemAllocator;
+
+namespace {
+
+// mori's shm registry (LookupShmAllocation, AcquireShmAllocation, ReleaseShmAllocation: static,
+// C++ only) where the checkout's header declares it; an older header builds without it.
+template <typename A, typename = void>
+struct HasShmRegistry : std::false_type {};
+template <typename A>
+struct HasShmRegistry<A, std::void_t<decltype(A::LookupShmAllocation(uintptr_t{}, size_t{})),
+                                     decltype(A::AcquireShmAllocation(uintptr_t{}, size_t{})),
+                                     decltype(A::ReleaseShmAllocation(uintptr_t{}))>>
+    : std::true_type {};
+
+// An allocation as (base, mapped_size, fd), or None.
+template <typename Found>
+py::object ShmToPy(const Found& found) {
+  if (!found) return py::none();
+  return py::make_tuple(reinterpret_cast<uintptr_t>(found->base), found->mapped_size, found->fd);
+}
+
+// The registry as module functions for umbp-sim's acquire/lookup/release steps, named so they
+// cannot be taken for mori's own Python surface (which has none of them).
+template <typename A>
+void DefShmRegistry(py::module_& m) {
+  if constexpr (HasShmRegistry<A>::value) {
+    m.def(
+        "_umbp_sim_lookup_shm_allocation",
+        [](uintptr_t ptr, size_t size) {
+          auto found = [&] {
+            py::gil_scoped_release unlocked;
+            return A::LookupShmAllocation(ptr, size);
+          }();
+          return ShmToPy(found);
+        },
+        py::arg("ptr"), py::arg("size"));
+    m.def(
+        "_umbp_sim_acquire_shm_allocation",
+        [](uintptr_t ptr, size_t size) {
+          auto found = [&] {
+            py::gil_scoped_release unlocked;
+            return A::AcquireShmAllocation(ptr, size);
+          }();
+          return ShmToPy(found);
+        },
+        py::arg("ptr"), py::arg("size"));
+    m.def(
+        "_umbp_sim_release_shm_allocation", [](uintptr_t base) { A::ReleaseShmAllocation(base); },
+        py::arg("base"), py::call_guard<py::gil_scoped_release>());
+  }
+}
+
+}  // namespace
 
 PYBIND11_MODULE(UMBP_SIM_MODULE_NAME, m) {
   py::enum_<HostBufferBacking>(m, "UMBPHostBufferBacking")
@@ -67,4 +122,6 @@ PYBIND11_MODULE(UMBP_SIM_MODULE_NAME, m) {
       .def(
           "free", [](HostMemAllocator& self, HostBufferHandle& handle) { self.Free(handle); },
           py::arg("handle"), py::call_guard<py::gil_scoped_release>());
+
+  DefShmRegistry<HostMemAllocator>(m);
 }

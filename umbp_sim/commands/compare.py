@@ -1,6 +1,7 @@
 """umbp-sim compare SPEC_A SPEC_B: the regression suite for an allocator change.
 
-Both allocators run the bundled scenarios (one-alloc requests) and a request matrix, each run on
+Both allocators run the bundled scenarios (one-alloc and steps requests: the shm registry's steps
+where both have it) and a request matrix, each run on
 a fresh simulated host (an external build in a fresh process); the differences are grouped by
 class. ``--jobs N`` spreads the runs over N worker processes (umbp_sim/external/parallel.py; the
 result is the serial one, byte for byte). Each run of an external build, and its import, is
@@ -191,7 +192,14 @@ def _run(args: argparse.Namespace) -> int:
     except _UsageError as e:
         print(f"umbp-sim compare: {e}", file=sys.stderr)
         return EX_USAGE
-    runs = [] if args.no_scenarios else list(matrix.scenario_runs())
+    if args.no_scenarios:
+        runs = []
+    else:  # steps that acquire, look up or release where both allocators have the registry
+        from umbp_sim.external.observe import has_registry
+
+        limit = args.run_timeout or DEFAULT_RUN_TIMEOUT
+        both = has_registry(spec_a, limit) and has_registry(spec_b, limit)
+        runs = list(matrix.scenario_runs(both))
     if args.matrix == "quick":
         runs += list(matrix.quick())
     elif args.matrix == "full":

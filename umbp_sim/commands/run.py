@@ -28,8 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "mori-624002c (default, alias mori: the field's) or umbp-sim; or an external build "
         "(a built .so with mori's Python API, or an importable module such as mori.umbp), "
         "which runs each scenario in its own process (at MORI_UMBP_LOG_LEVEL=warn unless a "
-        "mori level is set) except steps using umbp-sim's registry API and scenarios written "
-        "for umbp-sim: those are listed as not run",
+        "mori level is set) except scenarios written for umbp-sim and, on a build without "
+        "the shm registry (mori's is C++ only; build-allocator --mori binds it), steps that "
+        "acquire, look up or release: those are listed as not run",
     )
     p.add_argument(
         "--run-timeout",

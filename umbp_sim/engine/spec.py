@@ -7,7 +7,7 @@ The work is one of:
 
 - ``Alloc``: one ``alloc`` call (``AllocRequest``); ``write`` writes the buffer's first byte as
   a user would (compare's runs), ``free`` frees it at the end (before the leak check);
-- ``Steps``: a scenario's ``[request].steps`` (alloc, free, acquire/lookup/release,
+- ``Steps``: a scenario's ``[request].steps`` (alloc, free, acquire/lookup/release, mapped,
   set_nr_hugepages);
 - ``SglangStartup``: sglang's HiCache host-pool startup (its ``[request]`` table), released as
   ``release`` says (``[scenario].sglang``);

@@ -124,7 +124,11 @@ def run_steps(work: Steps, subject: Subject, host: SimHost, rec: RunRecord, held
         h = handles[step["id"]]
         base = bases[step["id"]]
         ptr = base + parse_size(step.get("offset", 0), "offset") if base else 0
-        if op == "free":
+        if op == "mapped":  # the host's answer, whatever the allocator's bookkeeping says
+            live = base != 0 and any(m.start <= base < m.start + m.length
+                                     for m in host.mappings())  # fmt: skip
+            rec.steps.append(f"mapped {'yes' if live else 'no'}")
+        elif op == "free":
             allocator.free(h)
             rec.steps.append("freed")
         elif op in ("acquire", "lookup"):

@@ -18,7 +18,8 @@ server's stdin is /dev/null and its stdout goes to its stderr (a file its owner 
 fails), so what the allocator prints or reads can neither carry nor corrupt a message. Each
 message is a 4-byte big-endian length + pickle. The server says ``{"stage": ...}`` as it starts
 ("import": the allocator's import, "setup"), then ``{"ready": True, "mode": ..., "objects":
-[...]}`` or ``{"error": "..."}``. The processes: ``umbp_sim.external.procs``.
+[...], "registry": ...}`` (whether the build has the shm registry's functions) or
+``{"error": "..."}``. The processes: ``umbp_sim.external.procs``.
 """
 
 from __future__ import annotations
@@ -177,7 +178,10 @@ def serve(spec: dict[str, Any]) -> int:
         objects.append(os.path.realpath(spec["path"]))
     for p in objects:
         ip.add_caller_object(p)
-    send(out, {"ready": True, "mode": "wrap" if wrapped else "preload", "objects": objects})
+    from umbp_sim.external.run_job import has_registry
+
+    send(out, {"ready": True, "mode": "wrap" if wrapped else "preload", "objects": objects,
+               "registry": has_registry(module)})  # fmt: skip
     timeout = float(spec["timeout"])
     private = tuple(fd for fd in (inp, out, keeper_fd) if fd is not None)
     while True:

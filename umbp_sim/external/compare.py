@@ -29,6 +29,7 @@ CLASSES = (
     "crash",
     "leak",
     "after free",
+    "steps",
     "warning count",
     "warning text",
 )
@@ -102,6 +103,8 @@ def differences(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]]:
         out["leak"] = (dict(a.held), dict(b.held))
     if ra == rb and a.after_free != b.after_free:
         out["after free"] = (a.after_free, b.after_free)
+    if a.steps != b.steps:  # a steps scenario's: what each step came to (the shm registry's)
+        out["steps"] = (a.steps, b.steps)
     # The allocators' own lines, addresses as 0x... (the same report from any process); a
     # count that differs is said with the texts of both sides.
     na, nb = _normalized(a.allocator_warnings), _normalized(b.allocator_warnings)

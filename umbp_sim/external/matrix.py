@@ -1,9 +1,11 @@
 """The runs ``umbp-sim compare`` puts both allocators through.
 
-The bundled scenarios (those that make one ``alloc``) plus a request matrix over backings x sizes
-x hugepage sizes x nodes x prefault x pool states x kernel versions x fault plans on every
-syscall. ``quick`` (the default) crosses the dimensions in groups around the field's cases so a
-comparison takes seconds; ``full`` is the complete product (long: tens of thousands of runs).
+The bundled scenarios (those that make one ``alloc``, and the ``steps`` ones both allocators can
+do: the shm registry's acquire, lookup and release only where both have it) plus a request
+matrix over backings x sizes x hugepage sizes x nodes x prefault x pool states x kernel versions
+x fault plans on every syscall. ``quick`` (the default) crosses the dimensions in groups around
+the field's cases so a comparison takes seconds; ``full`` is the complete product (long: tens
+of thousands of runs).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import itertools
 from collections.abc import Iterator
 
 from umbp_sim.backing import BACKINGS
-from umbp_sim.engine.spec import Alloc, Run
+from umbp_sim.engine.spec import Alloc, Run, Steps
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
 from umbp_sim.request import AllocRequest
@@ -109,17 +111,26 @@ def full() -> Iterator[Run]:
             yield _run(pool, AllocRequest(s, b, hp, n, p), kernel=k, fault=fault)
 
 
-def scenario_runs() -> Iterator[Run]:
-    """The bundled scenarios whose request is one alloc, as runs."""
+def scenario_runs(registry: bool = True) -> Iterator[Run]:
+    """The bundled scenarios whose request is one alloc, or steps, as runs: the steps those of
+    any build can do, and with ``registry`` (both builds have the shm registry) those that
+    acquire, look up or release too."""
+    from umbp_sim.external.observe import steps_not_runnable
     from umbp_sim.scenario.bundled import bundled_scenarios_dir
     from umbp_sim.scenario.runner import build_machine
     from umbp_sim.scenario.schema import find_scenarios, load_scenario
 
     for path in find_scenarios([str(bundled_scenarios_dir())]):
         scn = load_scenario(path)
-        if scn.request_kind != "alloc" or scn.env:
+        if scn.request_kind not in ("alloc", "steps") or scn.env:
             continue
-        call = AllocRequest.from_table(scn.request)
+        if steps_not_runnable(scn, registry) is not None:
+            continue
+        work: Alloc | Steps = (
+            _life(AllocRequest.from_table(scn.request))
+            if scn.request_kind == "alloc"
+            else Steps(tuple(scn.request["steps"]))
+        )
         plan = FaultPlan.from_dict({"faults": scn.faults, "fault_seed": scn.fault_seed})
         label = f"scenario {scn.label}"
-        yield Run(build_machine(scn), _life(call), plan=plan if scn.faults else None, label=label)
+        yield Run(build_machine(scn), work, plan=plan if scn.faults else None, label=label)

@@ -23,6 +23,7 @@ from umbp_sim.engine.execute import ALLOCATOR_LOGGER
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.errors import SimulatedCrash
 from umbp_sim.external.outcome import warning_lines
+from umbp_sim.external.run_job import REGISTRY_FUNCTIONS
 from umbp_sim.external.runner import (
     DEFAULT_RUN_TIMEOUT,
     CouldNotRun,
@@ -61,6 +62,23 @@ def runner_for(spec: AllocatorSpec) -> ExternalRunner:
     return runner
 
 
+def has_registry(spec: AllocatorSpec, run_timeout: float = DEFAULT_RUN_TIMEOUT) -> bool:
+    """Whether ``spec``'s allocator has the shm registry's calls: a built-in one, always; an
+    external build when its server says so (started for the question within ``run_timeout``,
+    the command's own limit, and ended: the command's runs start theirs). One that cannot start
+    has none (the command's runs say why)."""
+    if spec.kind == "builtin":
+        return True
+    try:
+        runner = ExternalRunner(spec, run_timeout=run_timeout)
+    except (RunTimedOut, CouldNotRun):
+        return False
+    try:
+        return runner.registry
+    finally:
+        runner.close()
+
+
 def close_runners() -> None:
     """End every allocator server process this process started."""
     while _RUNNERS:
@@ -72,16 +90,22 @@ atexit.register(close_runners)
 
 
 # What mori's Python surface has: steps of these ops run on any build with it.
-EXTERNAL_STEP_OPS = ("alloc", "free", "set_nr_hugepages")
+EXTERNAL_STEP_OPS = ("alloc", "free", "mapped", "set_nr_hugepages")
 
 
-def steps_not_runnable(scn: Scenario) -> str | None:
-    """Why ``scn``'s steps cannot run on an external build (None: they can, or it has none)."""
+def steps_not_runnable(scn: Scenario, registry: bool) -> str | None:
+    """Why ``scn``'s steps cannot run on an external build (None: they can, or it has none).
+    ``registry``: the build has the shm registry (a checkout built with umbp-sim's binding,
+    ``build-allocator --mori``), so acquire, lookup and release steps run too."""
     if scn.request_kind != "steps":
         return None
-    ops = sorted({s["op"] for s in scn.request["steps"]} - set(EXTERNAL_STEP_OPS))
+    runnable = set(EXTERNAL_STEP_OPS) | (set(REGISTRY_FUNCTIONS) if registry else set())
+    ops = sorted({s["op"] for s in scn.request["steps"]} - runnable)
     if ops:
-        return f"steps use umbp-sim's registry API ({', '.join(ops)})"
+        return (
+            f"steps use the shm registry ({', '.join(ops)}), which the build does not have "
+            "(mori's is C++ only: umbp-sim build-allocator --mori CHECKOUT binds it)"
+        )
     return None
 
 

@@ -65,13 +65,40 @@ def bound_node(host: SimHost, ptr: int) -> int:
     return -1
 
 
+# mori's C++-only shm registry as umbp-sim's binding (umbp_sim/bindings/mori_umbp_pybind.cpp)
+# gives it, where the checkout's header declares it: the step op -> the module function.
+REGISTRY_FUNCTIONS = {
+    "lookup": "_umbp_sim_lookup_shm_allocation",
+    "acquire": "_umbp_sim_acquire_shm_allocation",
+    "release": "_umbp_sim_release_shm_allocation",
+}
+
+
+def has_registry(module: Any) -> bool:
+    """Whether ``module`` (an external build) has the shm registry functions."""
+    return all(callable(getattr(module, f, None)) for f in REGISTRY_FUNCTIONS.values())
+
+
 class _Scoped:
-    """The build's allocator as the engine calls it: the backing by name, each call in the
-    interposer's scope."""
+    """The build's allocator as the engine calls it: the backing by name, each call (the shm
+    registry's too, where the build has it) in the interposer's scope."""
 
     def __init__(self, module: Any, ip: Any) -> None:
         self._module, self._ip = module, ip
         self._allocator = module.UMBPHostMemAllocator()
+
+    def _registry(self, op: str, *args: int) -> Any:
+        with self._ip.scope():
+            return getattr(self._module, REGISTRY_FUNCTIONS[op])(*args)
+
+    def lookup_shm_allocation(self, ptr: int, size: int) -> Any:
+        return self._registry("lookup", ptr, size)
+
+    def acquire_shm_allocation(self, ptr: int, size: int) -> Any:
+        return self._registry("acquire", ptr, size)
+
+    def release_shm_allocation(self, base: int) -> None:
+        self._registry("release", base)
 
     def alloc(self, req: AllocRequest) -> Any:
         size, backing, hp, node, prefault = req.fields()

@@ -177,6 +177,7 @@ class ExternalRunner:
             raise CouldNotRun(f"{spec}: {hello['error']}")
         self.mode: str = hello["mode"]
         self.objects: list[str] = hello["objects"]
+        self.registry: bool = hello["registry"]  # acquire/lookup/release steps can run
 
     def _last_err(self) -> str:
         self._stderr.seek(0)

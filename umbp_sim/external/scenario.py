@@ -5,8 +5,9 @@ A scenario runs on an external build as on the built-in one: the same engine ``R
 sglang's host pool included, with its ``[expect].counters`` read in the child before cleanup.
 Not run, and said so:
 
-- steps that acquire, look up or release (umbp-sim's registry API, which mori's Python surface
-  does not have): alloc, free and set_nr_hugepages steps run;
+- steps that acquire, look up or release on a build without the shm registry's functions
+  (mori's registry is C++ only; a checkout built by ``build-allocator --mori`` has them,
+  through umbp-sim's binding): alloc, free and set_nr_hugepages steps run on any build;
 - scenarios written for another allocator (``[scenario].allocator = "umbp-sim"``): their
   expected fallbacks and warning texts are that allocator's. Those that name none or the field's
   allocator (mori-624002c) describe what mori does, and run.
@@ -38,9 +39,10 @@ from umbp_sim.scenario.schema import Scenario, ScenarioError
 from umbp_sim.sim import host_view
 
 
-def why_not_run(scn: Scenario) -> str | None:
-    """Why ``scn`` cannot run on an external build, or None."""
-    why = steps_not_runnable(scn)
+def why_not_run(scn: Scenario, registry: bool) -> str | None:
+    """Why ``scn`` cannot run on an external build (``registry``: one with the shm registry's
+    functions), or None."""
+    why = steps_not_runnable(scn, registry)
     if why is not None:
         return why
     if scn.allocator and canonical_profile(scn.allocator) != FIELD_PROFILE:
@@ -50,7 +52,9 @@ def why_not_run(scn: Scenario) -> str | None:
 
 def run_scenario_external(scn: Scenario, spec: str) -> ScenarioResult:
     """Run ``scn`` on the external allocator ``spec`` and compare with what the file expects."""
-    why = why_not_run(scn)
+    # An allocator that cannot start ends the command; one that starts says what it has.
+    runner = runner_for(parse_allocator_spec(spec))
+    why = why_not_run(scn, runner.registry)
     if why is not None:
         return ScenarioResult(scn, None, [], not_run=why)
     machine = build_machine(scn)
@@ -59,7 +63,6 @@ def run_scenario_external(scn: Scenario, spec: str) -> ScenarioResult:
     except RunError as e:
         raise ScenarioError(f"{scn.path}: {e}") from None
     env = with_mori_warnings(dict(scn.env), os.environ)
-    runner_for(parse_allocator_spec(spec))  # an allocator that cannot start ends the command
     try:
         rec = run_checked(scn, scenario_run(scn, machine, spec, env))
     except NoRoom as e:  # the analyst's RLIMIT_AS, not a verdict: the scenario fails with it

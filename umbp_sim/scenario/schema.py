@@ -55,7 +55,7 @@ class ScenarioError(UmbpSimError):
     exit_code = EX_DATAERR
 
 
-STEP_OPS = ("alloc", "free", "acquire", "release", "lookup", "set_nr_hugepages")
+STEP_OPS = ("alloc", "free", "acquire", "release", "lookup", "mapped", "set_nr_hugepages")
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head", "page_first_kv_split")
 
 # Keys a [machine] table may hold besides `dump`: declared once, in umbp_sim/machine.py.
@@ -213,7 +213,7 @@ _STEP_TYPES: dict[str, Fields] = {
         op: Fields(
             {"op": _OP, "id": Str(max_len=200), "offset": Size(), "size": Size()}, frozenset({"id"})
         )  # fmt: skip
-        for op in ("free", "acquire", "release", "lookup")
+        for op in ("free", "acquire", "release", "lookup", "mapped")
     },
 }
 MAX_STEPS = 10_000

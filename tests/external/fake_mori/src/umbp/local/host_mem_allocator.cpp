@@ -1,9 +1,16 @@
-// A stand-in for a mori checkout's allocator (tests/external/test_build_mori.py): anonymous
-// 4 KiB-page buffers only. -DFAKE_MORI_UNDEFINED references a symbol nothing defines, as a
-// build that misses a library does.
+// A stand-in for a mori checkout's allocator (tests/external/test_build_mori.py): 4 KiB-page
+// buffers, anonymous or memfd-backed (kAnonymousShm and its hugetlb request), and mori's shm
+// registry: a Free while registrations hold the buffer defers its munmap and close to the last
+// ReleaseShmAllocation. -DFAKE_MORI_UNDEFINED references a symbol nothing defines, as a build
+// that misses a library does; -DFAKE_MORI_REFCOUNT_BUG makes Acquire forget to count (a
+// registry bug umbp-sim's steps must catch).
 #include "umbp/local/host_mem_allocator.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <map>
+#include <mutex>
 
 #include "mori/utils/mori_log.hpp"
 
@@ -15,12 +22,54 @@ int missing_vformat(int);
 
 namespace mori::umbp {
 
+namespace {
+
+struct Record {
+  size_t mapped = 0;
+  int fd = -1;
+  int holders = 0;
+  bool freed = false;  // Free came while holders > 0
+};
+
+std::mutex registry_mu;
+std::map<uintptr_t, Record> registry;  // by base address
+
+// The live record whose buffer holds [ptr, ptr + size), or registry.end().
+std::map<uintptr_t, Record>::iterator Containing(uintptr_t ptr, size_t size) {
+  auto it = registry.upper_bound(ptr);
+  if (it == registry.begin()) return registry.end();
+  --it;
+  if (it->second.freed || size > it->second.mapped || ptr - it->first > it->second.mapped - size)
+    return registry.end();
+  return it;
+}
+
+bool IsShm(HostBufferBacking b) {
+  return b == HostBufferBacking::kAnonymousShm || b == HostBufferBacking::kAnonymousShmHugetlb;
+}
+
+}  // namespace
+
 HostBufferHandle HostMemAllocator::Alloc(size_t size, const HostBufferOptions& opts) {
   HostBufferHandle h;
   if (size == 0) return h;
   const size_t mapped = (size + 4095) / 4096 * 4096;
-  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return h;
+  const bool shm = IsShm(opts.backing);
+  int fd = -1;
+  if (shm) {
+    fd = memfd_create("fake-mori", MFD_CLOEXEC);
+    if (fd < 0) return h;
+    if (ftruncate(fd, static_cast<off_t>(mapped)) != 0) {
+      close(fd);
+      return h;
+    }
+  }
+  void* p = shm ? mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                : mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    if (fd >= 0) close(fd);
+    return h;
+  }
 #ifdef FAKE_MORI_UNDEFINED
   if (fmt::missing_vformat(opts.numa_node) < 0) return h;
 #endif
@@ -29,13 +78,67 @@ HostBufferHandle HostMemAllocator::Alloc(size_t size, const HostBufferOptions& o
   h.requested_size = size;
   h.mapped_size = mapped;
   h.actual_alignment = 4096;
+  if (shm) {
+    h.actual_backing = HostBufferBacking::kAnonymousShm;
+    std::lock_guard<std::mutex> lock(registry_mu);
+    registry[reinterpret_cast<uintptr_t>(p)] = Record{mapped, fd, 0, false};
+  }
   FAKE_MORI_LOG("alloc");
   return h;
 }
 
 void HostMemAllocator::Free(HostBufferHandle& handle) {
-  if (handle.ptr != nullptr) munmap(handle.ptr, handle.mapped_size);
+  if (handle.ptr == nullptr) return;
+  int fd = -1;
+  if (IsShm(handle.actual_backing)) {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    auto it = registry.find(reinterpret_cast<uintptr_t>(handle.ptr));
+    if (it != registry.end()) {
+      if (it->second.holders > 0) {
+        it->second.freed = true;  // the last release unmaps and closes
+        handle = HostBufferHandle{};
+        return;
+      }
+      fd = it->second.fd;
+      registry.erase(it);
+    }
+  }
+  munmap(handle.ptr, handle.mapped_size);
+  if (fd >= 0) close(fd);
   handle = HostBufferHandle{};
+}
+
+std::optional<HostMemAllocator::ShmAllocation> HostMemAllocator::LookupShmAllocation(uintptr_t ptr,
+                                                                                     size_t size) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  auto it = Containing(ptr, size);
+  if (it == registry.end()) return std::nullopt;
+  return ShmAllocation{reinterpret_cast<void*>(it->first), it->second.mapped, it->second.fd};
+}
+
+std::optional<HostMemAllocator::ShmAllocation> HostMemAllocator::AcquireShmAllocation(uintptr_t ptr,
+                                                                                      size_t size) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  auto it = Containing(ptr, size);
+  if (it == registry.end()) return std::nullopt;
+#ifndef FAKE_MORI_REFCOUNT_BUG
+  ++it->second.holders;
+#endif
+  return ShmAllocation{reinterpret_cast<void*>(it->first), it->second.mapped, it->second.fd};
+}
+
+void HostMemAllocator::ReleaseShmAllocation(uintptr_t base) {
+  Record done;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    auto it = registry.find(base);
+    if (it == registry.end() || it->second.holders == 0) return;
+    if (--it->second.holders > 0 || !it->second.freed) return;
+    done = it->second;
+    registry.erase(it);
+  }
+  munmap(reinterpret_cast<void*>(base), done.mapped);
+  if (done.fd >= 0) close(done.fd);
 }
 
 }  // namespace mori::umbp

@@ -33,8 +33,18 @@ struct HostBufferHandle {
 
 class HostMemAllocator {
  public:
+  struct ShmAllocation {
+    void* base = nullptr;
+    size_t mapped_size = 0;
+    int fd = -1;
+  };
+
   HostBufferHandle Alloc(size_t size, const HostBufferOptions& opts);
   void Free(HostBufferHandle& handle);
+
+  static std::optional<ShmAllocation> LookupShmAllocation(uintptr_t ptr, size_t size);
+  static std::optional<ShmAllocation> AcquireShmAllocation(uintptr_t ptr, size_t size);
+  static void ReleaseShmAllocation(uintptr_t base);
 };
 
 }  // namespace mori::umbp
