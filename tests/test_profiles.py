@@ -177,17 +177,35 @@ def test_huge_node_builds_the_mask_and_fails_in_mbind(sim):
 
 
 def test_huge_node_under_a_memory_limit_escapes_as_memory_error_and_leaks(sim):
-    # The mask's mmap is refused (RLIMIT_AS / a memory cap): std::bad_alloc escapes alloc.
-    rule = FaultRule(op="mmap", errno="ENOMEM", min_length=256 * MiB)
-    host, st, alloc, warnings = sim(MORI, rule)
+    # RLIMIT_AS below the buffer plus the 256 MiB mask: malloc's mmap of the mask is refused and
+    # std::bad_alloc escapes alloc (mori), while umbp-sim's allocator builds no mask.
+    limited = dataclasses.replace(Machine.x86_64(hugepages={"2MiB": 16}), rlimit_as=128 * MiB)
+    host, st, alloc, warnings = sim(MORI, machine=limited)
     with pytest.raises(MemoryError):
         alloc.alloc(MiB, Anonymous, numa_node=2**31 - 1)
     assert any("still mapped" in leak for leak in collect_leaks(host))  # the buffer leaked
-    host, st, alloc, warnings = sim("umbp-sim", rule)
+    host, st, alloc, warnings = sim("umbp-sim", machine=limited)
     h = alloc.alloc(MiB, Anonymous, numa_node=2**31 - 1)
     assert h and h.numa_node == -1
     alloc.free(h)
     assert collect_leaks(host, alloc, st.kernel) == []
+
+
+def test_the_masks_mmap_and_munmap_are_the_c_librarys_not_the_fault_plans(sim):
+    """glibc's malloc maps the 256 MiB mask with its internal mmap, which a real build's fault
+    plan never sees: the plan's first munmap is Free's, and a rule for large mmaps never fires
+    (as measured on a build of mori 624002c under the interposer)."""
+    big_mmap = FaultRule(op="mmap", errno="ENOMEM", min_length=256 * MiB)
+    host, st, alloc, warnings = sim(MORI, FaultRule(op="munmap", errno="EINVAL", nth=1), big_mmap)
+    h = alloc.alloc(MiB, Anonymous, numa_node=2**31 - 1)
+    assert h and st.faulty.fires(1) == 0
+    assert any("mmap(NULL, 268435456" in line for line in _trace(st))  # the host served it
+    alloc.free(h)
+    assert warnings()[-1] == (
+        "HostMemAllocator: munmap failed (22: Invalid argument); invalidating handle anyway to "
+        "prevent a possible double-free of a reused VA range"
+    )
+    assert st.faulty.fires(0) == 1
 
 
 # ---- row 6 and hugepage sizes up to the base page -----------------------------------------------

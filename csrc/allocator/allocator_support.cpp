@@ -159,6 +159,7 @@ AllocatorSupport::MaskMemory::MaskMemory(Kernel& k, size_t words)
     data_ = small_.data();
     return;
   }
+  CLibraryCallScope libc;  // malloc's own mmap: the fault plan does not see it
   SysResult r =
       k_.mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (!r.ok()) throw std::bad_alloc();
@@ -167,7 +168,9 @@ AllocatorSupport::MaskMemory::MaskMemory(Kernel& k, size_t words)
 }
 
 AllocatorSupport::MaskMemory::~MaskMemory() {
-  if (mapped_) k_.munmap(data_, bytes_);
+  if (!mapped_) return;
+  CLibraryCallScope libc;  // free's own munmap: the fault plan does not see it
+  k_.munmap(data_, bytes_);
 }
 
 }  // namespace umbp

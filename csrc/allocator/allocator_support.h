@@ -8,6 +8,7 @@
 //   - the sink: warnings with their ids, and once-only warnings per process and key;
 //   - MaskMemory: the memory of mbind's nodemask, routed through the Kernel as glibc's malloc
 //     would take it, so a simulated memory limit refuses a large mask as the real one does;
+//     as the C library's own calls (CLibraryCallScope), which a fault plan does not count;
 //   - orphan fds: a memfd whose close() threw (only the fault injector's throwing kernel does)
 //     is closed again at the next Alloc or Free;
 //   - the handle's bookkeeping: which kernel mapped it, its serial, its invalidation.
@@ -83,7 +84,9 @@ class AllocatorSupport {
 
   // mbind's nodemask of `words` longs. Small masks live on the heap; from glibc's 128 KiB
   // mmap threshold up the memory is mapped through the kernel, and a refused mmap is
-  // std::bad_alloc, as malloc's would be.
+  // std::bad_alloc, as malloc's would be. Its mmap and munmap are the C library's: a fault plan
+  // does not see them (a real build's fault plan cannot: glibc's malloc calls its internal
+  // mmap), so mori's node 2^31-1 meets a plan's nth munmap in Free, as the real build does.
   class MaskMemory {
    public:
     MaskMemory(Kernel& k, size_t words);

@@ -172,6 +172,7 @@ void FaultyKernel::reset() {
 }
 
 bool FaultyKernel::inject(SyscallArgs&& a, SysResult& out, std::string* content) {
+  if (CLibraryCallScope::active()) return false;  // not the program's call: unseen
   std::lock_guard<std::mutex> lock(mu_);
   size_t winner = rules_.size();
   for (size_t i = 0; i < rules_.size(); ++i) {

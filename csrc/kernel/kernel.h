@@ -111,6 +111,24 @@ class Kernel {
   std::map<std::string, std::shared_ptr<void>> process_state_;
 };
 
+// Calls the C library makes on the program's behalf (malloc taking a large block with an mmap
+// of its own). On a real build they never reach umbp-sim's interposer (glibc calls its
+// internal mmap, not the interposable symbol), so a fault plan, which counts the program's
+// calls, does not see them; a model of that program marks them with this scope so its fault
+// plan does not either (FaultyKernel passes them through uncounted). The simulated host still
+// serves them: its memory and limits are the field host's.
+class CLibraryCallScope {
+ public:
+  CLibraryCallScope() { ++depth_; }
+  ~CLibraryCallScope() { --depth_; }
+  CLibraryCallScope(const CLibraryCallScope&) = delete;
+  CLibraryCallScope& operator=(const CLibraryCallScope&) = delete;
+  static bool active() { return depth_ > 0; }
+
+ private:
+  inline static thread_local int depth_ = 0;
+};
+
 using KernelPtr = std::shared_ptr<Kernel>;
 
 }  // namespace umbp
