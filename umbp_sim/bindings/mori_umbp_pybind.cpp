@@ -45,31 +45,25 @@ py::object ShmToPy(const Found& found) {
   return py::make_tuple(reinterpret_cast<uintptr_t>(found->base), found->mapped_size, found->fd);
 }
 
+// A registry search (Lookup or Acquire: the same arguments and answer), without the GIL.
+template <auto Find>
+py::object FindShm(uintptr_t ptr, size_t size) {
+  auto found = [&] {
+    py::gil_scoped_release unlocked;
+    return Find(ptr, size);
+  }();
+  return ShmToPy(found);
+}
+
 // The registry as module functions for umbp-sim's acquire/lookup/release steps, named so they
 // cannot be taken for mori's own Python surface (which has none of them).
 template <typename A>
 void DefShmRegistry(py::module_& m) {
   if constexpr (HasShmRegistry<A>::value) {
-    m.def(
-        "_umbp_sim_lookup_shm_allocation",
-        [](uintptr_t ptr, size_t size) {
-          auto found = [&] {
-            py::gil_scoped_release unlocked;
-            return A::LookupShmAllocation(ptr, size);
-          }();
-          return ShmToPy(found);
-        },
-        py::arg("ptr"), py::arg("size"));
-    m.def(
-        "_umbp_sim_acquire_shm_allocation",
-        [](uintptr_t ptr, size_t size) {
-          auto found = [&] {
-            py::gil_scoped_release unlocked;
-            return A::AcquireShmAllocation(ptr, size);
-          }();
-          return ShmToPy(found);
-        },
-        py::arg("ptr"), py::arg("size"));
+    m.def("_umbp_sim_lookup_shm_allocation", &FindShm<&A::LookupShmAllocation>, py::arg("ptr"),
+          py::arg("size"));
+    m.def("_umbp_sim_acquire_shm_allocation", &FindShm<&A::AcquireShmAllocation>, py::arg("ptr"),
+          py::arg("size"));
     m.def(
         "_umbp_sim_release_shm_allocation", [](uintptr_t base) { A::ReleaseShmAllocation(base); },
         py::arg("base"), py::call_guard<py::gil_scoped_release>());
