@@ -4,7 +4,7 @@
 // Variants, timed in interleaved rounds so that drift on a shared machine hits all alike:
 //   raw        mmap(4 KiB, PRIVATE|ANONYMOUS) + munmap, straight syscalls
 //   raw_pop    the same plus madvise(MADV_POPULATE_WRITE): what Alloc(prefault=true) asks for
-//   alloc      HostMemAllocator::Alloc(4096, Anonymous, prefault=false) + Free on LinuxKernel
+//   alloc      UmbpSimAllocator::Alloc(4096, Anonymous, prefault=false) + Free on LinuxKernel
 //   alloc_pop  the same with prefault=true
 //   wrapped    alloc on TracingKernel(FaultyKernel(LinuxKernel, no rules)), if built with
 //              -DUMBP_BENCH_WRAPPERS (the fault-injection kernels exist)
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "allocator/host_mem_allocator.h"
+#include "allocator/umbp_sim_allocator.h"
 #include "kernel/linux_kernel.h"
 #include "kernel/sim_kernel.h"
 #ifdef UMBP_BENCH_WRAPPERS
@@ -84,15 +84,17 @@ int main(int argc, char** argv) {
     return 64;
   }
   std::vector<std::string> warnings;
-  umbp::LogSink sink = [&](umbp::LogLevel, const std::string& w) { warnings.push_back(w); };
+  umbp::LogSink sink = [&](umbp::LogLevel, const std::string&, const std::string& w) {
+    warnings.push_back(w);
+  };
 
-  umbp::HostMemAllocator plain(std::make_shared<umbp::LinuxKernel>(), sink);
+  umbp::UmbpSimAllocator plain(std::make_shared<umbp::LinuxKernel>(), sink);
 #ifdef UMBP_BENCH_WRAPPERS
   auto faulty = std::make_shared<umbp::FaultyKernel>(std::make_shared<umbp::LinuxKernel>(),
                                                      std::vector<umbp::FaultRule>{});
   // limit 1: the trace keeps one record (a steady state, as a long-running test would be in)
   auto tracing = std::make_shared<umbp::TracingKernel>(faulty, 1);
-  umbp::HostMemAllocator wrapped(tracing, sink);
+  umbp::UmbpSimAllocator wrapped(tracing, sink);
 #endif
 
   umbp::SimConfig cfg;
@@ -104,7 +106,7 @@ int main(int argc, char** argv) {
   cfg.nodes = {node};
   cfg.possible_nodes = cfg.online_nodes = {0};
   cfg.mem_total = cfg.mem_free = cfg.mem_available = node.mem_total;
-  umbp::HostMemAllocator simulated(std::make_shared<umbp::SimKernel>(cfg), sink);
+  umbp::UmbpSimAllocator simulated(std::make_shared<umbp::SimKernel>(cfg), sink);
 
   std::vector<std::pair<std::string, std::function<void()>>> variants = {
       {"raw", [&] { RawLoop(n, false); }},
