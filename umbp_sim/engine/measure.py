@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from umbp_sim.backing import alloc_outcome
+from umbp_sim.child_python import module_argv
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.engine.spec import Measure, Run
 from umbp_sim.engine.work import backing_name, null_handle_error
@@ -141,13 +142,11 @@ def measure_in_child(run: Run, timeout: float = MEASURE_TIMEOUT) -> RunRecord:
     """A built-in profile's ``Measure`` run in a child process of its own."""
     assert isinstance(run.work, Measure)
     spec = {"request": run.work.request.table(), "allocator": run.allocator}
-    # cwd "/": `-m` must import the installed package, not a source tree's (no _native there).
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "umbp_sim.engine.measure", json.dumps(spec)],
+            module_argv("umbp_sim.engine.measure", json.dumps(spec)),
             capture_output=True,
             text=True,
-            cwd="/",
             timeout=timeout,
         )
     except subprocess.TimeoutExpired:

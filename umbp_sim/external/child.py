@@ -38,6 +38,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
+from umbp_sim.child_python import module_argv
 from umbp_sim.external.evidence import EvidenceReader
 from umbp_sim.external.procs import (
     MAX_FRAME,
@@ -162,7 +163,7 @@ def serve(spec: dict[str, Any]) -> int:
         for fd in (inp, out, keeper_fd):
             if fd is not None:
                 os.set_inheritable(fd, True)  # the protocol and the keeper's pipe go along
-        argv = [sys.executable, "-m", "umbp_sim.external.child", json.dumps(spec)]
+        argv = module_argv("umbp_sim.external.child", json.dumps(spec))
         os.execve(sys.executable, argv, env)
     ip = Interposer(interposer)
     problem = ip.fault_path_problem()

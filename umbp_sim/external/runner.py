@@ -24,6 +24,7 @@ from collections import deque
 from typing import Any
 
 from umbp_sim.allocator_spec import AllocatorSpec
+from umbp_sim.child_python import module_argv
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_FAILS, EX_TEMPFAIL
 from umbp_sim.external.procs import (
@@ -128,7 +129,7 @@ class ExternalRunner:
         self._stderr = tempfile.TemporaryFile()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "umbp_sim.external.child", _json(payload)],
+                module_argv("umbp_sim.external.child", _json(payload)),
                 stdin=subprocess.DEVNULL,
                 stdout=self._stderr,
                 stderr=self._stderr,

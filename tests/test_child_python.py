@@ -1,0 +1,66 @@
+"""umbp-sim's Python children import the parent's umbp_sim, whatever their working directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from umbp_sim.child_python import module_argv
+
+
+def _source_tree_without_native(tmp_path: Path) -> Path:
+    # What a checkout of umbp-sim looks like to `python -m`: an umbp_sim that cannot load.
+    pkg = tmp_path / "umbp_sim"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise ImportError('the source tree was imported')\n")
+    return tmp_path
+
+
+def _env() -> dict[str, str]:
+    # As a user's shell has it: the test run's PYTHONSAFEPATH (conftest) would hide the problem.
+    return {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+
+
+def test_plain_dash_m_in_a_checkout_imports_the_checkout(tmp_path: Path) -> None:
+    # The failure module_argv exists for: without it, the child takes the working directory's.
+    cwd = _source_tree_without_native(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "umbp_sim.exit_codes"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
+    assert proc.returncode != 0
+    assert "the source tree was imported" in proc.stderr
+
+
+def test_the_child_runs_the_parents_package_with_its_arguments(tmp_path: Path) -> None:
+    cwd = _source_tree_without_native(tmp_path)
+    proc = subprocess.run(
+        module_argv("umbp_sim.cli", "profiles", "--help"),
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: umbp-sim profiles" in proc.stdout
+
+
+def test_safe_path_mode_keeps_the_path_the_parent_has(tmp_path: Path) -> None:
+    # Under -P / PYTHONSAFEPATH there is no working-directory entry to drop: nothing else goes.
+    env = dict(os.environ, PYTHONSAFEPATH="1", PYTHONPATH=str(tmp_path / "extra"))
+    code = "import sys, json; print(json.dumps(sys.path))"
+    (tmp_path / "show_path.py").write_text(code + "\n")
+    argv = module_argv("show_path")
+    argv[3] = str(tmp_path)  # the "package root" here is where show_path.py lies
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    path = json.loads(proc.stdout)
+    assert path[0] == str(tmp_path)
+    assert path[1] == str(tmp_path / "extra")
