@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
 from umbp_sim.units import Size, SizeError, parse_size
+from umbp_sim.value_types import MAX_BYTES, MAX_INT
 
 GB = 10**9
 

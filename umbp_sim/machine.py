@@ -33,6 +33,7 @@ from umbp_sim.host_nodes import MAX_NODE_ID, NODE_ID, PAGES, HugePool, Node, nod
 from umbp_sim.units import parse_size
 from umbp_sim.value_types import (
     MAX_BYTES,
+    MAX_INT,
     Array,
     Bool,
     Custom,
@@ -276,8 +277,7 @@ class Machine:
         return self
 
     def _check_ranges(self) -> None:
-        """Every number fits the simulator (umbp_sim.dump.limits: bytes below 2**62, ints)."""
-        from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
+        """Every number fits the simulator (value_types: bytes below 2**62, ints)."""
 
         def fits(what: str, value: int | None, unit: int = 1, top: int = MAX_BYTES) -> None:
             if value is not None and value * unit >= top:

@@ -23,8 +23,10 @@ from typing import Any
 from umbp_sim.bounded import shown
 from umbp_sim.units import SizeError, parse_size
 
-# What the simulator holds (the same figures as umbp_sim.dump.limits, which imports the dump
-# package: kept here so the Machine and scenario layers stay import-light).
+# What the simulator holds. Byte counts are uint64 in the SimKernel and are added together
+# (node sums, commit limits, a size rounded up to a hugepage): each is kept below 2**62 so a
+# few of them still add up in 64 bits. Real hosts are below 2**52 (4 PiB). Page counts are
+# C++ longs; kernel release numbers and node ids are ints. (umbp_sim.dump.limits uses these.)
 MAX_BYTES = 1 << 62
 MAX_INT = (1 << 31) - 1
 MAX_U64 = (1 << 64) - 1

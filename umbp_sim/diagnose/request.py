@@ -29,7 +29,6 @@ from umbp_sim.diagnose.request_flags import (
     _flag,
     add_request_arguments as add_request_arguments,
 )
-from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
 from umbp_sim.engine.spec import Alloc, HostChange, Run as EngineRun, SglangStartup
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_USAGE
@@ -40,6 +39,7 @@ from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.release import default_sglang_release
 from umbp_sim.sglang.sizing import HicacheRequest, SizingError, hicache_request_of_table
 from umbp_sim.units import format_size, unit_bytes
+from umbp_sim.value_types import MAX_BYTES, MAX_INT
 
 MiB = 1 << 20
 

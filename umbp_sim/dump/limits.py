@@ -36,12 +36,6 @@ class ArchiveLimits:
 
 DEFAULT_LIMITS = ArchiveLimits()
 
-# What the simulator holds. Byte counts are uint64 in the SimKernel and are added together
-# (node sums, commit limits, a size rounded up to a hugepage): each is kept below 2**62 so a
-# few of them still add up in 64 bits. Real hosts are below 2**52 (4 PiB). Page counts are
-# C++ longs; kernel release numbers and node ids are ints.
-MAX_BYTES = 1 << 62
-MAX_INT = (1 << 31) - 1
 MAX_RELEASE_PART = 65535  # a kernel release X.Y.Z: each part (patch levels pass 255)
 
 

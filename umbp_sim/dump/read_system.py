@@ -15,7 +15,6 @@ from umbp_sim.dump.host_facts import (
     NodeFacts,
     _Reader,
 )
-from umbp_sim.dump.limits import MAX_BYTES, MAX_INT
 from umbp_sim.dump.parse import (
     MAX_NODES,
     parse_cgroup_max,
@@ -28,6 +27,7 @@ from umbp_sim.dump.parse import (
     parse_proc_version,
 )
 from umbp_sim.units import cgroup_hugetlb_name
+from umbp_sim.value_types import MAX_BYTES, MAX_INT
 
 
 def _read_watermarks(r: _Reader) -> None:
