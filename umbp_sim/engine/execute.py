@@ -33,20 +33,26 @@ from umbp_sim.trace import instrument
 WARNING_LOGGERS = ("umbp_sim", "sglang")
 ALLOCATOR_LOGGER = "umbp_sim.allocator"
 
-# SimConfig by Machine object: building it is most of a short run's cost, and compare's runs
-# share a few machines (nothing changes a run's machine). SimKernel copies the config.
-_CONFIGS: dict[int, tuple[Machine, str, Any]] = {}
+# SimConfig by machine state (its repr: every field): building it is most of a short run's
+# cost, and compare's runs share a few machines. An external build's server fills it before it
+# forks, so its children find it (host_config in run_job.prepare). SimKernel copies the config.
+_CONFIGS: dict[str, Any] = {}
+
+
+def host_config(machine: Machine) -> Any:
+    """The SimConfig of ``machine``'s state (validated), built once per state."""
+    key = repr(machine)
+    config = _CONFIGS.get(key)
+    if config is None:
+        if len(_CONFIGS) >= 256:
+            _CONFIGS.clear()
+        config = _CONFIGS[key] = to_sim_config(machine)
+    return config
 
 
 def fresh_host(machine: Machine) -> SimHost:
-    """A SimHost of its own in ``machine``'s state (its config built once per machine state)."""
-    key = repr(machine)
-    hit = _CONFIGS.get(id(machine))
-    if hit is None or hit[0] is not machine or hit[1] != key:
-        if len(_CONFIGS) >= 256:
-            _CONFIGS.clear()
-        hit = _CONFIGS[id(machine)] = (machine, key, to_sim_config(machine))
-    return SimHost(machine, _native.SimKernel(hit[2]))
+    """A SimHost of its own in ``machine``'s state."""
+    return SimHost(machine, _native.SimKernel(host_config(machine)))
 
 
 def execute(run: Run, subject: Subject) -> RunRecord:

@@ -23,13 +23,13 @@ from typing import Any
 
 import umbp_sim.dump  # noqa: F401 - Machine's checks import it lazily: once here, not per fork
 from umbp_sim import _native
-from umbp_sim.engine.execute import execute
+from umbp_sim.engine.execute import execute, host_config
 from umbp_sim.engine.measure import measure
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.engine.spec import Measure, Run, SglangStartup
 from umbp_sim.machine import Machine
 from umbp_sim.request import AllocRequest
-from umbp_sim.sim import SimHost, build_kernel
+from umbp_sim.sim import SimHost
 
 MPOL_BIND = 2
 
@@ -43,7 +43,7 @@ def no_room(machine: Machine, size: int) -> dict[str, int] | None:
     if size <= 0:
         return None
     c = _native.constants
-    kernel = build_kernel(machine)
+    kernel = _native.SimKernel(host_config(machine))
     r = kernel.mmap(
         0, size, c["PROT_READ"] | c["PROT_WRITE"],
         c["MAP_PRIVATE"] | c["MAP_ANONYMOUS"] | c["MAP_NORESERVE"],
@@ -149,7 +149,10 @@ class ExternalSubject:
 
 
 def prepare(run: Run) -> None:
-    """In the server, before it forks for ``run``: what the run needs imported once."""
+    """In the server, before it forks for ``run``: what the run needs imported or built once
+    (its host's SimConfig: the next run on the same host finds it)."""
+    if not isinstance(run.work, Measure):
+        host_config(run.machine)
     if isinstance(run.work, SglangStartup):
         load_torch()
 
