@@ -1,0 +1,125 @@
+"""Benchmark: one external run, and the full matrix on an external build (issue 27, item 6).
+
+The test allocator (tests/external/tiny_allocator.cpp, built as bench_compare builds it) in
+its server, one forked process per run:
+
+- the time of one run as compare's worker sees it (``ExternalRunner.observe``: fork, the run,
+  the reply), over the quick matrix's runs; the median of all (target <= 3 ms), and of the
+  runs with numa_node 2^31-1 alone (the allocator zeroes a 256 MiB nodemask in real memory);
+- those nodemask runs with the server's malloc on transparent hugepages (the default,
+  ``runner.MALLOC_THP``) against 4 KiB pages (``GLIBC_TUNABLES=glibc.malloc.hugetlb=0``), side
+  by side in interleaved rounds: the ratio of their medians;
+- ``umbp-sim compare umbp-sim TINY --matrix full --no-scenarios --shard 1/N --jobs 2``, the
+  whole command, for N and 2N: the difference is N/2N of the runs' cost, the full matrix
+  (184,320 runs) in minutes on this machine's cores (target <= 15 on 2 cores), start-up once.
+  Shards take every N-th run, so each holds the matrix's mix.
+
+    python bench/bench_external_run.py [--quick] [--json]
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import emit, figure, ratios, unavailable  # noqa: E402
+from bench_compare import build_tiny  # noqa: E402
+
+NODEMASK = "numa_node=2147483647"
+FULL_RUNS = 184_320
+
+
+def _observe_times(so: Path, env: dict[str, str], runs: list[Any]) -> list[float]:
+    from umbp_sim.allocator_spec import parse_allocator_spec
+    from umbp_sim.external.runner import ExternalRunner
+
+    runner = ExternalRunner(parse_allocator_spec(str(so)), env=env)
+    try:
+        runner.observe(runs[0])  # warm-up: the server's first fork
+        times = []
+        for run in runs:
+            t = time.perf_counter()
+            runner.observe(run)  # a crash is a reply too: what is timed is the round trip
+            times.append(time.perf_counter() - t)
+        return times
+    finally:
+        runner.close()
+
+
+def _compare_shard(so: Path, shards: int) -> tuple[float, int]:
+    """(wall seconds, runs) of the whole compare command over one shard of the full matrix."""
+    cmd = [sys.executable, "-P", "-m", "umbp_sim.cli", "compare", "umbp-sim", str(so)]
+    cmd += ["--matrix", "full", "--no-scenarios", "--shard", f"1/{shards}", "--jobs", "2"]
+    cmd += ["--json"]
+    env = dict(os.environ, UMBP_SIM_PROGRESS="0")
+    t = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t
+    if out.returncode not in (0, 1):
+        raise RuntimeError(f"compare exited {out.returncode}: {out.stderr.strip()[-2000:]}")
+    return wall, int(json.loads(out.stdout)["runs"])
+
+
+def _full_matrix_minutes(so: Path, shards: int) -> float:
+    """Two shard sizes (1/shards and 1/(2 shards)): their difference is the runs' cost without
+    the command's start-up, which is added once."""
+    big_t, big_n = _compare_shard(so, shards)
+    small_t, small_n = _compare_shard(so, 2 * shards)
+    per_run = (big_t - small_t) / (big_n - small_n)
+    startup = max(0.0, small_t - small_n * per_run)
+    return (startup + FULL_RUNS * per_run) / 60
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    quick = "--quick" in argv
+    if importlib.util.find_spec("pybind11") is None:
+        why = "needs pybind11 to build the test allocator: pip install '.[test]'"
+        return {"bench": "external_run", "figures": [unavailable("external run", why, "<= 3")]}
+    from umbp_sim.external.matrix import quick as quick_matrix
+
+    so = build_tiny()
+    runs = list(quick_matrix())
+    nodemask = [r for r in runs if NODEMASK in r.label]
+    if quick:
+        runs, nodemask = runs[::8], nodemask[:2]
+    rounds = 1 if quick else 3
+    every: list[float] = []
+    thp: list[float] = []
+    small: list[float] = []
+    for _ in range(rounds):
+        every += _observe_times(so, {}, runs)
+        thp.append(statistics.median(_observe_times(so, {}, nodemask)))
+        small.append(
+            statistics.median(
+                _observe_times(so, {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}, nodemask)
+            )
+        )
+    ms = [t * 1e3 for t in every]
+    masked = [t * 1e3 for t in thp]
+    shards = 1024 if quick else 64
+    minutes = [_full_matrix_minutes(so, shards) for _ in range(1 if quick else 2)]
+    figures = [
+        figure("one external run, quick matrix (ms)", ms, unit="ms", target="<= 3",
+               note=f"{len(runs)} runs x {rounds}; fork, run, reply"),
+        figure("one external run with numa_node 2^31-1 (ms)", masked, unit="ms",
+               note="median of each round; a 256 MiB nodemask zeroed"),
+        figure("numa_node 2^31-1 run: 4 KiB malloc pages / THP malloc", ratios(small, thp),
+               note="GLIBC_TUNABLES=glibc.malloc.hugetlb=0 vs the server's default"),
+        figure(f"full matrix on an external build, {os.cpu_count()} cores (min)", minutes,
+               unit="min", target="<= 15",
+               note=f"compare --jobs 2 over --shard 1/{shards} and 1/{2 * shards}, per run"),
+    ]  # fmt: skip
+    return {"bench": "external_run", "figures": figures, "raw": {"run_ms": ms}}
+
+
+if __name__ == "__main__":
+    emit(main(), sys.argv)
