@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+import umbp_sim.allocator as allocator_module
 from umbp_sim import _native
 from umbp_sim.allocator import (
     Anonymous,
@@ -749,15 +750,25 @@ def test_unknown_backing_value(run):
 
 @pytest.mark.parametrize("native", [_native.UmbpSimAllocator, _native.Mori624002cAllocator])
 def test_allocator_without_a_kernel(native):
-    a = native(None)
-    handle, messages, sig, where = a.alloc(4096, Anonymous, 2 * MiB, -1, True)
-    assert not handle and sig == 0
-    assert messages == [("warning", "no-kernel", "Alloc: no kernel; returning an invalid handle")]
-    assert a.kernel is None
-    assert a.live_buffers() == [] and a.shm_registry() == []
-    assert a.lookup_shm_allocation(4096, 1) is None
-    assert a.acquire_shm_allocation(4096, 1) is None
-    assert a.release_shm_allocation(4096) == ([], 0, "")
+    reported = []
+    _native.set_outcome_hook(lambda *outcome: reported.append(outcome))
+    try:
+        a = native(None)
+        handle = a.alloc(4096, Anonymous, 2 * MiB, -1, True)
+        assert not handle
+        assert [(o[0] is a, o[1:]) for o in reported] == [
+            (True, ([("warning", "no-kernel", "Alloc: no kernel; returning an invalid handle")],
+                    0, "")),
+        ]  # fmt: skip
+        assert a.kernel is None
+        assert a.live_buffers() == [] and a.shm_registry() == []
+        assert a.lookup_shm_allocation(4096, 1) is None
+        assert a.acquire_shm_allocation(4096, 1) is None
+        reported.clear()
+        assert a.release_shm_allocation(4096) is None
+        assert reported == []  # nothing to report: the hook is not called
+    finally:
+        _native.set_outcome_hook(allocator_module._report)
 
 
 # ---- the never-throws contract: the kernel layer throws std::bad_alloc -------------------

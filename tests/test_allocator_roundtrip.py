@@ -10,6 +10,7 @@ import pytest
 from conftest import mapping_of
 
 import umbp_sim
+import umbp_sim.allocator as allocator_module
 from umbp_sim import (
     Anonymous,
     AnonymousHugetlb,
@@ -279,10 +280,10 @@ def test_simulated_signal_raises_simulated_crash(linux_kernel):
                 "detail": "no free 2048 kB page on node 1",
             }
 
-    # LinuxKernel never reports a signal: drive the outcome path directly.
+    # LinuxKernel never reports a signal: drive the outcome hook directly.
     a = UMBPHostMemAllocator(kernel=linux_kernel)
     with pytest.raises(SimulatedCrash) as e:
-        a._finish([], 7, "madvise(MADV_POPULATE_WRITE)")
+        allocator_module._report(a._native, [], 7, "madvise(MADV_POPULATE_WRITE)")
     assert (e.value.signal, e.value.where, e.value.node) == (
         "SIGBUS",
         "madvise(MADV_POPULATE_WRITE)",
@@ -290,7 +291,7 @@ def test_simulated_signal_raises_simulated_crash(linux_kernel):
     )
     b = UMBPHostMemAllocator(kernel=CrashReportingKernel())
     with pytest.raises(SimulatedCrash) as e:
-        b._finish([("warning", "size-zero", "w")], 9, "mmap")
+        allocator_module._report(b._native, [("warning", "size-zero", "w")], 9, "mmap")
     assert str(e.value) == (
         "killed by SIGBUS during prefault touch of node 1 (2048 kB pages): "
         "no free 2048 kB page on node 1"

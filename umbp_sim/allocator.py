@@ -146,10 +146,21 @@ class UMBPHostMemAllocator:
         prefault: bool = True,
     ) -> Any:
         """A UMBPHostBufferHandle; falsy when the allocation failed (see the logged warnings)."""
+        # Plain arguments in range go straight through: what _alloc_args would give them (the
+        # checks of either profile differ only for other types and out-of-range values).
+        if (
+            type(size) is int
+            and type(hugepage_size) is int
+            and type(numa_node) is int
+            and type(prefault) is bool
+            and type(backing) is UMBPHostBufferBacking
+            and 0 <= size <= _SIZE_MAX
+            and 0 <= hugepage_size <= _SIZE_MAX
+            and _INT_MIN <= numa_node <= _INT_MAX
+        ):
+            return self._native.alloc(size, backing, hugepage_size, max(numa_node, -1), prefault)
         n, b, hp, node, pf = self._alloc_args(size, backing, hugepage_size, numa_node, prefault)
-        handle, messages, sig, where = self._native.alloc(n, b, hp, node if node >= 0 else -1, pf)
-        self._finish(messages, sig, where)
-        return handle
+        return self._native.alloc(n, b, hp, max(node, -1), pf)
 
     def _alloc_args(
         self, size: Any, backing: Any, hugepage_size: Any, numa_node: Any, prefault: Any
@@ -172,7 +183,7 @@ class UMBPHostMemAllocator:
             raise TypeError(
                 f"handle must be a UMBPHostBufferHandle, got {type(handle).__name__} {handle!r}"
             )
-        self._finish(*self._native.free(handle))
+        self._native.free(handle)
 
     def lookup_shm_allocation(self, ptr: int, size: int) -> Any:
         """The live shm allocation containing [ptr, ptr + size), or None."""
@@ -189,7 +200,7 @@ class UMBPHostMemAllocator:
     def release_shm_allocation(self, base: int) -> None:
         """Drop one hold on the allocation based at ``base``."""
         b = _int_arg("base", base, 0, _SIZE_MAX)
-        self._finish(*self._native.release_shm_allocation(b))
+        self._native.release_shm_allocation(b)
 
     def snapshot(self) -> dict[str, list[dict[str, Any]]]:
         """The allocator's own bookkeeping on this kernel (all allocators on it): live buffers
@@ -201,19 +212,19 @@ class UMBPHostMemAllocator:
         """
         return {"live": self._native.live_buffers(), "shm": self._native.shm_registry()}
 
-    def _finish(self, messages: list[tuple[str, str, str]], sig: int, where: str) -> None:
-        for level, warning_id, text in messages:
-            extra = {"warning_id": warning_id}
-            if level == "warning":
-                logger.warning(text, extra=extra)
-            else:
-                logger.info(text, extra=extra)
-        if sig:
-            self._raise_crash(sig, where)
 
-    def _raise_crash(self, sig: int, where: str) -> None:
+def _report(native: Any, messages: list[tuple[str, str, str]], sig: int, where: str) -> None:
+    """The outcome hook of the native allocators: a call's warnings as log records, and its
+    simulated crash as SimulatedCrash (with what the kernel recorded of it)."""
+    for level, warning_id, text in messages:
+        extra = {"warning_id": warning_id}
+        if level == "warning":
+            logger.warning(text, extra=extra)
+        else:
+            logger.info(text, extra=extra)
+    if sig:
         info = None
-        crash_info = getattr(self._kernel, "crash_info", None)
+        crash_info = getattr(native.kernel, "crash_info", None)
         if callable(crash_info):
             info = crash_info()
         if info:
@@ -225,6 +236,9 @@ class UMBPHostMemAllocator:
                 detail=info.get("detail") or "",
             )
         raise SimulatedCrash(_signal_name(sig), where)
+
+
+_native.set_outcome_hook(_report)
 
 
 def _pybind_int(name: str, value: Any, lo: int, hi: int) -> int:

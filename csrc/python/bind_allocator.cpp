@@ -1,15 +1,16 @@
 // The allocators as seen from Python: mori.umbp's UMBPHostBufferBacking / UMBPHostBufferHandle,
 // and the raw built-in allocators (`UmbpSimAllocator`, `Mori624002cAllocator`, both a
-// `HostMemAllocator`) whose calls return the warnings, each as (level, id, text), and the
-// simulated crash (as the kernel that raised it recorded it on this thread,
-// kernel/crash_record.h) next to the result; `warning_catalogue()` lists every warning's id and
-// template.
-// umbp_sim/allocator.py turns those into logging records and exceptions on the calling thread,
-// after the GIL is back.
+// `HostMemAllocator`). A call returns its result alone; one that warned or met a simulated
+// crash (as the kernel that raised it recorded it on this thread, kernel/crash_record.h) is
+// first handed to the outcome hook: `set_outcome_hook(fn)`, fn(allocator, messages, signal,
+// where) with each message as (level, id, text), called with the GIL back, what it raises
+// propagating. umbp_sim/allocator.py sets it: logging records and SimulatedCrash.
+// `warning_catalogue()` lists every warning's id and template.
 #include <pybind11/stl.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -54,16 +55,34 @@ class Collect {
     }
     return out;
   }
-  // (messages, signal, where) of the call: what the bound methods return after their result.
-  py::tuple outcome() const {
-    const CallCrash& c = this_thread_crash();
-    return py::make_tuple(to_list(), c.signal, std::string(c.where));
-  }
+  // Nothing to report: no message, no crash (the common case, answered without Python objects).
+  bool quiet() const { return messages_.empty() && this_thread_crash().signal == 0; }
+  // Hand a call of `allocator` that warned or crashed to the outcome hook (which may raise).
+  void report(HostMemAllocator& allocator) const;
 
  private:
   Messages messages_;
   Messages* prev_;
 };
+
+// Set once by umbp_sim.allocator; never destroyed (calls may run at interpreter shutdown).
+py::object& outcome_hook() {
+  static auto* hook = new py::object();
+  return *hook;
+}
+
+void Collect::report(HostMemAllocator& allocator) const {
+  if (quiet()) return;
+  if (!outcome_hook()) {
+    throw std::runtime_error(
+        "umbp_sim._native: an allocator call warned or crashed and no outcome hook is set "
+        "(import umbp_sim.allocator)");
+  }
+  const CallCrash& c = this_thread_crash();
+  // The allocator's existing Python object (it is bound: the call came through it).
+  py::object self = py::cast(&allocator, py::return_value_policy::reference);
+  outcome_hook()(self, to_list(), c.signal, std::string(c.where));
+}
 
 void collect_sink(LogLevel level, const std::string& id, const std::string& text) {
   if (tls_messages) tls_messages->emplace_back(level, id, text);
@@ -113,6 +132,11 @@ py::object shm_to_py(const std::optional<HostMemAllocator::ShmAllocation>& a) {
 }  // namespace
 
 void bind_allocator(py::module_& m) {
+  m.def(
+      "set_outcome_hook", [](py::object hook) { outcome_hook() = std::move(hook); },
+      py::arg("hook"),
+      "fn(allocator, messages, signal, where), called after an allocator call that warned or "
+      "crashed");
   m.def(
       "warning_catalogue",
       [] {
@@ -173,8 +197,8 @@ void bind_allocator(py::module_& m) {
       });
 
   py::class_<HostMemAllocator>(m, "HostMemAllocator",
-                               "A built-in allocator on a Kernel. Calls return (result..., "
-                               "messages, signal, where); use umbp_sim.UMBPHostMemAllocator.")
+                               "A built-in allocator on a Kernel. A call that warns or crashes "
+                               "goes to the outcome hook; use umbp_sim.UMBPHostMemAllocator.")
       .def_property_readonly("kernel", &HostMemAllocator::kernel)
       .def(
           "alloc",
@@ -186,8 +210,8 @@ void bind_allocator(py::module_& m) {
               NativeCall nogil;
               h = a.Alloc(size, backing, hugepage_size, numa_node, prefault);
             }
-            const py::tuple o = c.outcome();
-            return py::make_tuple(h, o[0], o[1], o[2]);
+            c.report(a);
+            return h;
           },
           py::arg("size"), py::arg("backing"), py::arg("hugepage_size"), py::arg("numa_node"),
           py::arg("prefault"))
@@ -199,7 +223,7 @@ void bind_allocator(py::module_& m) {
               NativeCall nogil;
               a.Free(h);
             }
-            return c.outcome();
+            c.report(a);
           },
           py::arg("handle"))
       .def(
@@ -232,7 +256,7 @@ void bind_allocator(py::module_& m) {
               NativeCall nogil;
               a.ReleaseShmAllocation(base);
             }
-            return c.outcome();
+            c.report(a);
           },
           py::arg("base"))
       .def("live_buffers",
