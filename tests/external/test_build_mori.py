@@ -199,3 +199,47 @@ def test_a_build_without_the_registry_leaves_its_steps_out(
     pick = ["--matrix", "none", "-k", "*shm-free-deferred-until-last-release*"]
     assert main(["compare", tiny_builds["wrap"], tiny_builds["wrap"], *pick]) == 64
     assert "no run's label matches" in capsys.readouterr().err
+
+
+def test_mori_binding_builds_an_allocator_laid_out_another_way(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An allocator with mori's API whose files are elsewhere (a fork that moved them): its
+    sources and --mori-binding, the header found through -I; the registry is reached too."""
+    tree = tmp_path / "fork"
+    (tree / "alloc").mkdir(parents=True)
+    shutil.copy(FAKE / mori_build.SOURCE, tree / "alloc" / "pool.cpp")
+    shutil.copytree(FAKE / "src/umbp/include", tree / "headers")
+    shutil.copytree(FAKE / "include", tree / "third")
+    out = tmp_path / "fork_umbp.so"
+    argv = ["build-allocator", str(tree / "alloc" / "pool.cpp"), "--mori-binding"]
+    argv += ["-I", str(tree / "headers"), "-I", str(tree / "third"), "-o", str(out)]
+    assert main([*argv, "--print-command"]) == 0
+    cmd = capsys.readouterr().out
+    assert mori_build.binding_source() in cmd and "-DUMBP_SIM_MODULE_NAME=fork_umbp" in cmd
+    assert cmd.count(f"-I{tree / 'headers'}") == 1
+    assert main(argv) == 0
+    assert capsys.readouterr().out == f"built {out}\n"
+    pick = ["--matrix", "none", "-k", "*shm-free-deferred-until-last-release*", "--json"]
+    assert main(["compare", "mori-624002c", str(out), *pick]) in (0, 1)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["runs"] == 1  # the registry scenario ran on the build (not left out)
+
+
+def test_mori_binding_without_the_header_says_which(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "a.cpp"
+    src.write_text("int x;\n")
+    argv = ["build-allocator", str(src), "--mori-binding", "-I", str(tmp_path)]
+    assert main([*argv, "-o", str(tmp_path / "a.so")]) == 65
+    assert capsys.readouterr().err == (
+        "umbp-sim build-allocator: --mori-binding: no -I directory holds "
+        f"umbp/local/host_mem_allocator.h (mori's allocator header; -I: {tmp_path})\n"
+    )
+    with pytest.raises(SystemExit) as exc:
+        main(["build-allocator", "--mori", str(FAKE), "--mori-binding", "-o", str(src)])
+    assert exc.value.code == 64
+    assert capsys.readouterr().err.endswith(
+        "error: --mori-binding goes with SRC ... (--mori has the binding)\n"
+    )

@@ -1,9 +1,11 @@
-"""``umbp-sim build-allocator (SRC... | --mori CHECKOUT) [-I DIR] [-D NAME[=V]] [--link-arg ARG]
--o OUT [--print-command]``.
+"""``umbp-sim build-allocator (SRC... [--mori-binding] | --mori CHECKOUT) [-I DIR] [-D NAME[=V]]
+[--link-arg ARG] -o OUT [--print-command]``.
 
 With ``--mori``, a mori checkout's allocator is built with umbp-sim's binding of its header
-(``umbp_sim/external/mori_build.py``). Every build is loaded in a child process before "built"
-is said; an output that cannot be written is exit 73 before anything is compiled.
+(``umbp_sim/external/mori_build.py``); with ``--mori-binding``, the sources given are built with
+it, the header found through ``-I`` (an allocator with mori's API laid out another way). Every
+build is loaded in a child process before "built" is said; an output that cannot be written is
+exit 73 before anything is compiled.
 """
 
 from __future__ import annotations
@@ -17,6 +19,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mori", metavar="CHECKOUT",
         help="a mori checkout: its host_mem_allocator.cpp with umbp-sim's Python binding",
+    )  # fmt: skip
+    p.add_argument(
+        "--mori-binding", action="store_true",
+        help="SRC... implement mori's HostMemAllocator (umbp/local/host_mem_allocator.h found "
+        "through -I): build them with umbp-sim's Python binding of it",
     )  # fmt: skip
     p.add_argument("-I", dest="includes", action="append", default=[], metavar="DIR")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
@@ -35,17 +42,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from umbp_sim.external.build import build_allocator, compile_command
-    from umbp_sim.external.mori_build import check_loads, check_output_writable, mori_build
+    from umbp_sim.external.mori_build import (
+        check_loads,
+        check_output_writable,
+        mori_api_build,
+        mori_build,
+    )
 
     if args.sources and args.mori:
         args._build_parser.error("give the sources (SRC ...) or --mori CHECKOUT, not both")
     if not args.sources and not args.mori:
         args._build_parser.error("give the sources (SRC ...) or --mori CHECKOUT")
+    if args.mori and args.mori_binding:
+        args._build_parser.error("--mori-binding goes with SRC ... (--mori has the binding)")
     sources, includes, defines, extra = args.sources, args.includes, args.defines, args.extra
+    plan = None
     if args.mori:
         plan = mori_build(args.mori, args.output, args.cxx)
-        sources = plan.sources
         includes = [*plan.includes, *includes]
+    elif args.mori_binding:
+        plan = mori_api_build(args.sources, includes, args.output, args.cxx)
+    if plan is not None:
+        sources = plan.sources
         defines = [*plan.defines, *defines]
         extra = [*plan.extra, *extra]
     if args.print_command:

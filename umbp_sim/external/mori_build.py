@@ -27,7 +27,9 @@ from umbp_sim.external.build import BuildError, compiler_env, include_dirs
 SOURCE = "src/umbp/local/host_mem_allocator.cpp"
 HEADER = "src/umbp/include/umbp/local/host_mem_allocator.h"
 INCLUDES = ("src/umbp/include", "include")
-LOG_HEADER = "include/mori/utils/mori_log.hpp"
+LOG_INCLUDE = "mori/utils/mori_log.hpp"
+LOG_HEADER = f"include/{LOG_INCLUDE}"
+API_HEADER = "umbp/local/host_mem_allocator.h"  # as the binding includes it
 SPDLOG_HEADER = "spdlog/spdlog.h"
 SPDLOG_PACKAGES = "apt-get install libspdlog-dev (Debian, Ubuntu) or dnf install spdlog-devel"
 
@@ -66,12 +68,30 @@ def mori_build(checkout: str, output: str, cxx: str | None = None) -> MoriBuild:
         if not (root / rel).is_file():
             raise BuildError(f"--mori {checkout}: not a mori checkout (no {rel})")
     includes = [str(root / d) for d in INCLUDES if (root / d).is_dir()]
+    return mori_api_build([str(root / SOURCE)], includes, output, cxx)
+
+
+def mori_api_build(
+    sources: list[str], includes: list[str], output: str, cxx: str | None = None
+) -> MoriBuild:
+    """An allocator with mori's ``HostMemAllocator`` API, wherever its files are: ``sources``
+    and umbp-sim's binding, compiled against the header found as ``umbp/local/
+    host_mem_allocator.h`` in ``includes`` (a BuildError naming it when none holds it); spdlog
+    linked as it was built when an include directory holds mori's logging header."""
+    if not any((Path(d) / API_HEADER).is_file() for d in includes):
+        shown = ", ".join(includes) or "none given"
+        raise BuildError(
+            f"--mori-binding: no -I directory holds {API_HEADER} (mori's allocator header; "
+            f"-I: {shown})"
+        )
     defines = [f"UMBP_SIM_MODULE_NAME={module_name(output)}"]
     extra: list[str] = []
-    log_header = root / LOG_HEADER
-    if log_header.is_file() and "spdlog" in log_header.read_text(errors="replace"):
-        extra = spdlog_link_args(cxx or os.environ.get("CXX") or "c++", includes)
-    return MoriBuild([str(root / SOURCE), binding_source()], includes, defines, extra)
+    for d in includes:
+        log_header = Path(d) / LOG_INCLUDE
+        if log_header.is_file() and "spdlog" in log_header.read_text(errors="replace"):
+            extra = spdlog_link_args(cxx or os.environ.get("CXX") or "c++", includes)
+            break
+    return MoriBuild([*sources, binding_source()], list(includes), defines, extra)
 
 
 def spdlog_link_args(cxx: str, includes: list[str]) -> list[str]:
