@@ -159,6 +159,26 @@ def test_populate_read_uses_a_page_and_sub_page_range_populates_whole_page() -> 
     assert counters(h) == (4, 3, 1, 0)
 
 
+def test_populate_read_of_private_anonymous_memory_maps_the_zero_page() -> None:
+    """Nothing is allocated until a write; shared anonymous memory (shmem) allocates on the
+    read (measured: docs/kernel-model.md section 4)."""
+    h = SimHost(Machine.build(nodes=1, mem_per_node="16GiB"))
+    k = h.kernel
+    private = k.mmap(0, 64 * MiB, RW, C["MAP_PRIVATE"] | C["MAP_ANONYMOUS"]).value
+    shared = k.mmap(0, 64 * MiB, RW, C["MAP_SHARED"] | C["MAP_ANONYMOUS"]).value
+    free = h.meminfo()["MemFree"]
+    assert k.madvise(private, 64 * MiB, C["MADV_POPULATE_READ"]).ok
+    assert h.meminfo()["MemFree"] == free
+    assert [m.faulted_pages for m in h.mappings() if m.start == private] == [0]
+    assert k.madvise(private, 64 * MiB, POP_W).ok  # the write allocates
+    assert h.meminfo()["MemFree"] == free - 64 * 1024
+    assert k.madvise(shared, 64 * MiB, C["MADV_POPULATE_READ"]).ok
+    assert h.meminfo()["MemFree"] == free - 2 * 64 * 1024
+    ro = k.mmap(0, 4 * MiB, C["PROT_READ"], C["MAP_PRIVATE"] | C["MAP_ANONYMOUS"])
+    assert ro.ok and k.madvise(ro.value, 4 * MiB, C["MADV_POPULATE_READ"]).ok
+    assert h.meminfo()["MemFree"] == free - 2 * 64 * 1024
+
+
 def test_populate_errors() -> None:
     h = host()
     k = h.kernel

@@ -286,6 +286,13 @@ SysResult SimKernel::populate(uintptr_t start, uintptr_t end, bool write, const 
     SimVma& v = it->second;
     if (pos >= v.end) return SysResult::Err(ENOMEM);
     if (v.prot == PROT_NONE || (write && !(v.prot & PROT_WRITE))) return SysResult::Err(EINVAL);
+    if (!write && !v.hugetlb() && !v.obj->shared && !v.obj->is_file) {
+      // A read fault of private anonymous memory maps the shared zero page: nothing is
+      // allocated until a write (mm/memory.c do_anonymous_page). Hugetlb has no zero page, and
+      // shmem allocates on a read fault too (docs/kernel-model.md section 4).
+      pos = v.end;
+      continue;
+    }
     uintptr_t stop = std::min<uintptr_t>(end, v.end);
     uint64_t pg = v.obj->page;
     uint64_t first = v.pgoff + (pos - v.start) / pg;
