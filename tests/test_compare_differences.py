@@ -32,3 +32,13 @@ def test_other_backing_compares_the_policy_only() -> None:
     got = differences(hp, unbound)
     assert set(got) == {"backing", "numa binding"}
     assert got["numa binding"] == ("bind 1; hugepages 2 x 2MiB on node 1", "default")
+
+
+def test_the_size_a_handle_says_was_asked_for() -> None:
+    """A handle that reports its rounded size as the requested one (a planted bug compare did
+    not see while it compared backing, mapped size and alignment only)."""
+    a = _ok("AnonymousHugetlb", "default")
+    b = _ok("AnonymousHugetlb", "default")
+    assert b.handle is not None
+    b.handle["requested_size"] = 6 << 20
+    assert differences(a, b) == {"requested_size": (4 << 20, 6 << 20)}

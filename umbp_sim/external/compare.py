@@ -22,6 +22,7 @@ from umbp_sim.engine.spec import Run
 CLASSES = (
     "outcome",
     "backing",
+    "requested_size",
     "mapped_size",
     "alignment",
     "numa binding",
@@ -86,9 +87,9 @@ def differences(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]]:
         out["outcome"] = (summary(a), summary(b))
     ha, hb = a.handle, b.handle
     if ra == rb == "ok" and ha and hb:
-        for cls, key in (("backing", "backing"), ("mapped_size", "mapped_size")):
+        for key in ("backing", "requested_size", "mapped_size"):
             if ha[key] != hb[key]:
-                out[cls] = (ha[key], hb[key])
+                out[key] = (ha[key], hb[key])
         if ha["alignment"] != hb["alignment"]:
             out["alignment"] = (ha["alignment"], hb["alignment"])
         if _binding_key(a, b) != _binding_key(b, a):
