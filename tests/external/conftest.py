@@ -31,13 +31,18 @@ def tiny_planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Planted variants of the test allocator (link-time builds): {"wrong_node": binds to the
     other node of a pair, "env_probe": warns MORI_UMBP_LOG_LEVEL as getenv saw it at alloc
     (when set), "stride_bug": touches base pages by hand with the hugepage size as stride,
-    "free_keeps_handle": a free whose munmap fails leaves the handle valid}."""
+    "free_keeps_handle": a free whose munmap fails leaves the handle valid, "no_overflow_check",
+    "size_32", "requested_rounded", "populate_read": tests/external/tiny_allocator.cpp says}."""
     d = tmp_path_factory.mktemp("tiny_planted")
     builds = {
         "wrong_node": "TINY_WRONG_NODE",
         "env_probe": "TINY_ENV_PROBE",
         "stride_bug": "TINY_STRIDE_BUG",
         "free_keeps_handle": "TINY_FREE_KEEPS_HANDLE",
+        "no_overflow_check": "TINY_NO_OVERFLOW_CHECK",
+        "size_32": "TINY_SIZE_32",
+        "requested_rounded": "TINY_REQUESTED_ROUNDED",
+        "populate_read": "TINY_POPULATE_READ",
     }
     jobs = {}
     for name, define in builds.items():

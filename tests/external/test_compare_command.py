@@ -228,3 +228,32 @@ def test_a_free_that_keeps_the_handle_differs_after_free(
          "valid, ptr set, mapped_size 4194304, requested_size 4194304"),
     }  # fmt: skip
     assert len(doc["differences"]["after free"]) == doc["runs"] == 4  # one per backing
+
+
+@pytest.mark.parametrize(
+    ("planted", "pattern", "classes"),
+    [
+        # rounding past 2^64: the fallback warns where the check refused quietly
+        ("no_overflow_check", "*alloc(size=1844674407*Hugetlb, *", ["warning count"]),
+        # 16 GiB pages encoded from their low 32 bits: the default size, whose pool is empty
+        ("size_32", "[[]ppc64le-16GiB-pages *", ["backing", "alignment", "warning count"]),
+        ("requested_rounded", "[[]ample k6.8.0] alloc(size=1, Anonymous, *", ["requested_size"]),
+        # MADV_POPULATE_READ maps the zero page: nothing faulted (kernels from 5.14)
+        ("populate_read", "[[]ample k6.8.0] alloc(size=3145728, Anonymous, *", ["faulted"]),
+    ],
+)
+def test_planted_bugs_the_quick_matrix_reaches(
+    tiny_builds: dict[str, str],
+    tiny_planted: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    planted: str,
+    pattern: str,
+    classes: list[str],
+) -> None:
+    """issue 27: bugs a held-back set of mori mutants showed the default compare did not reach
+    (the top of size_t, hugepages of 2^32 bytes or more, the handle's requested_size, a read
+    prefault); each differs in its class and only there."""
+    argv = ["compare", tiny_builds["wrap"], tiny_planted[planted], "--no-scenarios"]
+    assert main([*argv, "-k", pattern, "--json"]) == 1, capsys.readouterr().err
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["differences"]) == classes

@@ -14,7 +14,14 @@
 //   - TINY_STRIDE_BUG: touches by hand with the hugepage size as the stride on base pages too
 //     (only kernels before 5.14 touch by hand), the bug compare reports in its "faulted" class;
 //   - TINY_FREE_KEEPS_HANDLE: a free whose munmap fails returns with the handle still valid,
-//     the bug compare reports in its "after free" class.
+//     the bug compare reports in its "after free" class;
+//   - TINY_NO_OVERFLOW_CHECK: rounds the size up without checking it fits in size_t (a size
+//     near 2^64 wraps to a small one): "warning count", with the quick matrix's top sizes;
+//   - TINY_SIZE_32: encodes the hugepage size in the flags from its low 32 bits (16 GiB pages
+//     become the default size): "backing", on the quick matrix's ppc64le 16 GiB host;
+//   - TINY_REQUESTED_ROUNDED: the handle's requested_size is the rounded size: "requested_size";
+//   - TINY_POPULATE_READ: prefaults with MADV_POPULATE_READ (private anonymous memory then maps
+//     the zero page and nothing is faulted): "faulted".
 #include <fcntl.h>
 #include <linux/mempolicy.h>
 #include <pybind11/pybind11.h>
@@ -52,6 +59,9 @@ void warn(const std::string& text) { std::fprintf(stderr, "tiny [warning] %s\n",
 bool pow2(size_t v) { return v && !(v & (v - 1)); }
 
 int log2_of(size_t v) {
+#ifdef TINY_SIZE_32
+  v = static_cast<uint32_t>(v);
+#endif
   int n = 0;
   while (v > 1) {
     v >>= 1;
@@ -81,12 +91,14 @@ class Allocator {
     Handle h;
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     if (size == 0) return h;
-    const bool huge = backing == Backing::AnonymousHugetlb ||
-                      backing == Backing::AnonymousShmHugetlb;
+    const bool huge =
+        backing == Backing::AnonymousHugetlb || backing == Backing::AnonymousShmHugetlb;
     const bool shm = backing == Backing::AnonymousShm || backing == Backing::AnonymousShmHugetlb;
     if (huge && !pow2(hugepage_size)) return h;
     size_t align = huge ? hugepage_size : page;
+#ifndef TINY_NO_OVERFLOW_CHECK
     if (size > SIZE_MAX - align) return h;
+#endif
     size_t len = (size + align - 1) / align * align;
     void* p = MAP_FAILED;
     int fd = -1;
@@ -108,8 +120,8 @@ class Allocator {
     if (p == MAP_FAILED && huge) {
       warn("hugetlb failed for size=" + std::to_string(size) + " (" + std::strerror(errno) +
            "); using 4 KiB pages. " + meminfo_summary());
-      return alloc(size, shm ? Backing::AnonymousShm : Backing::Anonymous, hugepage_size,
-                   numa_node, prefault);
+      return alloc(size, shm ? Backing::AnonymousShm : Backing::Anonymous, hugepage_size, numa_node,
+                   prefault);
     }
     if (p == MAP_FAILED) return h;
 #ifdef TINY_ENV_PROBE
@@ -123,10 +135,15 @@ class Allocator {
       std::vector<unsigned long> mask(static_cast<size_t>(numa_node) / 64 + 1, 0UL);
       mask[static_cast<size_t>(numa_node) / 64] |= 1UL << (numa_node % 64);
       long rc = syscall(SYS_mbind, p, len, MPOL_BIND, mask.data(), mask.size() * 64, 0);
-      if (rc != 0) warn("mbind(node=" + std::to_string(numa_node) + ") failed: " +
-                        std::strerror(errno));
+      if (rc != 0)
+        warn("mbind(node=" + std::to_string(numa_node) + ") failed: " + std::strerror(errno));
     }
-    if (prefault && madvise(p, len, 23 /* MADV_POPULATE_WRITE */) != 0) {
+#ifdef TINY_POPULATE_READ
+    const int populate = 22;  // MADV_POPULATE_READ
+#else
+    const int populate = 23;  // MADV_POPULATE_WRITE
+#endif
+    if (prefault && madvise(p, len, populate) != 0) {
       warn(std::string("populate failed (") + std::strerror(errno) + "); touching pages");
 #ifdef TINY_STRIDE_BUG
       touch_pages(p, len, hugepage_size);
@@ -135,7 +152,11 @@ class Allocator {
 #endif
     }
     h.ptr = reinterpret_cast<uintptr_t>(p);
+#ifdef TINY_REQUESTED_ROUNDED
+    h.requested_size = len;
+#else
     h.requested_size = size;
+#endif
     h.mapped_size = len;
     h.actual_backing = backing;
     h.actual_alignment = align;
@@ -174,8 +195,8 @@ PYBIND11_MODULE(TINY_MODULE_NAME, m) {
       .def("__bool__", &tiny::Handle::valid);
   py::class_<tiny::Allocator>(m, "UMBPHostMemAllocator")
       .def(py::init<>())
-      .def("alloc", &tiny::Allocator::alloc, py::arg("size"), py::arg("backing") = Backing::Anonymous,
-           py::arg("hugepage_size") = 2097152, py::arg("numa_node") = -1,
-           py::arg("prefault") = true)
+      .def("alloc", &tiny::Allocator::alloc, py::arg("size"),
+           py::arg("backing") = Backing::Anonymous, py::arg("hugepage_size") = 2097152,
+           py::arg("numa_node") = -1, py::arg("prefault") = true)
       .def("free", &tiny::Allocator::free, py::arg("handle"));
 }

@@ -33,6 +33,8 @@ SIZES = {
     "huge": 1 * TiB,
     "2^63": 1 << 63,
 }
+# Sizes within a page of the top of size_t (quick matrix): rounding them up overflows.
+TOP_SIZES = (2**64 - 1, 2**64 - MiB)
 HUGEPAGE_SIZES = {"1": 1, "4096": 4096, "2MiB": 2 * MiB, "3MiB": 3 * MiB, "1GiB": GiB}
 NODES = {"-1": -1, "0": 0, "1": 1, "63": 63, "out-of-range": 4, "2^31-1": 2**31 - 1}
 KERNELS = ("3.10.0", "4.9.0", "5.10.0", "6.8.0")
@@ -71,6 +73,18 @@ def machine(pool: str, kernel: str = "6.8.0") -> Machine:
 
 
 @functools.cache
+def big_page_machine() -> Machine:
+    """A ppc64le host with the hash MMU's 16 GiB hugepages (2 of them on node 0): a size of
+    2^32 bytes or more in mmap's MAP_HUGE_SHIFT field."""
+    m = Machine.ppc64le(
+        mmu="hash", nodes=2, mem_per_node="64GiB",
+        hugepages_per_node=[{"16GiB": 2}, {}], kernel_version="6.8.0",
+    )  # fmt: skip
+    m.name = "ppc64le-16GiB-pages k6.8.0"
+    return m
+
+
+@functools.cache
 def fault_plan(op: str) -> FaultPlan:
     return FaultPlan.from_rules([{"op": op, "errno": FAULTS[op], "nth": 1}])
 
@@ -100,6 +114,12 @@ def quick() -> Iterator[Run]:
         yield _run(pool, AllocRequest(size, b, numa_node=1, prefault=p), kernel=k)
     for b, op in itertools.product(BACKINGS, FAULTS):
         yield _run("ample", AllocRequest(size, b, numa_node=0), fault=op)
+    for b, s in itertools.product(BACKINGS, TOP_SIZES):  # rounding up past 2^64
+        yield _run("ample", AllocRequest(s, b))
+    big = big_page_machine()
+    for b in ("AnonymousHugetlb", "AnonymousShmHugetlb"):
+        call = AllocRequest(16 * GiB, b, hugepage_size=16 * GiB)
+        yield Run(big, _life(call), label=f"[{big.name}] {call.label()}")
 
 
 def full() -> Iterator[Run]:
