@@ -33,3 +33,24 @@ def test_closed_pipe_is_quiet() -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_not_an_answer() -> None:
+    # A worker or server pipe that broke must not pass for `| head`: exit 0 would say "same".
+    code = (
+        "import os, sys\n"
+        "from umbp_sim import cli\n"
+        "def run(args):\n"
+        "    r, w = os.pipe()\n"
+        "    os.close(r)\n"
+        "    os.write(w, b'x')  # EPIPE: BrokenPipeError (SIGPIPE is ignored by Python)\n"
+        "import umbp_sim.commands.profiles as p\n"
+        "p.run = run\n"
+        "sys.exit(cli.main(['profiles']))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 70, proc.stderr
+    assert proc.stderr.startswith("umbp-sim profiles: internal error: BrokenPipeError: ")
+    assert proc.stdout == ""

@@ -172,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         text = printable(str(e), keep="\n" if e.multiline else "")
         print(f"umbp-sim {args.command}: {text}", file=sys.stderr)
         return getattr(e, "exit_code", EX_DATAERR)
-    except BrokenPipeError:
+    except BrokenPipeError as e:
+        if not stdout_reader_gone():  # another pipe (a worker's, a server's): not an answer
+            return internal_error(args.command, e)
         # `umbp-sim inspect ... | head`: the reader left; stop quietly like other Unix tools.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -184,6 +186,19 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except Exception as e:  # a bug, not an answer: never exit 1 (preflight's "demoted")
         return internal_error(args.command, e)
+
+
+def stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe (or socket) whose reader has left: poll says POLLERR/POLLHUP.
+    A BrokenPipeError from any other pipe must not pass for `| head` (exit 0 is an answer)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def internal_error(command: str, e: BaseException) -> int:

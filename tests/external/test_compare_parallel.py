@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from conftest import session_processes
 from umbp_sim.allocator_spec import parse_allocator_spec
 from umbp_sim.cli import main
 from umbp_sim.engine.dispatch import open_allocator
-from umbp_sim.external import matrix
+from umbp_sim.external import matrix, parallel
 from umbp_sim.external.observe import close_runners
 from umbp_sim.external.scenario import run_scenario_external
 from umbp_sim.scenario.schema import load_scenario
@@ -223,3 +224,20 @@ def test_a_worker_killed_is_exit_2_and_leaves_no_process(tiny_builds: dict[str, 
     assert proc.returncode == 2, err
     assert (out, err) == ("", "umbp-sim compare: a worker process died (killed by SIGKILL)\n")
     _assert_nothing_left(proc.pid)
+
+
+def test_a_worker_dead_when_its_next_chunk_is_sent_is_a_dead_worker() -> None:
+    """A worker killed after its last message: sending it the next chunk is EPIPE, which was
+    taken for `compare | head` (stdout's reader gone) and gave exit 0, "same"."""
+    parent_end, worker_end = multiprocessing.Pipe()
+    worker_end.send(("idle",))
+    worker_end.close()
+
+    class Killed:
+        exitcode = -signal.SIGKILL
+
+        def join(self, timeout: float | None = None) -> None:
+            pass
+
+    with pytest.raises(parallel.WorkerDied, match=r"^a worker process died \(killed by SIGKILL\)$"):
+        list(parallel._collect([(Killed(), parent_end)], [object()] * 3, None))

@@ -137,10 +137,7 @@ def _collect(
             try:
                 msg = conn.recv()
             except (EOFError, OSError):
-                proc = busy[conn]
-                proc.join(1.0)
-                how = _exit_text(proc.exitcode)
-                raise WorkerDied(f"a worker process died ({how})") from None
+                raise _died(busy[conn]) from None
             if msg[0] == "error":
                 raise CouldNotRun(msg[1])
             if msg[0] == "done":  # a chunk's runs; the worker is idle again
@@ -153,7 +150,10 @@ def _collect(
                 chunk = None
                 if start is not None:
                     chunk = list(range(start, min(start + chunk_size, len(runs))))
-                conn.send(chunk)
+                try:
+                    conn.send(chunk)
+                except OSError:  # it died after its last message (EPIPE): not the caller's pipe
+                    raise _died(busy[conn]) from None
                 if chunk is None:
                     conn.close()
                     del busy[conn]
@@ -166,6 +166,11 @@ def _collect(
             conn.send(None)
         except OSError:
             pass  # it died since: nothing is missing (_stop waits for it)
+
+
+def _died(proc: Any) -> WorkerDied:
+    proc.join(1.0)
+    return WorkerDied(f"a worker process died ({_exit_text(proc.exitcode)})")
 
 
 def _exit_text(code: int | None) -> str:
