@@ -204,7 +204,7 @@ def test_each_hostile_run_is_an_outcome_and_the_next_run_goes_on(
     assert (parallel.returncode, parallel.stderr) == (1, "")
     assert parallel.stdout == serial.stdout
     doc = json.loads(serial.stdout)
-    assert doc["runs"] == 11  # 8 sizes and the two at the top of size_t (matrix.TOP_SIZES)
+    assert doc["runs"] == 13  # 8 sizes, the nodes group's 4 MiB, the 4 TOP_SIZES
     got = {d["run"].split("size=")[1].split(",")[0]: d["b"] for d in doc["differences"]["outcome"]}
     assert got == {
         "1": "timed out after 2 s in alloc",

@@ -33,8 +33,9 @@ SIZES = {
     "huge": 1 * TiB,
     "2^63": 1 << 63,
 }
-# Sizes within a page of the top of size_t (quick matrix): rounding them up overflows.
-TOP_SIZES = (2**64 - 1, 2**64 - MiB)
+# Sizes at the top of size_t (quick matrix): rounding most of them up overflows; the highest
+# multiple of a page and of a 2 MiB hugepage are the edges of an allocator's overflow check.
+TOP_SIZES = (2**64 - 1, 2**64 - PAGE, 2**64 - MiB, 2**64 - 2 * MiB)
 HUGEPAGE_SIZES = {"1": 1, "4096": 4096, "2MiB": 2 * MiB, "3MiB": 3 * MiB, "1GiB": GiB}
 NODES = {"-1": -1, "0": 0, "1": 1, "63": 63, "out-of-range": 4, "2^31-1": 2**31 - 1}
 KERNELS = ("3.10.0", "4.9.0", "5.10.0", "6.8.0")
