@@ -42,3 +42,15 @@ def test_the_size_a_handle_says_was_asked_for() -> None:
     assert b.handle is not None
     b.handle["requested_size"] = 6 << 20
     assert differences(a, b) == {"requested_size": (4 << 20, 6 << 20)}
+
+
+def test_compare_help_names_every_class() -> None:
+    import argparse
+
+    from umbp_sim.commands import compare as command
+    from umbp_sim.external.compare import CLASSES
+
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    epilog = " ".join((parser.epilog or "").split())
+    assert [c for c in CLASSES if c not in epilog] == []

@@ -36,10 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from umbp_sim.flag_types import seconds_flag
 
     p.epilog = (
-        "Classes of difference: outcome, backing, mapped_size, alignment, numa binding (the "
-        "policy on the buffer's VMA and the nodes its hugepages came from), faulted (the buffer's "
-        "pages faulted when alloc returned, by page size), crash, leak, after free (the "
-        "handle as the first of a run's two frees left it), warning count, warning text; a "
+        "Classes of difference: outcome, backing, requested_size, mapped_size, alignment, numa "
+        "binding (the policy on the buffer's VMA and the nodes its hugepages came from), faulted "
+        "(the buffer's pages faulted when alloc returned, by page size), crash, leak, after free "
+        "(the handle as the first of a run's two frees left it), steps (what each step of a "
+        "steps scenario came to), warning count, warning text; a "
         "run of an external build past --run-timeout differs in outcome (timed out after N s "
         "in alloc). Exit status: 0 no difference, 1 differences, 2 could "
         "not run (an allocator failed to load, a worker died, Ctrl-C), 64 bad usage or nothing "
