@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -52,18 +53,17 @@ def build_tiny() -> Path:
     return out
 
 
-def _compare(a: str, b: str, pattern: str, jobs: int) -> tuple[float, int]:
-    """(wall seconds, runs) of one compare command."""
+def compare_command(a: str, b: str, jobs: int, *select: str) -> tuple[float, int]:
+    """(wall seconds, runs) of one ``compare A B --matrix full --no-scenarios`` command over
+    the runs ``select`` picks (``-k PATTERN``, ``--shard K/N``), bounded to an hour."""
     cmd = [sys.executable, "-P", "-m", "umbp_sim.cli", "compare", a, b, "--matrix", "full"]
-    cmd += ["--no-scenarios", "-k", pattern, "--jobs", str(jobs), "--json"]
+    cmd += ["--no-scenarios", *select, "--jobs", str(jobs), "--json"]
     env = dict(os.environ, UMBP_SIM_PROGRESS="0")
     t = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     wall = time.perf_counter() - t
     if out.returncode not in (0, 1):
-        raise RuntimeError(f"compare exited {out.returncode}: {out.stderr.strip()}")
-    import json
-
+        raise RuntimeError(f"compare exited {out.returncode}: {out.stderr.strip()[-2000:]}")
     return wall, int(json.loads(out.stdout)["runs"])
 
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs = 0
         for _ in range(rounds):
             for jobs in (1, 2):
-                wall, runs = _compare(a, b, pattern, jobs)
+                wall, runs = compare_command(a, b, jobs, "-k", pattern)
                 times[jobs].append(wall)
         raw[what] = {"runs": runs, "wall": times}
         for jobs in (1, 2):

@@ -20,10 +20,8 @@ its server, one forked process per run:
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import emit, figure, ratios, unavailable  # noqa: E402
-from bench_compare import build_tiny  # noqa: E402
+from bench_compare import build_tiny, compare_command  # noqa: E402
 
 NODEMASK = "numa_node=2147483647"
 FULL_RUNS = 184_320
@@ -54,25 +52,11 @@ def _observe_times(so: Path, env: dict[str, str], runs: list[Any]) -> list[float
         runner.close()
 
 
-def _compare_shard(so: Path, shards: int) -> tuple[float, int]:
-    """(wall seconds, runs) of the whole compare command over one shard of the full matrix."""
-    cmd = [sys.executable, "-P", "-m", "umbp_sim.cli", "compare", "umbp-sim", str(so)]
-    cmd += ["--matrix", "full", "--no-scenarios", "--shard", f"1/{shards}", "--jobs", "2"]
-    cmd += ["--json"]
-    env = dict(os.environ, UMBP_SIM_PROGRESS="0")
-    t = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - t
-    if out.returncode not in (0, 1):
-        raise RuntimeError(f"compare exited {out.returncode}: {out.stderr.strip()[-2000:]}")
-    return wall, int(json.loads(out.stdout)["runs"])
-
-
 def _full_matrix_minutes(so: Path, shards: int) -> float:
     """Two shard sizes (1/shards and 1/(2 shards)): their difference is the runs' cost without
     the command's start-up, which is added once."""
-    big_t, big_n = _compare_shard(so, shards)
-    small_t, small_n = _compare_shard(so, 2 * shards)
+    big_t, big_n = compare_command("umbp-sim", str(so), 2, "--shard", f"1/{shards}")
+    small_t, small_n = compare_command("umbp-sim", str(so), 2, "--shard", f"1/{2 * shards}")
     per_run = (big_t - small_t) / (big_n - small_n)
     startup = max(0.0, small_t - small_n * per_run)
     return (startup + FULL_RUNS * per_run) / 60
