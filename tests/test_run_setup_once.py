@@ -61,3 +61,24 @@ def test_an_equal_machine_finds_the_config(monkeypatch: pytest.MonkeyPatch) -> N
     assert built == [a, b]
     assert execute.fresh_host(b).node_hugepages(1).total == 6
     assert execute.host_config(b) is other
+
+
+def test_prepare_says_when_the_server_imported_what_a_forked_child_lacks() -> None:
+    # A child forked before torch was imported would import it on every run: the Forker
+    # discards it when prepare says True, which it does once, for the first sglang run.
+    code = textwrap.dedent(
+        """
+        import umbp_sim.external.run_job as run_job
+        from umbp_sim.engine.spec import Run, SglangStartup
+        from umbp_sim.external.matrix import machine, quick
+        alloc = next(iter(quick()))
+        startup = Run(machine("pool-on-node0"), SglangStartup(request={}))
+        print(run_job.prepare(alloc), run_job.prepare(startup), run_job.prepare(startup),
+              run_job.prepare(alloc))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True", "False", "False"]

@@ -67,10 +67,13 @@ def misbehave(size):
     elif what == "stdin":
         sys.stdin.read()
     elif what == "fork":
+        r, w = os.pipe()
         if os.fork() == 0:
             with open(os.environ["FORKED_PIDS"], "a") as f:
                 f.write(f"{{os.getpid()}}\\n")
+            os.write(w, b"x")
             time.sleep(1e6)
+        os.read(r, 1)  # it is written down before alloc returns (and the run can end)
     elif what == "print":
         print("garbage from alloc")
         sys.stdout.flush()

@@ -1,17 +1,21 @@
 """The process that hosts an external allocator: ``python -m umbp_sim.external.child SPEC``.
 
 It imports the allocator once (a module with mori's Python API, or an extension module at a
-path), then serves runs: for each engine ``Run`` read from its owner it forks, and the forked
-child, a fresh process as far as the allocator's once-flags and registries are concerned,
-performs it (``umbp_sim.external.run_job``: the simulated host, the interposer active on it,
-the allocator called); its stdout and stderr (the allocator's log) go to a file, its progress
-and result (or the exception that ended it) to a pipe, and the interposer's evidence of a
-simulated death to a second pipe (``umbp_sim.external.evidence``). The server waits for it, at
-most the run's time limit (``--run-timeout``), and answers with what it saw: the exit status (a
-real SIGBUS is data) and the evidence, a stop (SIGSTOP: ended at once), or the time limit and
-the last stage the child reported ("alloc", "free", ...), the run's process group then killed.
-Nothing umbp-sim reads comes from the log: it is the allocator's text, and only its warnings are
-taken from it.
+path), then serves runs: each engine ``Run`` read from its owner is performed by a forked
+child (``Forker``), a fresh process as far as the allocator's once-flags and registries are
+concerned (``umbp_sim.external.run_job``: the simulated host, the interposer active on it, the
+allocator called). The child is forked ahead, while the run before it runs, and warms up (what
+a run writes of the server's memory, copied before its run arrives); it waits in the server's
+group and is given its run, a group of its own and the keeper's watch. Its stdout and stderr
+(the allocator's log) go to a file, its stages to memory it shares with the server
+(``procs.StageBoard``), its result (or the exception that ended it) to a pipe, and the
+interposer's evidence of a simulated death to a second pipe (``umbp_sim.external.evidence``).
+The server waits for it, at most the run's time limit (``--run-timeout``), and answers with what
+it saw: the result as soon as it is sent (the child then exits; it is reaped after), else the
+exit status (a real SIGBUS is data) and the evidence, a stop (SIGSTOP: ended at once), or the
+time limit and the last stage the child posted ("alloc", "free", ...), the run's process group
+then killed. Nothing umbp-sim reads comes from the log: it is the allocator's text, and only its
+warnings are taken from it.
 
 Protocol: on two private pipe fds passed at start (SPEC's ``fds``), never on stdin/stdout: the
 server's stdin is /dev/null and its stdout goes to its stderr (a file its owner reads when it
@@ -24,6 +28,7 @@ message is a 4-byte big-endian length + pickle. The server says ``{"stage": ...}
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.machinery
 import importlib.util
@@ -31,6 +36,8 @@ import json
 import os
 import pickle
 import re
+import select
+import signal
 import sys
 import tempfile
 import time
@@ -45,6 +52,7 @@ from umbp_sim.external.procs import (
     QUIT,
     FrameError,
     FrameReader,
+    StageBoard,
     die_with_parent,
     frame,
     kill_group,
@@ -183,107 +191,220 @@ def serve(spec: dict[str, Any]) -> int:
 
     send(out, {"ready": True, "mode": "wrap" if wrapped else "preload", "objects": objects,
                "registry": has_registry(module)})  # fmt: skip
-    timeout = float(spec["timeout"])
     private = tuple(fd for fd in (inp, out, keeper_fd) if fd is not None)
-    while True:
-        try:
-            run = recv(inp)
-        except EOFError:
-            return 0
-        send(out, fork_run(module, ip, run, timeout, keeper_fd, private))
+    forker = Forker(module, ip, float(spec["timeout"]), keeper_fd, private)
+    try:
+        while True:
+            try:
+                run = recv(inp)
+            except EOFError:
+                return 0
+            send(out, forker.run(run))
+    finally:
+        forker.close()
 
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())[:500]
 
 
-def fork_run(
-    module: Any,
-    ip: Any,
-    run: Any,
-    timeout: float = 60.0,
-    keeper_fd: int | None = None,
-    private: tuple[int, ...] = (),
-) -> dict[str, Any]:
-    """Run in a forked child (a process group of its own), at most ``timeout`` seconds; collect
-    its result, log, stages and exit status. The run's group is killed when it ends, so what
-    the allocator forked ends with it. ``private``: the server's own fds, closed in the child.
+@dataclasses.dataclass
+class _Child:
+    """A run's process, forked before its run is known: it waits on ``job`` (the server's end of
+    the pipe its run goes down), in the server's group until it is given one."""
 
-    ``run`` is an engine ``Run``, performed by ``run_job.run_job`` (its result: the run's
-    ``RunRecord``).
-    """
-    # Loaded once the allocator is (serve: a prebuilt module starts this process again).
-    from umbp_sim.external import run_job
+    pid: int
+    job: int
+    rfd: int  # its progress and result (pickle frames)
+    erfd: int  # the interposer's evidence of a simulated death (JSON frames)
+    log: Any  # its stdout and stderr
+    board: StageBoard  # its stages
 
-    run_job.prepare(run)  # once, in the server: not in every forked child
-    job = run_job.run_job
+    def fds(self) -> tuple[int, ...]:
+        return tuple(fd for fd in (self.job, self.rfd, self.erfd, self.log.fileno()) if fd >= 0)
 
-    log = tempfile.TemporaryFile()
-    rfd, wfd = os.pipe()  # the run's progress and result (pickle frames)
-    erfd, ewfd = os.pipe()  # the interposer's evidence of a simulated death (JSON frames)
-    server = os.getpid()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        code = 0
-        try:
-            die_with_parent(server)
-            os.setpgid(0, 0)
-            os.close(rfd)
-            os.close(erfd)
-            for fd in private:
+    def close(self) -> None:
+        for fd in (self.job, self.rfd, self.erfd):
+            if fd >= 0:
                 os.close(fd)
-            os.dup2(log.fileno(), 1)
-            os.dup2(log.fileno(), 2)
-            ip.set_evidence_fd(ewfd)
+        self.job = self.rfd = self.erfd = -1
+        self.log.close()
+        self.board.close()
 
-            def report(stage: str, **extra: Any) -> None:
-                send(wfd, {"stage": stage, **extra})
 
-            send(wfd, {"result": job(module, ip, run, report)})
-        except BaseException as e:  # noqa: BLE001
-            traceback.print_exc()  # for a person reading the log; umbp-sim reads the frame
-            send(wfd, {"failed": _one_line(f"{type(e).__name__}: {e}")})
-            code = 70
+class Forker:
+    """The server's runs, each in a forked child (a process group of its own), at most
+    ``timeout`` seconds; it collects the child's result, log, stages and exit status. The run's
+    group is killed when it ends, so what the allocator forked ends with it. ``private``: the
+    server's own fds, closed in a child.
+
+    A run's child is forked ahead (while the run before it runs), so a run waits for no fork:
+    the spare sits in the server's group (its owner's kill and the keeper's reach it, and it
+    dies with the server) until it is given its run, moved to a group of its own and named to
+    the keeper. A spare that lacks what the server has just loaded for a run (torch) is
+    discarded. The reply goes out as soon as the child has sent its result (it exits then);
+    the child is reaped after.
+
+    A ``Run`` is performed by ``run_job.run_job`` (its result: the run's ``RunRecord``).
+    """
+
+    def __init__(
+        self,
+        module: Any,
+        ip: Any,
+        timeout: float = 60.0,
+        keeper_fd: int | None = None,
+        private: tuple[int, ...] = (),
+    ) -> None:
+        self._module, self._ip, self._timeout = module, ip, timeout
+        self._keeper_fd, self._private = keeper_fd, private
+        self._spare: _Child | None = None
+        self._unreaped: list[int] = []  # children that sent their result and were killed
+        self._last: Any = None  # the last run given: a spare warms up on its host
+
+    def run(self, run: Any) -> dict[str, Any]:
+        # Loaded once the allocator is (serve: a prebuilt module starts this process again).
+        from umbp_sim.external import run_job
+
+        self._reap()
+        if run_job.prepare(run) and self._spare is not None:  # the spare was forked before it
+            self._discard(self._spare)
+            self._spare = None
+        child = self._spare or self._fork(())
+        self._spare = None
+        deadline = time.monotonic() + self._timeout
+        try:
+            os.setpgid(child.pid, child.pid)  # its own group before it does anything of the run
+        except OSError:
+            pass  # it died as a spare: the watch sees how
+        tell_keeper(self._keeper_fd, child.pid)
+        _give(child.job, frame(pickle.dumps(run)), deadline)
+        self._last = run
+        os.close(child.job)
+        child.job = -1
+        self._spare = self._fork(child.fds())  # the next run's, while this one runs
+        try:
+            seen = _watch_run(child.pid, child.rfd, child.erfd, deadline)
+            _take_board(child.board, seen)
         finally:
-            os._exit(code)
-    os.close(wfd)
-    os.close(ewfd)
-    try:
-        os.setpgid(pid, pid)  # as the child does: whichever comes first
-    except OSError:
-        pass
-    tell_keeper(keeper_fd, pid)
-    try:
-        seen = _watch_run(pid, rfd, erfd, timeout)
-    finally:
-        kill_group(pid)  # what the allocator forked (the child is not reaped yet: pid is ours)
-        tell_keeper(keeper_fd, 0)
-        os.close(rfd)
-        os.close(erfd)
-    _, status = os.waitpid(pid, 0)
-    log.seek(0)
-    text = _read_log(log)
-    log.close()
-    ended = seen["ended"]
-    return {
-        "result": seen["result"],
-        "failed": seen["failed"],
-        "stages": seen["stages"],
-        "partial": seen["partial"],
-        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) and not ended else None,
-        "evidence": seen["evidence"].death,
-        "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-        "log": text,
-        "timed_out": timeout if ended == "timeout" else None,
-        "stopped": seen["stopped"],
-    }
+            kill_group(child.pid)  # what the allocator forked (the child is not reaped yet)
+            tell_keeper(self._keeper_fd, 0)
+        status: int | None = None
+        ended = seen["ended"]
+        if ended == "result":
+            self._unreaped.append(child.pid)  # exiting: reaped once it has
+        else:
+            _, status = os.waitpid(child.pid, 0)
+        child.log.seek(0)
+        text = _read_log(child.log)
+        child.close()
+        code: int | None
+        signum: int | None = None
+        if status is None:  # it sent its result and exits as run_job's caller does
+            code = 0 if seen["result"] is not None else 70
+        else:
+            code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+            signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) and not ended else None
+        return {
+            "result": seen["result"],
+            "failed": seen["failed"],
+            "stages": seen["stages"],
+            "partial": seen["partial"],
+            "signal": signum,
+            "evidence": seen["evidence"].death,
+            "code": code,
+            "log": text,
+            "timed_out": self._timeout if ended == "timeout" else None,
+            "stopped": seen["stopped"],
+        }
+
+    def close(self) -> None:
+        """The spare killed, every child reaped."""
+        if self._spare is not None:
+            self._discard(self._spare)
+            self._spare = None
+        self._reap(block=True)
+
+    def _reap(self, block: bool = False) -> None:
+        """Reap the killed children that have exited (all of them when ``block``): a child's
+        exit (its address space torn down) takes longer than its run's reply."""
+        for pid in list(self._unreaped):
+            done, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
+            if done:
+                self._unreaped.remove(pid)
+
+    def _discard(self, spare: _Child) -> None:
+        os.kill(spare.pid, signal.SIGKILL)  # in the server's group: not a group of its own
+        os.waitpid(spare.pid, 0)
+        spare.close()
+
+    def _fork(self, others: tuple[int, ...]) -> _Child:
+        """A child waiting for its run; ``others``: the running child's fds (closed in it)."""
+        from umbp_sim.external import run_job
+
+        log = tempfile.TemporaryFile()
+        board = StageBoard()
+        jfd, job = os.pipe()  # the run, down to the child
+        rfd, wfd = os.pipe()
+        erfd, ewfd = os.pipe()
+        server = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            code = 0
+            try:
+                die_with_parent(server)
+                for fd in (job, rfd, erfd, *self._private, *others):
+                    os.close(fd)
+                os.dup2(log.fileno(), 1)
+                os.dup2(log.fileno(), 2)
+                self._ip.set_evidence_fd(ewfd)
+                if self._last is not None:
+                    run_job.warm_up(self._ip, self._last)
+                try:
+                    run = recv(jfd)
+                except EOFError:  # a spare discarded, or the server gone
+                    os._exit(0)
+                os.setpgid(0, 0)  # as the server does: whichever comes first
+
+                def report(stage: str, **extra: Any) -> None:
+                    message = {"stage": stage, **extra}
+                    if not board.post(pickle.dumps(message)):
+                        send(wfd, message)
+
+                send(wfd, {"result": run_job.run_job(self._module, self._ip, run, report)})
+            except BaseException as e:  # noqa: BLE001
+                traceback.print_exc()  # for a person reading the log; umbp-sim reads the frame
+                send(wfd, {"failed": _one_line(f"{type(e).__name__}: {e}")})
+                code = 70
+            finally:
+                os._exit(code)
+        for fd in (jfd, wfd, ewfd):
+            os.close(fd)
+        return _Child(pid, job, rfd, erfd, log, board)
 
 
-def _watch_run(pid: int, rfd: int, erfd: int, timeout: float) -> dict[str, Any]:
+def _give(fd: int, data: bytes, deadline: float) -> None:
+    """``data`` down the child's job pipe by ``deadline``; a child that died or stopped taking
+    it is the watch's to report."""
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            select.select([], [fd], [], min(left, 0.25))
+        except OSError:  # EPIPE: it is gone
+            return
+
+
+def _watch_run(pid: int, rfd: int, erfd: int, deadline: float) -> dict[str, Any]:
     """Read the child's messages (``rfd``) and the interposer's evidence (``erfd``) until it
-    exits, stops or runs out of time (not reaped: its pid, the run's group id, stays ours until
-    the caller has killed the group)."""
-    deadline = time.monotonic() + timeout
+    sends its result (or the exception that ended it: it exits then), exits, stops or runs out
+    of time (``deadline``, monotonic). Not reaped: its pid, the run's group id, stays ours until
+    the caller has killed the group."""
     reader = FrameReader()
     seen: dict[str, Any] = {
         "stages": [], "partial": {}, "result": None, "failed": None, "ended": None,
@@ -309,6 +430,9 @@ def _watch_run(pid: int, rfd: int, erfd: int, timeout: float) -> dict[str, Any]:
                     pipes.remove(fd)
                 feeds[fd](data)
                 read = read or bool(data)
+            if seen["result"] is not None or seen["failed"] is not None:
+                seen["ended"] = "result"  # its last message: what it wrote before is read
+                break
             if read and watch not in ready:
                 continue
             state = os.waitid(os.P_PID, pid, os.WEXITED | os.WSTOPPED | os.WNOHANG | os.WNOWAIT)
@@ -356,6 +480,15 @@ def _take(frames: Iterator[bytes], seen: dict[str, Any]) -> None:
                 seen["failed"] = str(msg["failed"])
     except FrameError:
         return
+
+
+def _take_board(board: StageBoard, seen: dict[str, Any]) -> None:
+    """The stages the child posted on ``board`` into ``seen``, before those that came by the
+    pipe (sent when the board was full)."""
+    early: dict[str, Any] = {"stages": [], "partial": {}, "result": None, "failed": None}
+    _take(board.frames(), early)
+    seen["stages"][:0] = early["stages"]
+    seen["partial"] = {**early["partial"], **seen["partial"]}
 
 
 def _read_log(log: Any) -> str:

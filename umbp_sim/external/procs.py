@@ -2,7 +2,7 @@
 
 The tree (``umbp_sim/external/``): the command (or a ``compare --jobs`` worker) starts an
 allocator server in a process group of its own (``runner.ExternalRunner``); the server forks
-each run into a process group of its own (``child.fork_run``); what the allocator forks stays in
+each run into a process group of its own (``child.Forker``); what the allocator forks stays in
 that run's group. So:
 
 - a run is ended with its group (``kill_group``): whatever the allocator forked goes with it;
@@ -28,6 +28,7 @@ import ctypes
 import dataclasses
 import enum
 import io
+import mmap
 import os
 import pickle
 import select
@@ -140,6 +141,37 @@ class FrameReader:
             frame = bytes(self._buf[4 : 4 + n])
             del self._buf[: 4 + n]
             yield frame
+
+
+class StageBoard:
+    """Frames a run's child posts to memory it shares with its server (``MAP_SHARED``, made
+    before the fork), read by the server once the run has ended: a stage costs the child no
+    system call and wakes nobody. What does not fit goes by the pipe (``post`` says False)."""
+
+    SIZE = 1 << 16
+
+    def __init__(self) -> None:
+        self._mem = mmap.mmap(-1, self.SIZE)  # anonymous, shared with a child forked after
+
+    def post(self, payload: bytes) -> bool:
+        used = self._used()
+        rec = frame(payload)
+        if used + len(rec) > self.SIZE:
+            return False
+        self._mem[used : used + len(rec)] = rec
+        self._mem[:4] = struct.pack(">I", used + len(rec))  # after it: only whole frames show
+        return True
+
+    def frames(self) -> Iterator[bytes]:
+        """What was posted (the child's to write: a frame past its end or garbled stops it)."""
+        return FrameReader().feed(self._mem[4 : self._used()])
+
+    def _used(self) -> int:
+        (n,) = struct.unpack(">I", self._mem[:4])
+        return min(max(n, 4), self.SIZE)
+
+    def close(self) -> None:
+        self._mem.close()
 
 
 # What a message may hold besides plain containers: umbp-sim's own data (dataclasses, enums,

@@ -17,13 +17,15 @@ import contextlib
 import ctypes
 import gc
 import os
+import pickle
 import resource
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import umbp_sim.dump  # noqa: F401 - Machine's checks import it lazily: once here, not per fork
 from umbp_sim import _native
-from umbp_sim.engine.execute import execute, host_config
+from umbp_sim.engine.execute import execute, fresh_host, host_config
 from umbp_sim.engine.measure import measure
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.engine.spec import Measure, Run, SglangStartup
@@ -148,13 +150,30 @@ class ExternalSubject:
         self._report(name, **extra)
 
 
-def prepare(run: Run) -> None:
-    """In the server, before it forks for ``run``: what the run needs imported or built once
-    (its host's SimConfig: the next run on the same host finds it)."""
+def prepare(run: Run) -> bool:
+    """In the server, before ``run`` is given to a child: what the run needs imported or built
+    once (its host's SimConfig: the next child finds it; a child that lacks it builds it, a
+    tenth of a millisecond). True when it imported something a child forked before would lack
+    (torch, seconds a run): such a child is not used."""
     if not isinstance(run.work, Measure):
         host_config(run.machine)
     if isinstance(run.work, SglangStartup):
-        load_torch()
+        return load_torch()
+    return False
+
+
+def warm_up(ip: Any, run: Run) -> None:
+    """In a child waiting for its run: what a run on ``run``'s host does short of calling the
+    allocator (a simulated host built, the interposer activated on it and deactivated, a
+    record sent through pickle). A forked process pays for every page it first writes (the
+    server's copied); paid here, before the run arrives, it is not paid in the run's time."""
+    if isinstance(run.work, Measure):
+        return
+    gc.disable()
+    host = fresh_host(run.machine)
+    ip.activate(host.kernel)
+    ip.deactivate()
+    pickle.dumps(RunRecord(outcome="ok"))
 
 
 def run_job(module: Any, ip: Any, run: Run, report: Callable[..., None]) -> dict[str, Any]:
@@ -170,9 +189,14 @@ def run_job(module: Any, ip: Any, run: Run, report: Callable[..., None]) -> dict
     return {"record": record}
 
 
-def load_torch() -> None:
-    """Import torch in the server once (sglang's layer needs it; a forked child then has it)."""
+def load_torch() -> bool:
+    """Import torch in the server once (sglang's layer needs it; a forked child then has it).
+    True when this call imported it."""
+    if "torch" in sys.modules:
+        return False
     from umbp_sim._lsan import import_untracked
 
     import_untracked("numpy", "torch")  # under `tox -e asan`: their import leaks are not ours
     import umbp_sim.sglang  # noqa: F401
+
+    return True

@@ -1,0 +1,167 @@
+"""An external run's process is forked ahead of its run (``child.Forker``): each run is still a
+fresh fork of the server, what it reports reaches the reply, and no process outlives its
+server. The allocator here is a small Python module with mori's surface that writes down, for
+each alloc, its process and how many allocs that process made before."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from umbp_sim.allocator_spec import parse_allocator_spec
+from umbp_sim.engine.spec import Alloc, Run
+from umbp_sim.external.matrix import machine
+from umbp_sim.external.observe import record_from_reply
+from umbp_sim.external.procs import StageBoard
+from umbp_sim.external.runner import ExternalRunner
+from umbp_sim.request import AllocRequest
+
+ALLOCATOR = """
+import ctypes, enum, mmap, os, time
+
+CALLS = 0  # allocs made in this process before
+LOG = {log!r}
+
+
+class UMBPHostBufferBacking(enum.Enum):
+    Anonymous = 0
+    AnonymousHugetlb = 1
+    Shm = 2
+    ShmHugetlb = 3
+
+
+class Handle:
+    def __init__(self, m, size):
+        self._m = m
+        self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        self.requested_size = size
+        self.mapped_size = len(m)
+        self.actual_backing = UMBPHostBufferBacking.Anonymous
+        self.actual_alignment = 4096
+
+    def __bool__(self):
+        return True
+
+
+class UMBPHostMemAllocator:
+    def alloc(self, size, backing, hugepage_size=0, numa_node=-1, prefault=True):
+        global CALLS
+        with open(LOG, "a") as f:
+            f.write(f"{{os.getpid()}} {{os.getpgrp()}} {{CALLS}}\\n")
+        CALLS += 1
+        if size == 12288:
+            time.sleep(1e6)  # past the run's limit: ended in its stage
+        return Handle(mmap.mmap(-1, max(4096, size)), size)
+
+    def free(self, h):
+        pass
+"""
+
+
+@pytest.fixture
+def counted(tmp_path: Path) -> Iterator[tuple[ExternalRunner, Path]]:
+    log = tmp_path / "allocs"
+    (tmp_path / "counted_alloc.py").write_text(ALLOCATOR.format(log=str(log)))
+    runner = ExternalRunner(
+        parse_allocator_spec("counted_alloc"), env={"PYTHONPATH": str(tmp_path)}, run_timeout=2
+    )
+    try:
+        yield runner, log
+    finally:
+        runner.close()
+
+
+def _run(size: int) -> Run:
+    return Run(machine("pool-on-node0"), Alloc(AllocRequest(size, "Anonymous")))
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        text = Path(f"/proc/{pid}/task/{task}/children").read_text()
+        out += [int(c) for c in text.split()]
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_each_run_is_a_fresh_fork_in_a_group_of_its_own(
+    counted: tuple[ExternalRunner, Path],
+) -> None:
+    runner, log = counted
+    records = [record_from_reply(runner.observe(_run(4096 * (1 + i % 2)))) for i in range(6)]
+    assert [r.outcome for r in records] == ["ok"] * 6
+    assert runner.proc is not None
+    server = runner.proc.pid
+    lines = [line.split() for line in log.read_text().splitlines()]
+    pids = [int(p) for p, _, _ in lines]
+    # one process each, none the server; the allocator never called before in it (the spare's
+    # warm-up does not call it), each the leader of the run's own group
+    assert len(set(pids)) == 6 and server not in pids
+    assert [int(calls) for _, _, calls in lines] == [0] * 6
+    assert all(int(pgrp) == int(pid) for pid, pgrp, _ in lines)
+
+
+def test_the_next_runs_process_waits_in_the_servers_group_and_ends_with_it(
+    counted: tuple[ExternalRunner, Path],
+) -> None:
+    runner, _ = counted
+    assert record_from_reply(runner.observe(_run(4096))).outcome == "ok"
+    assert runner.proc is not None
+    server = runner.proc.pid
+    deadline = time.monotonic() + 10
+    spares: list[int] = []
+    while not spares and time.monotonic() < deadline:  # forked while the run ran
+        spares = [c for c in _children(server) if _alive(c) and os.getpgid(c) == server]
+        time.sleep(0.01)
+    assert len(spares) == 1  # the keeper is in a group of its own
+    runner.close()
+    deadline = time.monotonic() + 10
+    while _alive(spares[0]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _alive(spares[0])
+
+
+def test_a_run_past_its_limit_names_the_stage_it_posted(
+    counted: tuple[ExternalRunner, Path],
+) -> None:
+    runner, _ = counted
+    rec = record_from_reply(runner.observe(_run(12288)))
+    assert (rec.outcome, rec.error) == ("timeout", "timed out after 2 s in alloc")
+    assert record_from_reply(runner.observe(_run(4096))).outcome == "ok"  # the next one goes on
+
+
+def test_a_stage_board_keeps_whole_frames_in_order_and_says_when_full() -> None:
+    board = StageBoard()
+    try:
+        assert list(board.frames()) == []
+        assert board.post(b"alloc") and board.post(b"free")
+        assert list(board.frames()) == [b"alloc", b"free"]
+        big = b"x" * (StageBoard.SIZE // 2)
+        assert board.post(big)
+        assert not board.post(big)  # it would not fit: the caller sends it by the pipe
+        assert list(board.frames()) == [b"alloc", b"free", big]
+    finally:
+        board.close()
+
+
+def test_a_board_a_child_scribbled_on_reads_as_far_as_it_is_whole() -> None:
+    board = StageBoard()
+    try:
+        board.post(b"alloc")
+        board._mem[:4] = (1 << 31).to_bytes(4, "big")  # a used count past the board
+        assert list(board.frames())[:1] == [b"alloc"]
+        board._mem[:4] = (2).to_bytes(4, "big")  # one inside its own header
+        assert list(board.frames()) == []
+    finally:
+        board.close()
