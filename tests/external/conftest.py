@@ -32,7 +32,8 @@ def tiny_planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     other node of a pair, "env_probe": warns MORI_UMBP_LOG_LEVEL as getenv saw it at alloc
     (when set), "stride_bug": touches base pages by hand with the hugepage size as stride,
     "free_keeps_handle": a free whose munmap fails leaves the handle valid, "no_overflow_check",
-    "size_32", "requested_rounded", "populate_read": tests/external/tiny_allocator.cpp says}."""
+    "size_32", "requested_rounded", "populate_read", "shm_private": tests/external/
+    tiny_allocator.cpp says}."""
     d = tmp_path_factory.mktemp("tiny_planted")
     builds = {
         "wrong_node": "TINY_WRONG_NODE",
@@ -43,6 +44,7 @@ def tiny_planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "size_32": "TINY_SIZE_32",
         "requested_rounded": "TINY_REQUESTED_ROUNDED",
         "populate_read": "TINY_POPULATE_READ",
+        "shm_private": "TINY_SHM_PRIVATE",
     }
     jobs = {}
     for name, define in builds.items():

@@ -240,6 +240,8 @@ def test_a_free_that_keeps_the_handle_differs_after_free(
         ("requested_rounded", "[[]ample k6.8.0] alloc(size=1, Anonymous, *", ["requested_size"]),
         # MADV_POPULATE_READ maps the zero page: nothing faulted (kernels from 5.14)
         ("populate_read", "[[]ample k6.8.0] alloc(size=3145728, Anonymous, *", ["faulted"]),
+        # a memfd mapped private: the fd handed out never sees the buffer's writes
+        ("shm_private", "[[]ample k6.8.0] alloc(size=3145728, AnonymousShm, *", ["mapping"]),
     ],
 )
 def test_planted_bugs_the_quick_matrix_reaches(
@@ -252,7 +254,7 @@ def test_planted_bugs_the_quick_matrix_reaches(
 ) -> None:
     """issue 27: bugs a held-back set of mori mutants showed the default compare did not reach
     (the top of size_t, hugepages of 2^32 bytes or more, the handle's requested_size, a read
-    prefault); each differs in its class and only there."""
+    prefault, a memfd mapped private); each differs in its class and only there."""
     argv = ["compare", tiny_builds["wrap"], tiny_planted[planted], "--no-scenarios"]
     assert main([*argv, "-k", pattern, "--json"]) == 1, capsys.readouterr().err
     doc = json.loads(capsys.readouterr().out)

@@ -21,7 +21,8 @@
 //     become the default size): "backing", on the quick matrix's ppc64le 16 GiB host;
 //   - TINY_REQUESTED_ROUNDED: the handle's requested_size is the rounded size: "requested_size";
 //   - TINY_POPULATE_READ: prefaults with MADV_POPULATE_READ (private anonymous memory then maps
-//     the zero page and nothing is faulted): "faulted".
+//     the zero page and nothing is faulted): "faulted";
+//   - TINY_SHM_PRIVATE: maps the memfd MAP_PRIVATE (its writes never reach the fd): "mapping".
 #include <fcntl.h>
 #include <linux/mempolicy.h>
 #include <pybind11/pybind11.h>
@@ -107,7 +108,11 @@ class Allocator {
       if (huge) flags |= MFD_HUGETLB | (static_cast<unsigned>(log2_of(hugepage_size)) << 26);
       fd = memfd_create("tiny", flags);
       if (fd >= 0 && ftruncate(fd, static_cast<off_t>(len)) == 0)
+#ifdef TINY_SHM_PRIVATE
+        p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+#else
         p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+#endif
       if (p == MAP_FAILED && fd >= 0) {
         close(fd);
         fd = -1;

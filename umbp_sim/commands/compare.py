@@ -38,7 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = (
         "Classes of difference: outcome, backing, requested_size, mapped_size, alignment, numa "
         "binding (the policy on the buffer's VMA and the nodes its hugepages came from), faulted "
-        "(the buffer's pages faulted when alloc returned, by page size), crash, leak, after free "
+        "(the buffer's pages faulted when alloc returned, by page size), mapping (its VMA: shared "
+        "or private, anonymous or a file, protection, noreserve/populate, page size), crash, "
+        "leak, after free "
         "(the handle as the first of a run's two frees left it), steps (what each step of a "
         "steps scenario came to), warning count, warning text; a "
         "run of an external build past --run-timeout differs in outcome (timed out after N s "

@@ -1,5 +1,6 @@
 """Where a buffer's memory is bound and where its hugepages landed: compare's "numa binding";
-and how many of its pages the allocation faulted: compare's "faulted".
+how many of its pages the allocation faulted: compare's "faulted"; how it was mapped (shared or
+private, anonymous or a file, protection, flags, page size): compare's "mapping".
 
 Read from SimKernel's state after the allocation and the user's first write, before the free:
 the NUMA policy recorded on the VMA that holds the handle's address (what ``mbind`` left), and
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from umbp_sim import _native
 from umbp_sim.machine import Machine
 from umbp_sim.units import format_size
 
@@ -66,3 +68,28 @@ def faulted(kernel: Any, ptr: int, length: int) -> str:
             size = int(m["page_size"])
             pages[size] = pages.get(size, 0) + int(m["faulted_pages"])
     return ", ".join(f"{n} x {format_size(s)}" for s, n in sorted(pages.items())) or "none"
+
+
+_C = _native.constants
+# mmap flags a mapping keeps that change what the kernel does with it (include/uapi/asm-generic/
+# mman*.h), by the word said for each.
+_FLAG_WORDS = (("MAP_NORESERVE", "noreserve"), ("MAP_POPULATE", "populate"))
+
+
+def mapping(kernel: Any, ptr: int) -> str:
+    """``"shared file rw, 4KiB pages"``: how the VMA at ``ptr`` was mapped (its sharing, whether
+    a file (a memfd) backs it, its protection, MAP_NORESERVE / MAP_POPULATE, its page size).
+    A memfd mapped private (its writes not seen through the fd), a buffer mapped read-only or
+    without MAP_NORESERVE where the other had it, differs here."""
+    for m in kernel.mappings():
+        if m["start"] <= ptr < m["start"] + m["length"]:
+            flags, prot = int(m["flags"]), int(m["prot"])
+            words = [
+                "shared" if m["shared"] else "private",
+                "anonymous" if flags & _C["MAP_ANONYMOUS"] else "file",
+                ("r" if prot & _C["PROT_READ"] else "") + ("w" if prot & _C["PROT_WRITE"] else "")
+                or "none",
+            ]
+            words += [word for name, word in _FLAG_WORDS if flags & _C[name]]
+            return f"{' '.join(words)}, {format_size(int(m['page_size']))} pages"
+    return "no mapping"

@@ -85,6 +85,7 @@ class RunRecord:
     bound_node: int | None = None
     binding: str | None = None
     faulted: str | None = None  # the buffer's pages faulted when alloc returned ("1024 x 4KiB")
+    mapping: str | None = None  # its VMA: "shared file rw, 4KiB pages" (engine.binding.mapping)
     after_free: str | None = None  # the handle as the first Free left it (Alloc.free_twice)
     # A crash: the signal, where (stage), whether SimKernel raised it, its node and account.
     signal: str | None = None

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.backing import alloc_outcome, is_demoted
-from umbp_sim.engine.binding import binding, faulted, pools_free
+from umbp_sim.engine.binding import binding, faulted, mapping, pools_free
 from umbp_sim.engine.record import RunRecord, handle_fields
 from umbp_sim.engine.spec import Alloc, RunError, SglangStartup, Steps
 from umbp_sim.engine.subject import Subject
@@ -78,6 +78,7 @@ def run_alloc(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held
     rec.mapped_size = int(h.mapped_size)
     rec.bound_node = subject.bound_node(host, h)
     rec.binding = binding(kernel, host.machine, int(h.ptr), before)
+    rec.mapping = mapping(kernel, int(h.ptr))
     rec.outcome = alloc_outcome(req.backing, rec.actual_backing)
 
 

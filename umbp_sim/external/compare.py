@@ -27,6 +27,7 @@ CLASSES = (
     "alignment",
     "numa binding",
     "faulted",
+    "mapping",
     "crash",
     "leak",
     "after free",
@@ -96,6 +97,8 @@ def differences(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]]:
             out["numa binding"] = (a.binding, b.binding)
         if a.faulted != b.faulted and ha["backing"] == hb["backing"]:
             out["faulted"] = (a.faulted, b.faulted)
+        if a.mapping != b.mapping and ha["backing"] == hb["backing"]:
+            out["mapping"] = (a.mapping, b.mapping)
     if ra == rb == "crash":
         ca, cb = (str(a.signal), str(a.stage)), (str(b.signal), str(b.stage))
         if ca != cb:
