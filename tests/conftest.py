@@ -183,3 +183,28 @@ def session_processes(sid: int) -> list[int]:
         if fields[0] != "Z" and int(fields[3]) == sid:  # state, ppid, pgrp, session
             out.append(int(entry))
     return out
+
+
+# mori.umbp's Python surface for the allocators the tests write as Python modules: the backing
+# enum and a handle over an mmap.mmap (the module imports ctypes and enum; no braces, so that a
+# str.format template can take it as a field).
+MORI_SURFACE = """
+class UMBPHostBufferBacking(enum.Enum):
+    Anonymous = 0
+    AnonymousHugetlb = 1
+    Shm = 2
+    ShmHugetlb = 3
+
+
+class Handle:
+    def __init__(self, m, size):
+        self._m = m
+        self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        self.requested_size = size
+        self.mapped_size = len(m)
+        self.actual_backing = UMBPHostBufferBacking.Anonymous
+        self.actual_alignment = 4096
+
+    def __bool__(self):
+        return True
+"""

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import session_processes
+from conftest import MORI_SURFACE, session_processes
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 REPLAY = ROOT / "tests" / "data" / "replay" / "pool-on-node0-6.8.0"
@@ -28,25 +28,7 @@ ALLOCATOR = """
 import enum, mmap, ctypes, os, signal, sys, time
 
 
-class UMBPHostBufferBacking(enum.Enum):
-    Anonymous = 0
-    AnonymousHugetlb = 1
-    Shm = 2
-    ShmHugetlb = 3
-
-
-class Handle:
-    def __init__(self, m, size):
-        self._m = m
-        self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(m))
-        self.requested_size = size
-        self.mapped_size = len(m)
-        self.actual_backing = UMBPHostBufferBacking.Anonymous
-        self.actual_alignment = 4096
-
-    def __bool__(self):
-        return True
-
+{surface}
 
 HOSTILE = {HOSTILE}
 
@@ -88,7 +70,7 @@ class UMBPHostMemAllocator:
     def free(self, h):
         if HOSTILE and h.requested_size == 2**63:
             time.sleep(1e6)
-"""
+""".replace("{surface}", MORI_SURFACE)
 
 # An allocator that behaves under simulation and hangs in alloc on the real kernel (no
 # interposer, or an inactive one: preflight --verify's real allocation), SIGINT ignored.

@@ -8,6 +8,7 @@ import struct
 from collections.abc import Iterator
 
 import pytest
+from conftest import MORI_SURFACE
 
 from umbp_sim.allocator_spec import parse_allocator_spec
 from umbp_sim.engine.spec import Alloc, Run
@@ -41,25 +42,7 @@ LIAR = {liar}
 FORGED = {forged!r}
 
 
-class UMBPHostBufferBacking(enum.Enum):
-    Anonymous = 0
-    AnonymousHugetlb = 1
-    Shm = 2
-    ShmHugetlb = 3
-
-
-class Handle:
-    def __init__(self, m, size):
-        self._m = m
-        self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(m))
-        self.requested_size = size
-        self.mapped_size = len(m)
-        self.actual_backing = UMBPHostBufferBacking.Anonymous
-        self.actual_alignment = 4096
-
-    def __bool__(self):
-        return True
-
+{surface}
 
 class UMBPHostMemAllocator:
     def alloc(self, size, backing, hugepage_size=0, numa_node=-1, prefault=True):
@@ -73,7 +56,7 @@ class UMBPHostMemAllocator:
 
     def free(self, h):
         pass
-"""
+""".replace("{surface}", MORI_SURFACE)
 
 
 @pytest.fixture(scope="module")
