@@ -106,15 +106,19 @@ def quick() -> Iterator[Run]:
     for b, s, p, pool in itertools.product(BACKINGS, SIZES.values(), (True, False), POOLS):
         yield _run(pool, AllocRequest(s, b, prefault=p))
     for b, hp, p, pool in itertools.product(
-        ("AnonymousHugetlb", "AnonymousShmHugetlb"), HUGEPAGE_SIZES.values(), (True, False), POOLS
-    ):  # 3 MiB: not a multiple of any hugepage size (rounding and unmapping show)
+        ("AnonymousHugetlb", "AnonymousShmHugetlb"),
+        (*HUGEPAGE_SIZES.values(), 0),
+        (True, False),
+        POOLS,
+    ):  # 3 MiB: not a multiple of any hugepage size (rounding and unmapping show); size 0 too
         yield _run(pool, AllocRequest(3 * MiB, b, hugepage_size=hp, prefault=p))
     for b, n, pool in itertools.product(BACKINGS, NODES.values(), POOLS):
         yield _run(pool, AllocRequest(size, b, numa_node=n))
     for b, k, p, pool in itertools.product(BACKINGS, KERNELS, (True, False), POOLS):
         yield _run(pool, AllocRequest(size, b, numa_node=1, prefault=p), kernel=k)
-    for b, op in itertools.product(BACKINGS, FAULTS):
-        yield _run("ample", AllocRequest(size, b, numa_node=0), fault=op)
+    for b, op, s in itertools.product(BACKINGS, FAULTS, (size, size + 1)):
+        # and a size no page divides: what an error path says of the size shows
+        yield _run("ample", AllocRequest(s, b, numa_node=0), fault=op)
     for b, s in itertools.product(BACKINGS, TOP_SIZES):  # rounding up past 2^64
         yield _run("ample", AllocRequest(s, b))
     big = big_page_machine()
