@@ -105,6 +105,24 @@ def test_shared_noreserve_maps_beyond_pool_then_efault() -> None:
     assert h.hugepages() == HugePages(4, 0, 0, 0)
 
 
+def test_the_page_holding_the_end_of_a_memfd_is_the_files() -> None:
+    # A size no page divides: the last page is partly the file's and faults as Linux does (the
+    # rest of it reads as zeros); only a page wholly past the end is SIGBUS (measured on 6.18:
+    # ftruncate(1) / (4095) / (4 MiB + 1), MADV_POPULATE_WRITE and a touch of every page: 0).
+    for size in (1, 4095, 4096 + 1):
+        h = host()  # a SIGBUS ends the simulated process: a host each
+        k = h.kernel
+        fd = k.memfd_create("plain", 0).value
+        assert k.ftruncate(fd, size).ok
+        mapped = (size + 4095) // 4096 * 4096
+        a = k.mmap(0, mapped + 4096, RW, SHARED, fd, 0).value
+        assert k.madvise(a, mapped, C["MADV_POPULATE_WRITE"]).ok, size
+        assert k.touch(a + mapped - 1, 1, 1).ok, size
+        assert [m.file_size for m in h.mappings() if m.start == a] == [size]
+        assert k.touch(a + mapped, 1, 1).signal == 7, size  # the next page: past the end
+        assert "beyond the end" in h.crash.detail
+
+
 def test_touch_beyond_eof_is_sigbus() -> None:
     h = host()
     k = h.kernel

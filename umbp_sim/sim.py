@@ -92,6 +92,7 @@ class Mapping:
     policy_nodes: tuple[int, ...]
     faulted_pages: int
     reserved_pages: int
+    file_size: int  # a memfd's size; -1 for anonymous memory
 
 
 @dataclass(frozen=True)

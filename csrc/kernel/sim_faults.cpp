@@ -43,7 +43,11 @@ int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason*
   uint64_t limit = count;
   bool beyond_eof = false;
   if (o.is_file) {
-    uint64_t eof = o.i_size / o.page;
+    // The page that holds the end of the file is the file's (the rest of it reads as zeros);
+    // a page wholly past the end is SIGBUS (mm/shmem.c shmem_get_folio_gfp: index << PAGE_SHIFT
+    // >= i_size). A hugetlbfs file's size is a multiple of its page size (ftruncate refuses
+    // others), so this is its rule too.
+    const uint64_t eof = file_pages(o);
     if (first + count > eof) {
       limit = eof > first ? eof - first : 0;
       beyond_eof = true;
@@ -54,7 +58,7 @@ int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason*
   f.vfirst = v.pgoff;
   f.vcount = v.len() / o.page;
   if (o.is_file)
-    f.vcount = std::min(f.vcount, o.i_size / o.page > f.vfirst ? o.i_size / o.page - f.vfirst : 0);
+    f.vcount = std::min(f.vcount, file_pages(o) > f.vfirst ? file_pages(o) - f.vfirst : 0);
   take_fault_base(f);
   for (const auto& seg : o.pages.segments(first, limit)) {
     if (seg.state == PageState::Faulted) continue;

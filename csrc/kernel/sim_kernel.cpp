@@ -494,6 +494,7 @@ std::vector<SimMappingInfo> SimKernel::mappings() {
     uint64_t n = v.len() / v.obj->page;
     m.faulted_pages = v.obj->pages.count(v.pgoff, n, PageState::Faulted);
     m.reserved_pages = v.obj->pages.count(v.pgoff, n, PageState::Reserved);
+    if (v.obj->is_file) m.file_size = static_cast<int64_t>(v.obj->i_size);
     out.push_back(m);
   }
   return out;

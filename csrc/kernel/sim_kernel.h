@@ -77,6 +77,11 @@ struct SimObject {
 };
 using SimObjectPtr = std::shared_ptr<SimObject>;
 
+// The pages of a file object that are the file's: those that hold any of its i_size bytes.
+inline uint64_t file_pages(const SimObject& o) {
+  return o.i_size / o.page + (o.i_size % o.page != 0);
+}
+
 // What the nodes held when a mapping faulted for the first time. A failure later in the mapping
 // is explained with these numbers and the mapping's pages, so an allocator that touches page by
 // page (one fault each, as mori's manual prefault through the interposer) reads as one populate
@@ -156,6 +161,7 @@ struct SimMappingInfo {
   std::vector<int> policy_nodes;
   uint64_t faulted_pages = 0;
   uint64_t reserved_pages = 0;
+  int64_t file_size = -1;  // a file's (memfd's) i_size; -1 for anonymous memory
 };
 
 class SimKernel : public Kernel {

@@ -199,6 +199,7 @@ void bind_sim(py::module_& m) {
           d["policy_nodes"] = m.policy_nodes;
           d["faulted_pages"] = m.faulted_pages;
           d["reserved_pages"] = m.reserved_pages;
+          d["file_size"] = m.file_size;
           out.append(d);
         }
         return out;

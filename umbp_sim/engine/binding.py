@@ -77,10 +77,12 @@ _FLAG_WORDS = (("MAP_NORESERVE", "noreserve"), ("MAP_POPULATE", "populate"))
 
 
 def mapping(kernel: Any, ptr: int) -> str:
-    """``"shared file rw, 4KiB pages"``: how the VMA at ``ptr`` was mapped (its sharing, whether
-    a file (a memfd) backs it, its protection, MAP_NORESERVE / MAP_POPULATE, its page size).
-    A memfd mapped private (its writes not seen through the fd), a buffer mapped read-only or
-    without MAP_NORESERVE where the other had it, differs here."""
+    """``"shared file rw, 4KiB pages, file size 4194304"``: how the VMA at ``ptr`` was mapped
+    (its sharing, whether a file (a memfd) backs it, its protection, MAP_NORESERVE /
+    MAP_POPULATE, its page size, the file's size: what a process given the fd sees). A memfd
+    mapped private (its writes not seen through the fd), one truncated to the requested rather
+    than the mapped size, a buffer mapped read-only or without MAP_NORESERVE where the other had
+    it, differs here."""
     for m in kernel.mappings():
         if m["start"] <= ptr < m["start"] + m["length"]:
             flags, prot = int(m["flags"]), int(m["prot"])
@@ -91,5 +93,7 @@ def mapping(kernel: Any, ptr: int) -> str:
                 or "none",
             ]
             words += [word for name, word in _FLAG_WORDS if flags & _C[name]]
-            return f"{' '.join(words)}, {format_size(int(m['page_size']))} pages"
+            text = f"{' '.join(words)}, {format_size(int(m['page_size']))} pages"
+            size = int(m["file_size"])
+            return text + (f", file size {size}" if size >= 0 else "")
     return "no mapping"
