@@ -5,6 +5,7 @@ each alloc, its process and how many allocs that process made before."""
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from collections.abc import Iterator
@@ -113,6 +114,21 @@ def test_the_next_runs_process_waits_in_the_servers_group_and_ends_with_it(
     while _alive(spares[0]) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not _alive(spares[0])
+
+
+def test_a_host_the_last_run_could_not_use_does_not_fail_the_next_run(
+    counted: tuple[ExternalRunner, Path],
+) -> None:
+    # The next run's process warms up on the last run's host while that run runs: a host that
+    # cannot be built is the last run's failure, not the next one's.
+    runner, log = counted
+    bad = copy.deepcopy(machine("pool-on-node0"))
+    bad.nodes[0].mem_total = -5
+    reply = runner.observe(Run(bad, Alloc(AllocRequest(4096, "Anonymous"))))
+    assert "mem_total" in str(reply["failed"])
+    records = [record_from_reply(runner.observe(_run(4096))) for _ in range(2)]
+    assert [(r.outcome, r.error) for r in records] == [("ok", None)] * 2
+    assert len(log.read_text().splitlines()) == 2  # the bad host's run never reached alloc
 
 
 def test_a_run_past_its_limit_names_the_stage_it_posted(

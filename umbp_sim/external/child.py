@@ -355,11 +355,11 @@ class Forker:
                 die_with_parent(server)
                 for fd in (job, rfd, erfd, *self._private, *others):
                     os.close(fd)
+                if self._last is not None:  # before its log is its stdout: it writes nothing
+                    run_job.warm_up(self._ip, self._last)  # there that is the allocator's
                 os.dup2(log.fileno(), 1)
                 os.dup2(log.fileno(), 2)
                 self._ip.set_evidence_fd(ewfd)
-                if self._last is not None:
-                    run_job.warm_up(self._ip, self._last)
                 try:
                     run = recv(jfd)
                 except EOFError:  # a spare discarded, or the server gone

@@ -154,9 +154,13 @@ def prepare(run: Run) -> bool:
     """In the server, before ``run`` is given to a child: what the run needs imported or built
     once (its host's SimConfig: the next child finds it; a child that lacks it builds it, a
     tenth of a millisecond). True when it imported something a child forked before would lack
-    (torch, seconds a run): such a child is not used."""
+    (torch, seconds a run): such a child is not used. A host that cannot be built is the run's
+    failure, said by the child that tries it: the server goes on."""
     if not isinstance(run.work, Measure):
-        host_config(run.machine)
+        try:
+            host_config(run.machine)
+        except Exception:  # noqa: BLE001 - the run's own (MachineError naming the field)
+            pass
     if isinstance(run.work, SglangStartup):
         return load_torch()
     return False
@@ -166,14 +170,18 @@ def warm_up(ip: Any, run: Run) -> None:
     """In a child waiting for its run: what a run on ``run``'s host does short of calling the
     allocator (a simulated host built, the interposer activated on it and deactivated, a
     record sent through pickle). A forked process pays for every page it first writes (the
-    server's copied); paid here, before the run arrives, it is not paid in the run's time."""
+    server's copied); paid here, before the run arrives, it is not paid in the run's time. A
+    host the last run could not use (its run said why) does not fail the next one here."""
     if isinstance(run.work, Measure):
         return
     gc.disable()
-    host = fresh_host(run.machine)
-    ip.activate(host.kernel)
-    ip.deactivate()
-    pickle.dumps(RunRecord(outcome="ok"))
+    try:
+        host = fresh_host(run.machine)
+        ip.activate(host.kernel)
+        ip.deactivate()
+        pickle.dumps(RunRecord(outcome="ok"))
+    except Exception:  # noqa: BLE001 - a rehearsal: the run itself says what is wrong
+        ip.deactivate()
 
 
 def run_job(module: Any, ip: Any, run: Run, report: Callable[..., None]) -> dict[str, Any]:
