@@ -6,6 +6,9 @@ its server, one forked process per run:
 - the time of one run as compare's worker sees it (``ExternalRunner.observe``: fork, the run,
   the reply), over the quick matrix's runs; the median of all (target <= 3 ms), and of the
   runs with numa_node 2^31-1 alone (the allocator zeroes a 256 MiB nodemask in real memory);
+- the same runs with each run's process forked when its run arrives (``fork_ahead=False``)
+  against the default (forked and warmed up while the run before runs), in interleaved rounds:
+  the ratio of their medians;
 - those nodemask runs with the server's malloc on transparent hugepages (the default,
   ``runner.MALLOC_THP``) against 4 KiB pages (``GLIBC_TUNABLES=glibc.malloc.hugetlb=0``), side
   by side in interleaved rounds: the ratio of their medians;
@@ -35,11 +38,13 @@ NODEMASK = "numa_node=2147483647"
 FULL_RUNS = 184_320
 
 
-def _observe_times(so: Path, env: dict[str, str], runs: list[Any]) -> list[float]:
+def _observe_times(
+    so: Path, env: dict[str, str], runs: list[Any], fork_ahead: bool = True
+) -> list[float]:
     from umbp_sim.allocator_spec import parse_allocator_spec
     from umbp_sim.external.runner import ExternalRunner
 
-    runner = ExternalRunner(parse_allocator_spec(str(so)), env=env)
+    runner = ExternalRunner(parse_allocator_spec(str(so)), env=env, fork_ahead=fork_ahead)
     try:
         runner.observe(runs[0])  # warm-up: the server's first fork
         times = []
@@ -77,10 +82,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs, nodemask = runs[::8], nodemask[:2]
     rounds = 1 if quick else 3
     every: list[float] = []
+    ahead: list[float] = []  # each round's median, forked ahead / on arrival
+    arrival: list[float] = []
     thp: list[float] = []
     small: list[float] = []
     for _ in range(rounds):
-        every += _observe_times(so, {}, runs)
+        times = _observe_times(so, {}, runs)
+        every += times
+        ahead.append(statistics.median(times))
+        arrival.append(statistics.median(_observe_times(so, {}, runs, fork_ahead=False)))
         thp.append(statistics.median(_observe_times(so, {}, nodemask)))
         small.append(
             statistics.median(
@@ -94,6 +104,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     figures = [
         figure("one external run, quick matrix (ms)", ms, unit="ms", target="<= 3",
                note=f"{len(runs)} runs x {rounds}; fork, run, reply"),
+        figure("one external run: forked on arrival / forked ahead", ratios(arrival, ahead),
+               note="median of each round, the same runs; the server's baseline without a spare"),
         figure("one external run with numa_node 2^31-1 (ms)", masked, unit="ms",
                note="median of each round; a 256 MiB nodemask zeroed"),
         figure("numa_node 2^31-1 run: 4 KiB malloc pages / THP malloc", ratios(small, thp),

@@ -116,6 +116,25 @@ def test_the_next_runs_process_waits_in_the_servers_group_and_ends_with_it(
     assert not _alive(spares[0])
 
 
+def test_without_forking_ahead_no_process_waits(tmp_path: Path) -> None:
+    # The benchmark's baseline (ExternalRunner(fork_ahead=False)): a run's process is forked on
+    # its arrival, so after a run the server has no child in its own group.
+    log = tmp_path / "allocs"
+    (tmp_path / "counted_alloc.py").write_text(ALLOCATOR.format(log=str(log)))
+    spec = parse_allocator_spec("counted_alloc")
+    runner = ExternalRunner(spec, env={"PYTHONPATH": str(tmp_path)}, fork_ahead=False)
+    try:
+        records = [record_from_reply(runner.observe(_run(4096))) for _ in range(3)]
+        assert [r.outcome for r in records] == ["ok"] * 3
+        assert runner.proc is not None
+        server = runner.proc.pid
+        time.sleep(0.2)
+        assert [c for c in _children(server) if _alive(c) and os.getpgid(c) == server] == []
+        assert len({line.split()[0] for line in log.read_text().splitlines()}) == 3
+    finally:
+        runner.close()
+
+
 def test_a_host_the_last_run_could_not_use_does_not_fail_the_next_run(
     counted: tuple[ExternalRunner, Path],
 ) -> None:

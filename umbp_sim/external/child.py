@@ -192,7 +192,8 @@ def serve(spec: dict[str, Any]) -> int:
     send(out, {"ready": True, "mode": "wrap" if wrapped else "preload", "objects": objects,
                "registry": has_registry(module)})  # fmt: skip
     private = tuple(fd for fd in (inp, out, keeper_fd) if fd is not None)
-    forker = Forker(module, ip, float(spec["timeout"]), keeper_fd, private)
+    ahead = bool(spec.get("fork_ahead", True))
+    forker = Forker(module, ip, float(spec["timeout"]), keeper_fd, private, ahead)
     try:
         while True:
             try:
@@ -243,7 +244,8 @@ class Forker:
     dies with the server) until it is given its run, moved to a group of its own and named to
     the keeper. A spare that lacks what the server has just loaded for a run (torch) is
     discarded. The reply goes out as soon as the child has sent its result (it exits then);
-    the child is reaped after.
+    the child is reaped after. ``ahead`` False: each run's child is forked when the run arrives,
+    with no warm-up (the benchmark's baseline).
 
     A ``Run`` is performed by ``run_job.run_job`` (its result: the run's ``RunRecord``).
     """
@@ -255,9 +257,10 @@ class Forker:
         timeout: float = 60.0,
         keeper_fd: int | None = None,
         private: tuple[int, ...] = (),
+        ahead: bool = True,
     ) -> None:
         self._module, self._ip, self._timeout = module, ip, timeout
-        self._keeper_fd, self._private = keeper_fd, private
+        self._keeper_fd, self._private, self._ahead = keeper_fd, private, ahead
         self._spare: _Child | None = None
         self._unreaped: list[int] = []  # children that sent their result and were killed
         self._last: Any = None  # the last run given: a spare warms up on its host
@@ -282,7 +285,8 @@ class Forker:
         self._last = run
         os.close(child.job)
         child.job = -1
-        self._spare = self._fork(child.fds())  # the next run's, while this one runs
+        if self._ahead:
+            self._spare = self._fork(child.fds())  # the next run's, while this one runs
         try:
             seen = _watch_run(child.pid, child.rfd, child.erfd, deadline)
             _take_board(child.board, seen)
@@ -355,8 +359,9 @@ class Forker:
                 die_with_parent(server)
                 for fd in (job, rfd, erfd, *self._private, *others):
                     os.close(fd)
-                if self._last is not None:  # before its log is its stdout: it writes nothing
-                    run_job.warm_up(self._ip, self._last)  # there that is the allocator's
+                # Before its log is its stdout: what the warm-up writes is not the allocator's.
+                if self._ahead and self._last is not None:
+                    run_job.warm_up(self._ip, self._last)
                 os.dup2(log.fileno(), 1)
                 os.dup2(log.fileno(), 2)
                 self._ip.set_evidence_fd(ewfd)

@@ -119,10 +119,13 @@ class ExternalRunner:
         spec: AllocatorSpec,
         env: dict[str, str] | None = None,
         run_timeout: float = DEFAULT_RUN_TIMEOUT,
+        fork_ahead: bool = True,
     ) -> None:
         self.spec = spec
         self.env = dict(env or {})
         self.run_timeout = run_timeout
+        # False: each run's process is forked when its run arrives (the benchmark's baseline)
+        self.fork_ahead = fork_ahead
         self.proc: subprocess.Popen[bytes] | None = None
         self._busy = False
         self._start()
@@ -136,6 +139,7 @@ class ExternalRunner:
         payload = {
             "kind": spec.kind, "name": spec.name, "path": spec.path or "",
             "fds": [to_server, from_server], "owner": os.getpid(), "timeout": self.run_timeout,
+            "fork_ahead": self.fork_ahead,
         }  # fmt: skip
         child_env = with_malloc_thp({**os.environ, **self.env})
         # Its stdout and stderr (the allocator's import) go to a file: a pipe nobody reads
