@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +28,13 @@ if lsan_active():
 pytest_plugins = ["pytester"]  # tests of the umbp_sim pytest plugin run pytest in a subprocess
 
 HUGEPAGES_SYSFS = Path("/sys/kernel/mm/hugepages")
+
+# A test run started in the background of a non-interactive shell (`cmd &`, nohup) inherits
+# SIGINT ignored, and so would every command the tests start: the tests of Ctrl-C would then
+# see commands that cannot be interrupted. The commands get it at its default, as a terminal's
+# foreground job has it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _load_hugepage_state():  # type: ignore[no-untyped-def]
