@@ -197,11 +197,15 @@ def run_job(module: Any, ip: Any, run: Run, report: Callable[..., None]) -> dict
     return {"record": record}
 
 
+_TORCH_TRIED: list[bool] = []  # load_torch was called in this process
+
+
 def load_torch() -> bool:
     """Import torch in the server once (sglang's layer needs it; a forked child then has it).
-    True when this call imported it."""
-    if "torch" in sys.modules:
+    True when this call was the first (where torch is not installed the run says so)."""
+    if _TORCH_TRIED or "torch" in sys.modules:
         return False
+    _TORCH_TRIED.append(True)
     from umbp_sim._lsan import import_untracked
 
     import_untracked("numpy", "torch")  # under `tox -e asan`: their import leaks are not ours
