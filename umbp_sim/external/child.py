@@ -36,7 +36,6 @@ import json
 import os
 import pickle
 import re
-import select
 import signal
 import sys
 import tempfile
@@ -64,6 +63,7 @@ from umbp_sim.external.procs import (
     tell_keeper,
     wait_readable,
     write_all,
+    write_within,
 )
 
 _SYSTEM_LIB = re.compile(
@@ -392,17 +392,10 @@ def _give(fd: int, data: bytes, deadline: float) -> None:
     """``data`` down the child's job pipe by ``deadline``; a child that died or stopped taking
     it is the watch's to report."""
     os.set_blocking(fd, False)
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view) :]
-        except BlockingIOError:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            select.select([], [fd], [], min(left, 0.25))
-        except OSError:  # EPIPE: it is gone
-            return
+    try:
+        write_within(fd, data, deadline)
+    except (TimeoutError, OSError):  # OSError: EPIPE, it is gone
+        pass
 
 
 def _watch_run(pid: int, rfd: int, erfd: int, deadline: float) -> dict[str, Any]:
@@ -490,10 +483,11 @@ def _take(frames: Iterator[bytes], seen: dict[str, Any]) -> None:
 def _take_board(board: StageBoard, seen: dict[str, Any]) -> None:
     """The stages the child posted on ``board`` into ``seen``, before those that came by the
     pipe (sent when the board was full)."""
-    early: dict[str, Any] = {"stages": [], "partial": {}, "result": None, "failed": None}
-    _take(board.frames(), early)
-    seen["stages"][:0] = early["stages"]
-    seen["partial"] = {**early["partial"], **seen["partial"]}
+    late_stages, late_partial = seen["stages"], seen["partial"]
+    seen["stages"], seen["partial"] = [], {}
+    _take(board.frames(), seen)
+    seen["stages"] += late_stages
+    seen["partial"].update(late_partial)
 
 
 def _read_log(log: Any) -> str:

@@ -35,7 +35,8 @@ import select
 import signal
 import struct
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -219,6 +220,27 @@ def write_all(fd: int, data: bytes) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+
+def write_within(
+    fd: int, data: bytes, deadline: float, alive: Callable[[], bool] | None = None
+) -> None:
+    """``data`` down the non-blocking ``fd`` by ``deadline`` (monotonic): TimeoutError when it
+    is not all taken by then, EOFError when ``alive()`` says the reader is gone, OSError (EPIPE)
+    from the write as it comes."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            pass
+        if view:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            select.select([], [fd], [], min(left, 0.25))
+            if alive is not None and not alive():
+                raise EOFError
 
 
 # ---- the keeper --------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from umbp_sim.external.procs import (
     loads,
     pidfd,
     wait_readable,
+    write_within,
 )
 
 DEFAULT_RUN_TIMEOUT = 60.0  # seconds a run (or the allocator's import) may take
@@ -233,20 +234,8 @@ class ExternalRunner:
         return self._pending.popleft()
 
     def _send(self, message: Any, timeout: float) -> None:
-        data = memoryview(frame(pickle.dumps(message)))
-        deadline = time.monotonic() + timeout
-        while data:
-            try:
-                data = data[os.write(self._to, data) :]
-            except BlockingIOError:
-                pass
-            if data:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError
-                select_write(self._to, min(left, 0.25))
-                if not self._alive():
-                    raise EOFError
+        data = frame(pickle.dumps(message))
+        write_within(self._to, data, time.monotonic() + timeout, self._alive)
 
     # ---- runs ----
 
@@ -323,12 +312,6 @@ class ExternalRunner:
                 os.close(fd)
             except OSError:
                 pass
-
-
-def select_write(fd: int, timeout: float) -> None:
-    import select
-
-    select.select([], [fd], [], timeout)
 
 
 def _json(payload: dict[str, Any]) -> str:
