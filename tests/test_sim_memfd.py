@@ -132,3 +132,27 @@ def test_touch_beyond_eof_is_sigbus() -> None:
     assert k.touch(a, 8192, 4096).ok
     assert k.touch(a, 16384, 4096).signal == 7
     assert "beyond the end" in h.crash.detail
+
+
+def test_close_on_exec_is_the_fds_and_a_mapping_says_it() -> None:
+    # MFD_CLOEXEC marks the descriptor, not the file: every open fd of the memfd is counted,
+    # and compare's `mapping` class tells a memfd an exec'd program would inherit.
+    from umbp_sim.engine.binding import mapping
+
+    h = host()
+    k = h.kernel
+    kept = k.memfd_create("kept", 0).value
+    closed = k.memfd_create("closed", C["MFD_CLOEXEC"]).value
+    addrs = {}
+    for fd in (kept, closed):
+        assert k.ftruncate(fd, 8192).ok
+        addrs[fd] = k.mmap(0, 8192, RW, SHARED, fd, 0).value
+    by_start = {m.start: m for m in h.mappings()}
+    assert (by_start[addrs[kept]].file_fds, by_start[addrs[kept]].file_fds_cloexec) == (1, 0)
+    assert (by_start[addrs[closed]].file_fds, by_start[addrs[closed]].file_fds_cloexec) == (1, 1)
+    assert mapping(k, addrs[kept]).endswith("file size 8192, its fd inherited by exec")
+    assert mapping(k, addrs[closed]).endswith("file size 8192, its fd close-on-exec")
+    assert k.close(closed).ok  # the mapping holds the file; no fd does any more
+    assert mapping(k, addrs[closed]).endswith("file size 8192, no fd open")
+    anon = k.mmap(0, 4096, RW, PRIVATE | C["MAP_ANONYMOUS"], -1, 0).value
+    assert mapping(k, anon) == "private anonymous rw, 4KiB pages"

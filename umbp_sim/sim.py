@@ -93,6 +93,8 @@ class Mapping:
     faulted_pages: int
     reserved_pages: int
     file_size: int  # a memfd's size; -1 for anonymous memory
+    file_fds: int  # the memfd's open fds ...
+    file_fds_cloexec: int  # ... and those of them an exec closes (MFD_CLOEXEC)
 
 
 @dataclass(frozen=True)

@@ -494,7 +494,14 @@ std::vector<SimMappingInfo> SimKernel::mappings() {
     uint64_t n = v.len() / v.obj->page;
     m.faulted_pages = v.obj->pages.count(v.pgoff, n, PageState::Faulted);
     m.reserved_pages = v.obj->pages.count(v.pgoff, n, PageState::Reserved);
-    if (v.obj->is_file) m.file_size = static_cast<int64_t>(v.obj->i_size);
+    if (v.obj->is_file) {
+      m.file_size = static_cast<int64_t>(v.obj->i_size);
+      for (const auto& [fd, e] : fds_) {
+        if (e.obj != v.obj) continue;
+        m.file_fds++;
+        m.file_fds_cloexec += e.cloexec;
+      }
+    }
     out.push_back(m);
   }
   return out;

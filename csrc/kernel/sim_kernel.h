@@ -77,6 +77,13 @@ struct SimObject {
 };
 using SimObjectPtr = std::shared_ptr<SimObject>;
 
+// An entry of the simulated fd table: the file it opens and its close-on-exec flag (a property
+// of the descriptor, not of the file: MFD_CLOEXEC at memfd_create sets it).
+struct SimFd {
+  SimObjectPtr obj;
+  bool cloexec = false;
+};
+
 // The pages of a file object that are the file's: those that hold any of its i_size bytes.
 inline uint64_t file_pages(const SimObject& o) {
   return o.i_size / o.page + (o.i_size % o.page != 0);
@@ -161,7 +168,9 @@ struct SimMappingInfo {
   std::vector<int> policy_nodes;
   uint64_t faulted_pages = 0;
   uint64_t reserved_pages = 0;
-  int64_t file_size = -1;  // a file's (memfd's) i_size; -1 for anonymous memory
+  int64_t file_size = -1;    // a file's (memfd's) i_size; -1 for anonymous memory
+  int file_fds = 0;          // open fds of that file ...
+  int file_fds_cloexec = 0;  // ... and those of them an exec closes
 };
 
 class SimKernel : public Kernel {
@@ -316,7 +325,7 @@ class SimKernel : public Kernel {
   uint64_t memcg_usage_ = 0;    // bytes charged to the memory cgroup
   SimPolicy task_policy_;
   std::map<uintptr_t, SimVma> vmas_;  // by start
-  std::map<int, SimObjectPtr> fds_;
+  std::map<int, SimFd> fds_;
   int next_fd_ = 1000000;
   SimCrash crash_;
   // Small real ranges kept after a simulated munmap and handed out again (zeroed) by the next

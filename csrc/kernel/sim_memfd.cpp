@@ -63,7 +63,7 @@ SysResult SimKernel::do_memfd_create(const char* name, unsigned flags) {
   }
   obj->fd_refs = 1;
   int fd = next_fd_++;
-  fds_[fd] = obj;
+  fds_[fd] = SimFd{obj, (flags & MFD_CLOEXEC) != 0};
   return SysResult::Ok(fd);
 }
 
@@ -75,7 +75,7 @@ SysResult SimKernel::do_ftruncate(int fd, off_t length) {
   auto it = fds_.find(fd);
   if (it == fds_.end()) return SysResult::Err(EBADF);
   if (length < 0) return SysResult::Err(EINVAL);
-  SimObject& o = *it->second;
+  SimObject& o = *it->second.obj;
   uint64_t len = static_cast<uint64_t>(length);
   if (o.h && len % o.h->size) return SysResult::Err(EINVAL);
   // Shrinking frees the pages and reservations past the new end; growing reserves nothing.
@@ -92,7 +92,7 @@ SysResult SimKernel::close(int fd) {
 SysResult SimKernel::do_close(int fd) {
   auto it = fds_.find(fd);
   if (it == fds_.end()) return SysResult::Err(EBADF);
-  SimObjectPtr o = it->second;
+  SimObjectPtr o = it->second.obj;
   fds_.erase(it);
   o->fd_refs--;
   drop_object_ref(o);

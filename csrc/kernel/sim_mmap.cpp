@@ -213,7 +213,7 @@ SysResult SimKernel::mmap_backing(int flags, int fd, bool anon, SimObjectPtr* fi
   if (!anon) {
     auto it = fds_.find(fd);
     if (it == fds_.end()) return SysResult::Err(EBADF);
-    *file = it->second;
+    *file = it->second.obj;
     if ((*file)->h)
       *h = (*file)->h;
     else if (flags & MAP_HUGETLB)

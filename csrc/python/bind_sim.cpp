@@ -200,6 +200,8 @@ void bind_sim(py::module_& m) {
           d["faulted_pages"] = m.faulted_pages;
           d["reserved_pages"] = m.reserved_pages;
           d["file_size"] = m.file_size;
+          d["file_fds"] = m.file_fds;
+          d["file_fds_cloexec"] = m.file_fds_cloexec;
           out.append(d);
         }
         return out;

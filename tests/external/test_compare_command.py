@@ -242,6 +242,8 @@ def test_a_free_that_keeps_the_handle_differs_after_free(
         ("populate_read", "[[]ample k6.8.0] alloc(size=3145728, Anonymous, *", ["faulted"]),
         # a memfd mapped private: the fd handed out never sees the buffer's writes
         ("shm_private", "[[]ample k6.8.0] alloc(size=3145728, AnonymousShm, *", ["mapping"]),
+        # a memfd without MFD_CLOEXEC: every program the process execs holds the buffer's pages
+        ("no_cloexec", "[[]ample k6.8.0] alloc(size=3145728, AnonymousShm, *", ["mapping"]),
     ],
 )
 def test_planted_bugs_the_quick_matrix_reaches(
@@ -254,7 +256,8 @@ def test_planted_bugs_the_quick_matrix_reaches(
 ) -> None:
     """issue 27: bugs a held-back set of mori mutants showed the default compare did not reach
     (the top of size_t, hugepages of 2^32 bytes or more, the handle's requested_size, a read
-    prefault, a memfd mapped private); each differs in its class and only there."""
+    prefault, a memfd mapped private or kept across exec); each differs in its class and only
+    there."""
     argv = ["compare", tiny_builds["wrap"], tiny_planted[planted], "--no-scenarios"]
     assert main([*argv, "-k", pattern, "--json"]) == 1, capsys.readouterr().err
     doc = json.loads(capsys.readouterr().out)

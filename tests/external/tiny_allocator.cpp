@@ -22,7 +22,9 @@
 //   - TINY_REQUESTED_ROUNDED: the handle's requested_size is the rounded size: "requested_size";
 //   - TINY_POPULATE_READ: prefaults with MADV_POPULATE_READ (private anonymous memory then maps
 //     the zero page and nothing is faulted): "faulted";
-//   - TINY_SHM_PRIVATE: maps the memfd MAP_PRIVATE (its writes never reach the fd): "mapping".
+//   - TINY_SHM_PRIVATE: maps the memfd MAP_PRIVATE (its writes never reach the fd): "mapping";
+//   - TINY_NO_CLOEXEC: creates the memfd without MFD_CLOEXEC (every program the process execs
+//     inherits it): "mapping".
 #include <fcntl.h>
 #include <linux/mempolicy.h>
 #include <pybind11/pybind11.h>
@@ -104,7 +106,11 @@ class Allocator {
     void* p = MAP_FAILED;
     int fd = -1;
     if (shm) {
+#ifdef TINY_NO_CLOEXEC
+      unsigned flags = 0;
+#else
       unsigned flags = MFD_CLOEXEC;
+#endif
       if (huge) flags |= MFD_HUGETLB | (static_cast<unsigned>(log2_of(hugepage_size)) << 26);
       fd = memfd_create("tiny", flags);
       if (fd >= 0 && ftruncate(fd, static_cast<off_t>(len)) == 0)

@@ -77,12 +77,13 @@ _FLAG_WORDS = (("MAP_NORESERVE", "noreserve"), ("MAP_POPULATE", "populate"))
 
 
 def mapping(kernel: Any, ptr: int) -> str:
-    """``"shared file rw, 4KiB pages, file size 4194304"``: how the VMA at ``ptr`` was mapped
-    (its sharing, whether a file (a memfd) backs it, its protection, MAP_NORESERVE /
-    MAP_POPULATE, its page size, the file's size: what a process given the fd sees). A memfd
-    mapped private (its writes not seen through the fd), one truncated to the requested rather
-    than the mapped size, a buffer mapped read-only or without MAP_NORESERVE where the other had
-    it, differs here."""
+    """``"shared file rw, 4KiB pages, file size 4194304, its fd close-on-exec"``: how the VMA at
+    ``ptr`` was mapped (its sharing, whether a file (a memfd) backs it, its protection,
+    MAP_NORESERVE / MAP_POPULATE, its page size; for a file its size, what a process given the
+    fd sees, and its open fds with their close-on-exec flag). A memfd mapped private (its writes
+    not seen through the fd), one truncated to the requested rather than the mapped size, or
+    created without MFD_CLOEXEC, a buffer mapped read-only or without MAP_NORESERVE where the
+    other had it, differs here."""
     for m in kernel.mappings():
         if m["start"] <= ptr < m["start"] + m["length"]:
             flags, prot = int(m["flags"]), int(m["prot"])
@@ -95,5 +96,17 @@ def mapping(kernel: Any, ptr: int) -> str:
             words += [word for name, word in _FLAG_WORDS if flags & _C[name]]
             text = f"{' '.join(words)}, {format_size(int(m['page_size']))} pages"
             size = int(m["file_size"])
-            return text + (f", file size {size}" if size >= 0 else "")
+            if size < 0:
+                return text
+            return f"{text}, file size {size}, {_fds(m['file_fds'], m['file_fds_cloexec'])}"
     return "no mapping"
+
+
+def _fds(n: int, cloexec: int) -> str:
+    # An fd without close-on-exec goes to every program the process execs (a launcher, a
+    # compiler): it keeps the memfd's pages after Free until that program ends.
+    if n == 0:
+        return "no fd open"
+    if cloexec == n:
+        return "its fd close-on-exec" if n == 1 else f"{n} fds close-on-exec"
+    return "its fd inherited by exec" if n == 1 else f"{n - cloexec} of {n} fds inherited by exec"
