@@ -249,7 +249,7 @@ def test_steps_record_each_operation(tmp_path: Path) -> None:
         "alloc ok AnonymousShmHugetlb 67108864",
         "alloc demoted Anonymous 268435456",
         "alloc failed",
-        "lookup found",
+        "lookup found 67108864",
         "acquire none",  # 70 MiB is past the 64 MiB buffer
         "released",
         "freed",
@@ -292,8 +292,8 @@ def test_deferred_free_happens_at_release(tmp_path: Path) -> None:
     ]
     held = run(tmp_path, POOL + steps(*rows), 'outcome = "ok"\nno_leaks = true\n')
     assert held.observed.steps[1:] == [
-        "acquire found",
-        "acquire found",
+        "acquire found 8388608",
+        "acquire found 8388608",
         "freed",
         "lookup none",  # a buffer whose free is pending is not handed out again
         "acquire none",

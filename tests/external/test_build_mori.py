@@ -160,8 +160,8 @@ steps = [
 
 [expect]
 outcome = "ok"
-steps = ["alloc ok AnonymousShm 65536", "acquire found", "acquire found", "released", "freed",
-         "mapped yes", "lookup none", "released", "mapped no"]
+steps = ["alloc ok AnonymousShm 65536", "acquire found 65536", "acquire found 65536",
+         "released", "freed", "mapped yes", "lookup none", "released", "mapped no"]
 no_leaks = true
 """
 

@@ -89,6 +89,7 @@ def run_steps(work: Steps, subject: Subject, host: SimHost, rec: RunRecord, held
     # Base address of each alloc: Free clears the handle, but a later acquire/lookup/release
     # of the same buffer must still name its address (that is what a registration holds).
     bases: dict[str, int] = {}
+    fds: dict[str, int | None] = {}  # each alloc's memfd as its handle gave it
     for i, step in enumerate(work.steps):
         op = step["op"]
         if op == "alloc":
@@ -103,6 +104,7 @@ def run_steps(work: Steps, subject: Subject, host: SimHost, rec: RunRecord, held
                 return
             handles[step["id"]] = h
             bases[step["id"]] = h.ptr if h else 0
+            fds[step["id"]] = getattr(h, "fd", None) if h else None
             if not h:
                 rec.steps.append("alloc failed")
                 _failed(rec, "invalid", null_handle_error(req.size, req.backing, req.numa_node))
@@ -138,10 +140,26 @@ def run_steps(work: Steps, subject: Subject, host: SimHost, rec: RunRecord, held
                 allocator.lookup_shm_allocation
             )  # fmt: skip
             found = fn(ptr, size)
-            rec.steps.append(f"{op} {'found' if found is not None else 'none'}")
+            rec.steps.append(f"{op} {registration(found, base, fds[step['id']])}")
         elif op == "release":
             allocator.release_shm_allocation(base)
             rec.steps.append("released")
+
+
+def registration(found: Any, base: int, fd: int | None) -> str:
+    """A registry lookup's answer as a step says it: ``none``, or ``found`` with the record's
+    mapped size (``found 4198400``), its base when it is not the alloc's (``at +4096``) and
+    ``other fd`` when its fd is not the one the alloc's handle gave. ``found`` is a built-in
+    allocator's UMBPShmAllocation or an external build's (base, mapped_size, fd)."""
+    if found is None:
+        return "none"
+    got = tuple(found) if isinstance(found, tuple) else (found.base, found.mapped_size, found.fd)
+    text = f"found {int(got[1])}"
+    if int(got[0]) != base:
+        text += f" at {int(got[0]) - base:+d}"
+    if fd is not None and int(got[2]) != int(fd):
+        text += " other fd"
+    return text
 
 
 def sglang_request_of(r: Any) -> Any:
