@@ -185,6 +185,12 @@ class UMBPHostMemAllocator:
             )
         self._native.free(handle)
 
+    # Read from an instance, alloc and free send plain calls (exact ints in range, a backing, a
+    # bool; a handle) straight to the native allocator (csrc/python/bind_fast_calls.cpp), the
+    # rest to the methods above; read from the class they are those methods.
+    alloc = _native.fast_method(alloc, "alloc")
+    free = _native.fast_method(free, "free")
+
     def lookup_shm_allocation(self, ptr: int, size: int) -> Any:
         """The live shm allocation containing [ptr, ptr + size), or None."""
         p = _int_arg("ptr", ptr, 0, _SIZE_MAX)

@@ -1,11 +1,7 @@
 // The allocators as seen from Python: mori.umbp's UMBPHostBufferBacking / UMBPHostBufferHandle,
 // and the raw built-in allocators (`UmbpSimAllocator`, `Mori624002cAllocator`, both a
-// `HostMemAllocator`). A call returns its result alone; one that warned or met a simulated
-// crash (as the kernel that raised it recorded it on this thread, kernel/crash_record.h) is
-// first handed to the outcome hook: `set_outcome_hook(fn)`, fn(allocator, messages, signal,
-// where) with each message as (level, id, text), called with the GIL back, what it raises
-// propagating. umbp_sim/allocator.py sets it: logging records and SimulatedCrash.
-// `warning_catalogue()` lists every warning's id and template.
+// `HostMemAllocator`). A call that warned or met a simulated crash goes to the outcome hook
+// (call_outcome.h). `warning_catalogue()` lists every warning's id and template.
 #include <pybind11/stl.h>
 
 #include <cstdint>
@@ -23,70 +19,13 @@
 #include "kernel/crash_record.h"
 #include "kernel/memory_lifetimes.h"
 #include "python/bindings.h"
+#include "python/call_outcome.h"
 #include "python/native_call.h"
 
 namespace py = pybind11;
 
 namespace umbp::bindings {
 namespace {
-
-using Messages = std::vector<std::tuple<LogLevel, std::string, std::string>>;
-
-// Warnings of the native call running on this thread. The allocator calls its sink
-// synchronously on the calling thread, so a thread-local collector sees exactly its own call's
-// messages, with the GIL released.
-thread_local Messages* tls_messages = nullptr;
-
-// Also clears this thread's crash record: crash() is what the call's kernel calls recorded.
-class Collect {
- public:
-  Collect() : prev_(tls_messages) {
-    tls_messages = &messages_;
-    this_thread_crash().clear();
-  }
-  ~Collect() { tls_messages = prev_; }
-  Collect(const Collect&) = delete;
-  Collect& operator=(const Collect&) = delete;
-  py::list to_list() const {
-    py::list out;
-    for (const auto& m : messages_) {
-      out.append(py::make_tuple(std::get<0>(m) == LogLevel::Warning ? "warning" : "info",
-                                std::get<1>(m), std::get<2>(m)));
-    }
-    return out;
-  }
-  // Nothing to report: no message, no crash (the common case, answered without Python objects).
-  bool quiet() const { return messages_.empty() && this_thread_crash().signal == 0; }
-  // Hand a call of `allocator` that warned or crashed to the outcome hook (which may raise).
-  void report(HostMemAllocator& allocator) const;
-
- private:
-  Messages messages_;
-  Messages* prev_;
-};
-
-// Set once by umbp_sim.allocator; never destroyed (calls may run at interpreter shutdown).
-py::object& outcome_hook() {
-  static auto* hook = new py::object();
-  return *hook;
-}
-
-void Collect::report(HostMemAllocator& allocator) const {
-  if (quiet()) return;
-  if (!outcome_hook()) {
-    throw std::runtime_error(
-        "umbp_sim._native: an allocator call warned or crashed and no outcome hook is set "
-        "(import umbp_sim.allocator)");
-  }
-  const CallCrash& c = this_thread_crash();
-  // The allocator's existing Python object (it is bound: the call came through it).
-  py::object self = py::cast(&allocator, py::return_value_policy::reference);
-  outcome_hook()(self, to_list(), c.signal, std::string(c.where));
-}
-
-void collect_sink(LogLevel level, const std::string& id, const std::string& text) {
-  if (tls_messages) tls_messages->emplace_back(level, id, text);
-}
 
 std::string hex(const void* p) {
   char buf[32];
@@ -204,7 +143,7 @@ void bind_allocator(py::module_& m) {
           "alloc",
           [](HostMemAllocator& a, size_t size, HostBufferBacking backing, size_t hugepage_size,
              int numa_node, bool prefault) {
-            Collect c;
+            CallOutcome c;
             HostBufferHandle h;
             {
               NativeCall nogil;
@@ -218,7 +157,7 @@ void bind_allocator(py::module_& m) {
       .def(
           "free",
           [](HostMemAllocator& a, HostBufferHandle& h) {
-            Collect c;
+            CallOutcome c;
             {
               NativeCall nogil;
               a.Free(h);
@@ -251,7 +190,7 @@ void bind_allocator(py::module_& m) {
       .def(
           "release_shm_allocation",
           [](HostMemAllocator& a, uintptr_t base) {
-            Collect c;
+            CallOutcome c;
             {
               NativeCall nogil;
               a.ReleaseShmAllocation(base);

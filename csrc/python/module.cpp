@@ -7,6 +7,7 @@ PYBIND11_MODULE(_native, m) {
   umbp::bindings::bind_kernel(m);
   umbp::bindings::bind_linux(m);
   umbp::bindings::bind_allocator(m);
+  umbp::bindings::bind_fast_calls(m);
   umbp::bindings::bind_sim(m);
   umbp::bindings::bind_faults(m);
   umbp::bindings::bind_capi(m);
