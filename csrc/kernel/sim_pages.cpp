@@ -112,10 +112,19 @@ void PageRuns::assign(uint64_t first, uint64_t count, PageState state, const Nod
 }
 
 uint64_t PageRuns::count(uint64_t first, uint64_t n, PageState state) const {
-  uint64_t total = 0;
-  for (const auto& seg : segments(first, n))
-    if (seg.state == state) total += seg.len;
-  return total;
+  // The runs overlapping [first, first+n), walked in place: no segments (and their node
+  // counts) built to be counted (this is on every fault and mmap).
+  const uint64_t end = first + n;
+  uint64_t covered = 0, total = 0;
+  auto it = runs_.upper_bound(first);
+  if (it != runs_.begin()) --it;
+  for (; it != runs_.end() && it->first < end; ++it) {
+    const uint64_t s = std::max(it->first, first), e = std::min(it->first + it->second.len, end);
+    if (e <= s) continue;
+    covered += e - s;
+    if (it->second.state == state) total += e - s;
+  }
+  return state == PageState::None ? n - covered : total;
 }
 
 uint64_t PageRuns::count_all(PageState state) const {
