@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import inspect
 import logging
+import sys
 import weakref
 
 import pytest
@@ -50,8 +51,17 @@ def test_read_from_the_class_they_are_the_python_methods() -> None:
     ]  # fmt: skip
     a = UMBPHostMemAllocator(kernel=build_kernel(Machine.x86_64()))
     bound = a.alloc
+    assert type(bound).__name__ == "FastBoundMethod"  # the native path, not a Python method
     assert bound.__self__ is a and bound.__func__ is UMBPHostMemAllocator.alloc
     assert repr(bound).startswith("<bound method UMBPHostMemAllocator.alloc of <umbp_sim.")
+    # what a bound method says of itself
+    assert (bound.__name__, bound.__qualname__) == ("alloc", "UMBPHostMemAllocator.alloc")
+    assert bound.__doc__ == UMBPHostMemAllocator.alloc.__doc__
+    assert list(inspect.signature(bound).parameters) == [
+        "size", "backing", "hugepage_size", "numa_node", "prefault",
+    ]  # fmt: skip
+    assert bound == a.alloc and hash(bound) == hash(a.alloc) and bound != a.free
+    assert bound != UMBPHostMemAllocator(kernel=build_kernel(Machine.x86_64())).alloc
     h = UMBPHostMemAllocator.alloc(a, 4096)  # the class's method, called as such
     assert h.mapped_size == 4096
     UMBPHostMemAllocator.free(a, h)
@@ -85,6 +95,28 @@ def test_calls_that_are_not_plain_raise_as_the_method_does(
         UMBPHostMemAllocator.alloc(a, *args, **kwargs)
     assert (type(fast.value), str(fast.value)) == (type(method.value), str(method.value))
     assert str(fast.value)  # says what is wrong
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (2**64 - 1,),  # too large to map: an invalid handle, on both paths
+        (0,),
+        (4096, umbp_sim.AnonymousHugetlb, 2**64 - 1),
+        (4096, umbp_sim.Anonymous, 4096, -(2**31)),  # below -1: no node, as -1
+        (4096, umbp_sim.Anonymous, 4096, -5, False),
+        (4096, umbp_sim.AnonymousShm, 4096, 1, True),
+    ],
+)
+def test_plain_calls_at_the_edges_answer_as_the_method_does(args: tuple[object, ...]) -> None:
+    with umbp_sim.simulate(Machine.x86_64(nodes=2)):
+        a = UMBPHostMemAllocator()
+        assert type(a.alloc).__name__ == "FastBoundMethod"
+        fast = a.alloc(*args)
+        method = UMBPHostMemAllocator.alloc(a, *args)
+        assert bool(fast) == bool(method) and _fields(fast) == _fields(method)
+        a.free(fast)
+        a.free(method)
 
 
 def test_free_of_something_else_raises_as_the_method_does() -> None:
@@ -123,7 +155,9 @@ def test_an_allocator_goes_with_its_last_reference() -> None:
     assert gone() is not None
     h = alloc(size=4096)  # not plain: through the method, whose self is still there
     assert h.mapped_size == 4096
-    del alloc, h
+    plain = alloc(8192)  # plain: straight to the native allocator it holds
+    assert plain.mapped_size == 8192
+    del alloc, h, plain
     assert gone() is None  # no cycle: no collection needed
 
     b = UMBPHostMemAllocator(kernel=build_kernel(Machine.x86_64()))
@@ -132,3 +166,13 @@ def test_an_allocator_goes_with_its_last_reference() -> None:
     del b
     gc.collect()
     assert gone() is None
+
+
+def test_bound_methods_made_and_dropped_leave_nothing_behind() -> None:
+    a = UMBPHostMemAllocator(kernel=build_kernel(Machine.x86_64()))
+    kind, func = type(a.alloc), UMBPHostMemAllocator.alloc
+    before = (sys.getrefcount(kind), sys.getrefcount(func), sys.getrefcount(a))
+    for _ in range(1000):
+        made = (a.alloc, a.free)
+        del made
+    assert (sys.getrefcount(kind), sys.getrefcount(func), sys.getrefcount(a)) == before

@@ -13,7 +13,6 @@
 
 #include <climits>
 #include <cstdint>
-#include <vector>
 
 #include "allocator/host_buffer.h"
 #include "allocator/host_mem_allocator.h"
@@ -63,14 +62,13 @@ PyObject* translated() {
   return nullptr;
 }
 
-// The Python method, given the call as it came.
+// The Python method, given the call as it came (a plain bound method prepends the instance).
 PyObject* slow(FastCall* f, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
-  const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-  const Py_ssize_t total = n + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
-  std::vector<PyObject*> all(static_cast<size_t>(total) + 1);
-  all[0] = f->owner;
-  for (Py_ssize_t i = 0; i < total; ++i) all[static_cast<size_t>(i) + 1] = args[i];
-  return PyObject_Vectorcall(f->func, all.data(), static_cast<size_t>(n) + 1, kwnames);
+  PyObject* bound = PyMethod_New(f->func, f->owner);
+  if (!bound) return nullptr;
+  PyObject* out = PyObject_Vectorcall(bound, args, nargsf, kwnames);
+  Py_DECREF(bound);
+  return out;
 }
 
 // An exact int in [0, 2^64): its value; false for anything else (the Python method decides).
@@ -159,6 +157,7 @@ PyObject* fast_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObje
 
 int call_traverse(PyObject* self, visitproc visit, void* arg) {
   auto* f = reinterpret_cast<FastCall*>(self);
+  Py_VISIT(Py_TYPE(self));  // a heap type's instances hold it
   Py_VISIT(f->native);
   Py_VISIT(f->owner);  // an instance that keeps its own bound method: a cycle to see
   Py_VISIT(f->func);
@@ -175,18 +174,67 @@ int call_clear(PyObject* self) {
 }
 
 void call_dealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
   PyObject_GC_UnTrack(self);
   call_clear(self);
-  Py_TYPE(self)->tp_free(self);
+  type->tp_free(self);
+  Py_DECREF(type);  // each instance of a heap type holds a reference to it
 }
 
 PyObject* call_repr(PyObject* self) {
   auto* f = reinterpret_cast<FastCall*>(self);
+  if (!f->func) return PyUnicode_FromString("<bound method (collected)>");
   PyObject* name = PyObject_GetAttrString(f->func, "__qualname__");
   if (!name) return nullptr;
   PyObject* out = PyUnicode_FromFormat("<bound method %S of %R>", name, f->owner);
   Py_DECREF(name);
   return out;
+}
+
+// What a bound method forwards to its function: its name, qualified name and docstring.
+PyObject* call_forward(PyObject* self, void* attr) {
+  auto* f = reinterpret_cast<FastCall*>(self);
+  if (!f->func) return PyErr_Format(PyExc_ReferenceError, "this allocator has been collected");
+  return PyObject_GetAttrString(f->func, static_cast<const char*>(attr));
+}
+
+// inspect.signature of the bound method: the function's without its first parameter.
+PyObject* call_signature(PyObject* self, void*) {
+  auto* f = reinterpret_cast<FastCall*>(self);
+  if (!f->func) return PyErr_Format(PyExc_ReferenceError, "this allocator has been collected");
+  try {
+    py::object sig = py::module_::import("inspect").attr("signature")(
+        py::reinterpret_borrow<py::object>(f->func));
+    py::list params(sig.attr("parameters").attr("values")());
+    params.attr("pop")(0);
+    return sig.attr("replace")(py::arg("parameters") = params).release().ptr();
+  } catch (...) {
+    return translated();
+  }
+}
+
+PyGetSetDef call_getset[] = {
+    {"__name__", call_forward, nullptr, nullptr, const_cast<char*>("__name__")},
+    {"__qualname__", call_forward, nullptr, nullptr, const_cast<char*>("__qualname__")},
+    {"__doc__", call_forward, nullptr, nullptr, const_cast<char*>("__doc__")},
+    {"__signature__", call_signature, nullptr, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+// Equal when bound to the same instance with the same function, as bound methods are.
+PyObject* call_richcompare(PyObject* a, PyObject* b, int op) {
+  if ((op != Py_EQ && op != Py_NE) || Py_TYPE(b) != Py_TYPE(a)) Py_RETURN_NOTIMPLEMENTED;
+  auto* x = reinterpret_cast<FastCall*>(a);
+  auto* y = reinterpret_cast<FastCall*>(b);
+  const bool eq = x->owner == y->owner && x->func == y->func;
+  return PyBool_FromLong(eq == (op == Py_EQ));
+}
+
+Py_hash_t call_hash(PyObject* self) {
+  auto* f = reinterpret_cast<FastCall*>(self);
+  const auto bits = (reinterpret_cast<uintptr_t>(f->owner) >> 4) ^
+                    (reinterpret_cast<uintptr_t>(f->func) >> 4) * 31;
+  const auto h = static_cast<Py_hash_t>(bits);
+  return h == -1 ? -2 : h;
 }
 
 PyMemberDef call_members[] = {
@@ -202,11 +250,14 @@ PyType_Slot call_slots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(call_dealloc
                             {Py_tp_repr, reinterpret_cast<void*>(call_repr)},
                             {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
                             {Py_tp_members, call_members},
+                            {Py_tp_getset, call_getset},
+                            {Py_tp_richcompare, reinterpret_cast<void*>(call_richcompare)},
+                            {Py_tp_hash, reinterpret_cast<void*>(call_hash)},
                             {0, nullptr}};
 
 PyType_Spec call_spec = {"umbp_sim._native.FastBoundMethod", sizeof(FastCall), 0,
                          Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
-                             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+                             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
                          call_slots};
 
 // instance.alloc: bound to the instance's native allocator, or (no such allocator: __init__ did
@@ -217,18 +268,24 @@ PyObject* method_get(PyObject* self, PyObject* instance, PyObject* /*owner*/) {
     Py_INCREF(m->func);
     return m->func;
   }
-  PyObject* native = PyObject_GetAttrString(instance, "_native");
+  static PyObject* const native_name = PyUnicode_InternFromString("_native");
+  PyObject* native = PyObject_GetAttr(instance, native_name);
+  if (!native) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return nullptr;
+    PyErr_Clear();  // __init__ did not run (or failed): the method says what that means
+    return PyMethod_New(m->func, instance);
+  }
   HostMemAllocator* allocator = nullptr;
-  if (native) {
-    try {
-      allocator = py::cast<HostMemAllocator*>(py::handle(native));
-    } catch (const py::cast_error&) {
-      allocator = nullptr;
-    }
+  try {
+    allocator = py::cast<HostMemAllocator*>(py::handle(native));
+  } catch (const py::cast_error&) {
+    allocator = nullptr;  // not a native allocator: the method's to use
+  } catch (...) {
+    Py_DECREF(native);
+    return translated();
   }
   if (!allocator) {
-    PyErr_Clear();
-    Py_XDECREF(native);
+    Py_DECREF(native);
     return PyMethod_New(m->func, instance);
   }
   auto* f = PyObject_GC_New(FastCall, g_call_type);
@@ -249,6 +306,7 @@ PyObject* method_get(PyObject* self, PyObject* instance, PyObject* /*owner*/) {
 }
 
 int method_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
   Py_VISIT(reinterpret_cast<FastMethod*>(self)->func);
   return 0;
 }
@@ -259,9 +317,11 @@ int method_clear(PyObject* self) {
 }
 
 void method_dealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
   PyObject_GC_UnTrack(self);
   method_clear(self);
-  Py_TYPE(self)->tp_free(self);
+  type->tp_free(self);
+  Py_DECREF(type);
 }
 
 PyMemberDef method_members[] = {
@@ -275,9 +335,10 @@ PyType_Slot method_slots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(method_dea
                               {Py_tp_members, method_members},
                               {0, nullptr}};
 
-PyType_Spec method_spec = {
-    "umbp_sim._native.FastMethod", sizeof(FastMethod), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION, method_slots};
+PyType_Spec method_spec = {"umbp_sim._native.FastMethod", sizeof(FastMethod), 0,
+                           Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+                               Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+                           method_slots};
 
 }  // namespace
 
