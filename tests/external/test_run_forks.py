@@ -183,3 +183,33 @@ def test_a_board_a_child_scribbled_on_reads_as_far_as_it_is_whole() -> None:
         assert list(board.frames()) == []
     finally:
         board.close()
+
+
+def test_stages_that_do_not_fit_on_the_board_come_by_the_pipe_in_order(tmp_path: Path) -> None:
+    # The server here has a board too small for any stage (sitecustomize shrinks it before
+    # umbp-sim starts): every stage goes by the run's pipe, and the reply is the same.
+    log = tmp_path / "allocs"
+    (tmp_path / "counted_alloc.py").write_text(ALLOCATOR.format(log=str(log)))
+    piped = tmp_path / "piped"
+    (tmp_path / "sitecustomize.py").write_text(
+        "from umbp_sim.external.procs import StageBoard\n"
+        "StageBoard.SIZE = 8\n"
+        "_post = StageBoard.post\n"
+        "def post(self, payload):\n"
+        "    ok = _post(self, payload)\n"
+        f"    if not ok: open({str(piped)!r}, 'a').write('pipe\\n')\n"
+        "    return ok\n"
+        "StageBoard.post = post\n"
+    )
+    runner = ExternalRunner(
+        parse_allocator_spec("counted_alloc"), env={"PYTHONPATH": str(tmp_path)}, run_timeout=2
+    )
+    try:
+        first = runner.observe(_run(4096))
+        assert first["stages"] == ["alloc", "free", "exit"]
+        assert record_from_reply(first).outcome == "ok"
+        assert piped.read_text().count("pipe") == 3  # none fitted on the board
+        late = record_from_reply(runner.observe(_run(12288)))  # its last stage came by the pipe
+        assert (late.outcome, late.error) == ("timeout", "timed out after 2 s in alloc")
+    finally:
+        runner.close()
