@@ -146,19 +146,8 @@ class UMBPHostMemAllocator:
         prefault: bool = True,
     ) -> Any:
         """A UMBPHostBufferHandle; falsy when the allocation failed (see the logged warnings)."""
-        # Plain arguments in range go straight through: what _alloc_args would give them (the
-        # checks of either profile differ only for other types and out-of-range values).
-        if (
-            type(size) is int
-            and type(hugepage_size) is int
-            and type(numa_node) is int
-            and type(prefault) is bool
-            and type(backing) is UMBPHostBufferBacking
-            and 0 <= size <= _SIZE_MAX
-            and 0 <= hugepage_size <= _SIZE_MAX
-            and _INT_MIN <= numa_node <= _INT_MAX
-        ):
-            return self._native.alloc(size, backing, hugepage_size, max(numa_node, -1), prefault)
+        # Plain calls read from an instance never get here (bind_fast_calls.cpp): this is the
+        # path of every other call, checked and converted.
         n, b, hp, node, pf = self._alloc_args(size, backing, hugepage_size, numa_node, prefault)
         return self._native.alloc(n, b, hp, max(node, -1), pf)
 

@@ -143,27 +143,12 @@ void bind_allocator(py::module_& m) {
           "alloc",
           [](HostMemAllocator& a, size_t size, HostBufferBacking backing, size_t hugepage_size,
              int numa_node, bool prefault) {
-            CallOutcome c;
-            HostBufferHandle h;
-            {
-              NativeCall nogil;
-              h = a.Alloc(size, backing, hugepage_size, numa_node, prefault);
-            }
-            c.report(a);
-            return h;
+            return reported_alloc(a, size, backing, hugepage_size, numa_node, prefault);
           },
           py::arg("size"), py::arg("backing"), py::arg("hugepage_size"), py::arg("numa_node"),
           py::arg("prefault"))
       .def(
-          "free",
-          [](HostMemAllocator& a, HostBufferHandle& h) {
-            CallOutcome c;
-            {
-              NativeCall nogil;
-              a.Free(h);
-            }
-            c.report(a);
-          },
+          "free", [](HostMemAllocator& a, HostBufferHandle& h) { reported_free(a, h); },
           py::arg("handle"))
       .def(
           "lookup_shm_allocation",

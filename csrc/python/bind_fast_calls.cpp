@@ -6,7 +6,7 @@
 // positional arguments, exact ints in range, a backing value, True/False; free: a handle) go by
 // one vectorcall to the instance's native allocator (`_native`), and whose other calls
 // (keywords, other types, values out of range) go to `fn`, which checks, converts and raises as
-// it always did. Both paths make the same native call (CallOutcome, NativeCall).
+// it always did. Both paths make the same native call (call_outcome.h reported_alloc/_free).
 #include <Python.h>
 #include <pybind11/pybind11.h>
 #include <structmember.h>
@@ -18,7 +18,6 @@
 #include "allocator/host_mem_allocator.h"
 #include "python/bindings.h"
 #include "python/call_outcome.h"
-#include "python/native_call.h"
 
 namespace py = pybind11;
 
@@ -115,13 +114,8 @@ PyObject* fast_alloc(FastCall* f, PyObject* const* args, size_t nargsf, PyObject
     return slow(f, args, nargsf, kwnames);
   if (n > 4) prefault = args[4] == Py_True;
   try {
-    CallOutcome c;
-    HostBufferHandle h;
-    {
-      NativeCall nogil;
-      h = f->allocator->Alloc(size, backing, hugepage_size, node, prefault);
-    }
-    c.report(*f->allocator);
+    HostBufferHandle h =
+        reported_alloc(*f->allocator, size, backing, hugepage_size, node, prefault);
     return py::cast(std::move(h)).release().ptr();
   } catch (...) {
     return translated();
@@ -132,13 +126,7 @@ PyObject* fast_free(FastCall* f, PyObject* const* args, size_t nargsf, PyObject*
   if (kwnames || PyVectorcall_NARGS(nargsf) != 1 || Py_TYPE(args[0]) != g_handle_type)
     return slow(f, args, nargsf, kwnames);
   try {
-    HostBufferHandle& h = py::cast<HostBufferHandle&>(py::handle(args[0]));
-    CallOutcome c;
-    {
-      NativeCall nogil;
-      f->allocator->Free(h);
-    }
-    c.report(*f->allocator);
+    reported_free(*f->allocator, py::cast<HostBufferHandle&>(py::handle(args[0])));
     Py_RETURN_NONE;
   } catch (...) {
     return translated();

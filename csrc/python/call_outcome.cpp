@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "kernel/crash_record.h"
+#include "python/native_call.h"
 
 namespace py = pybind11;
 
@@ -50,6 +51,27 @@ void CallOutcome::report(HostMemAllocator& allocator) const {
   // The allocator's existing Python object (it is bound: the call came through it).
   py::object self = py::cast(&allocator, py::return_value_policy::reference);
   outcome_hook()(self, to_list(), c.signal, std::string(c.where));
+}
+
+HostBufferHandle reported_alloc(HostMemAllocator& a, size_t size, HostBufferBacking backing,
+                                size_t hugepage_size, int numa_node, bool prefault) {
+  CallOutcome c;
+  HostBufferHandle h;
+  {
+    NativeCall nogil;
+    h = a.Alloc(size, backing, hugepage_size, numa_node, prefault);
+  }
+  c.report(a);
+  return h;
+}
+
+void reported_free(HostMemAllocator& a, HostBufferHandle& h) {
+  CallOutcome c;
+  {
+    NativeCall nogil;
+    a.Free(h);
+  }
+  c.report(a);
 }
 
 }  // namespace umbp::bindings

@@ -43,4 +43,10 @@ class CallOutcome {
   Messages* prev_;
 };
 
+// Alloc and Free as every Python path makes them: the GIL released (NativeCall), the outcome
+// reported after (what the hook raises propagates as a C++ exception).
+HostBufferHandle reported_alloc(HostMemAllocator& a, size_t size, HostBufferBacking backing,
+                                size_t hugepage_size, int numa_node, bool prefault);
+void reported_free(HostMemAllocator& a, HostBufferHandle& h);
+
 }  // namespace umbp::bindings

@@ -149,15 +149,14 @@ def run_steps(work: Steps, subject: Subject, host: SimHost, rec: RunRecord, held
 def registration(found: Any, base: int, fd: int | None) -> str:
     """A registry lookup's answer as a step says it: ``none``, or ``found`` with the record's
     mapped size (``found 4198400``), its base when it is not the alloc's (``at +4096``) and
-    ``other fd`` when its fd is not the one the alloc's handle gave. ``found`` is a built-in
-    allocator's UMBPShmAllocation or an external build's (base, mapped_size, fd)."""
+    ``other fd`` when its fd is not the one the alloc's handle gave. ``found`` has
+    UMBPShmAllocation's fields (an external build's, run_job.ShmRecord)."""
     if found is None:
         return "none"
-    got = tuple(found) if isinstance(found, tuple) else (found.base, found.mapped_size, found.fd)
-    text = f"found {int(got[1])}"
-    if int(got[0]) != base:
-        text += f" at {int(got[0]) - base:+d}"
-    if fd is not None and int(got[2]) != int(fd):
+    text = f"found {int(found.mapped_size)}"
+    if int(found.base) != base:
+        text += f" at {int(found.base) - base:+d}"
+    if fd is not None and int(found.fd) != int(fd):
         text += " other fd"
     return text
 

@@ -21,7 +21,7 @@ import pickle
 import resource
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import umbp_sim.dump  # noqa: F401 - Machine's checks import it lazily: once here, not per fork
 from umbp_sim import _native
@@ -76,6 +76,15 @@ REGISTRY_FUNCTIONS = {
 }
 
 
+class ShmRecord(NamedTuple):
+    """A registry answer of an external build (the binding gives a tuple) in the built-in
+    allocators' shape (UMBPShmAllocation's fields)."""
+
+    base: int
+    mapped_size: int
+    fd: int
+
+
 def has_registry(module: Any) -> bool:
     """Whether ``module`` (an external build) has the shm registry functions."""
     return all(callable(getattr(module, f, None)) for f in REGISTRY_FUNCTIONS.values())
@@ -93,11 +102,13 @@ class _Scoped:
         with self._ip.scope():
             return getattr(self._module, REGISTRY_FUNCTIONS[op])(*args)
 
-    def lookup_shm_allocation(self, ptr: int, size: int) -> Any:
-        return self._registry("lookup", ptr, size)
+    def lookup_shm_allocation(self, ptr: int, size: int) -> ShmRecord | None:
+        found = self._registry("lookup", ptr, size)
+        return None if found is None else ShmRecord(*found)
 
-    def acquire_shm_allocation(self, ptr: int, size: int) -> Any:
-        return self._registry("acquire", ptr, size)
+    def acquire_shm_allocation(self, ptr: int, size: int) -> ShmRecord | None:
+        found = self._registry("acquire", ptr, size)
+        return None if found is None else ShmRecord(*found)
 
     def release_shm_allocation(self, base: int) -> None:
         self._registry("release", base)
