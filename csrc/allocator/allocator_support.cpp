@@ -13,6 +13,28 @@ uint64_t NextSerial() {
   static std::atomic<uint64_t> serial{0};
   return ++serial;
 }
+
+// The live-table entry of h (mapped_size len) and, when `shm`, its registry record with shm_fd;
+// mu held. Throws (std::bad_alloc) with the live entry possibly in place: callers decide.
+void InsertLocked(ProcessTables& t, const HostBufferHandle& h, size_t len,
+                  HostBufferBacking backing, int shm_fd, bool shm) {
+  LiveBuffer b;
+  b.ptr = h.ptr;
+  b.requested_size = h.requested_size;
+  b.mapped_size = len;
+  b.backing = backing;
+  b.alignment = h.actual_alignment;
+  b.fd = h.fd;
+  b.numa_node = h.numa_node;
+  b.serial = h.serial;
+  t.live[h.ptr] = b;
+  if (!shm) return;
+  ShmRegistryEntry e;
+  e.base = h.ptr;
+  e.mapped_size = len;
+  e.fd = shm_fd;
+  t.shm[h.ptr] = e;
+}
 }  // namespace
 
 AllocatorSupport::AllocatorSupport(KernelPtr kernel, LogSink sink)
@@ -50,27 +72,11 @@ HostBufferHandle AllocatorSupport::Record(HostBufferHandle h) {
   std::lock_guard<std::mutex> lock(tables_->mu);
   h.serial = NextSerial();
   h.kernel_id = kernel_->id();
-  LiveBuffer b;
-  b.ptr = h.ptr;
-  b.requested_size = h.requested_size;
-  b.mapped_size = h.mapped_size;
-  b.backing = h.actual_backing;
-  b.alignment = h.actual_alignment;
-  b.fd = h.fd;
-  b.numa_node = h.numa_node;
-  b.serial = h.serial;
-  tables_->live[h.ptr] = b;
-  if (IsShm(h.actual_backing)) {
-    try {
-      ShmRegistryEntry e;
-      e.base = h.ptr;
-      e.mapped_size = h.mapped_size;
-      e.fd = h.fd;
-      tables_->shm[h.ptr] = e;
-    } catch (...) {
-      tables_->live.erase(h.ptr);
-      throw;
-    }
+  try {
+    InsertLocked(*tables_, h, h.mapped_size, h.actual_backing, h.fd, IsShm(h.actual_backing));
+  } catch (...) {
+    tables_->live.erase(h.ptr);  // none there when the live insert itself threw
+    throw;
   }
   return h;
 }
@@ -79,23 +85,7 @@ void AllocatorSupport::Restore(const HostBufferHandle& h, size_t len, HostBuffer
                                int fd) {
   try {
     std::lock_guard<std::mutex> lock(tables_->mu);
-    LiveBuffer b;
-    b.ptr = h.ptr;
-    b.requested_size = h.requested_size;
-    b.mapped_size = len;
-    b.backing = backing;
-    b.alignment = h.actual_alignment;
-    b.fd = h.fd;
-    b.numa_node = h.numa_node;
-    b.serial = h.serial;
-    tables_->live[h.ptr] = b;
-    if (IsShm(backing) && fd >= 0) {
-      ShmRegistryEntry e;
-      e.base = h.ptr;
-      e.mapped_size = len;
-      e.fd = fd;
-      tables_->shm[h.ptr] = e;
-    }
+    InsertLocked(*tables_, h, len, backing, fd, IsShm(backing) && fd >= 0);
   } catch (...) {
   }
 }

@@ -53,6 +53,10 @@ void put_all(int fd, const char* s, size_t n) {
   }
 }
 void put(const char* s) { put_all(2, s, strlen(s)); }
+// A frame's first 4 bytes: its length, big-endian.
+void put_len(char* frame, uint32_t len) {
+  for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>(len >> (24 - 8 * i));
+}
 
 const char* sig_name(int sig) {
   switch (sig) {
@@ -150,10 +154,7 @@ void write_frame_with_postmortem(int fd, const umbp_sim_kernel* k, const char* h
     }
     frame[4 + nh + n] = '}';
     const auto len = static_cast<uint32_t>(nh + n + 1);
-    frame[0] = static_cast<char>(len >> 24);
-    frame[1] = static_cast<char>(len >> 16);
-    frame[2] = static_cast<char>(len >> 8);
-    frame[3] = static_cast<char>(len);
+    put_len(frame, len);
     put_all(fd, frame, 4 + len);
     return;
   }
@@ -196,11 +197,7 @@ void write_frame(int fd, const char* json, size_t n) {
   Pages buf(4 + n);
   char* frame = buf.get();
   if (!frame) return;
-  const auto len = static_cast<uint32_t>(n);
-  frame[0] = static_cast<char>(len >> 24);
-  frame[1] = static_cast<char>(len >> 16);
-  frame[2] = static_cast<char>(len >> 8);
-  frame[3] = static_cast<char>(len);
+  put_len(frame, static_cast<uint32_t>(n));
   memcpy(frame + 4, json, n);
   put_all(fd, frame, 4 + n);
 }

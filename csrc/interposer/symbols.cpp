@@ -128,27 +128,25 @@ long syscall_impl(bool w, void* ret, long nr, long a1, long a2, long a3, long a4
   static syscall_fn f = real<syscall_fn>("syscall");
   return f(nr, a1, a2, a3, a4, a5, a6);
 }
+// The simulated host's answer to opening `path`: true (with *fd) when the call is its.
+bool try_sim_open(const char* path, int flags, int mode, int* fd) {
+  const umbp_sim_kernel* k = route_open(path);
+  if (!k) return false;
+  bool answered = true;
+  *fd = have_sim_root() ? open_sim_path(k, path, flags, mode, &answered) : open_rendered(k, path);
+  return answered;
+}
 int open_impl(const char* path, int flags, int mode, std::atomic<void*>* cache,
               const char* real_name) {
-  if (const umbp_sim_kernel* k = route_open(path)) {
-    if (!have_sim_root()) return open_rendered(k, path);
-    bool answered = false;
-    const int fd = open_sim_path(k, path, flags, mode, &answered);
-    if (answered) return fd;
-  }
+  int fd = -1;
+  if (try_sim_open(path, flags, mode, &fd)) return fd;
   auto f = cached<open_fn>(cache, real_name);
   return f(path, flags, mode);
 }
 int openat_impl(int dirfd, const char* path, int flags, int mode, std::atomic<void*>* cache,
                 const char* real_name) {
-  if (path && path[0] == '/') {
-    if (const umbp_sim_kernel* k = route_open(path)) {
-      if (!have_sim_root()) return open_rendered(k, path);
-      bool answered = false;
-      const int fd = open_sim_path(k, path, flags, mode, &answered);
-      if (answered) return fd;
-    }
-  }
+  int fd = -1;
+  if (path && path[0] == '/' && try_sim_open(path, flags, mode, &fd)) return fd;
   auto f = cached<openat_fn>(cache, real_name);
   return f(dirfd, path, flags, mode);
 }

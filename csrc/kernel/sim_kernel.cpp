@@ -15,21 +15,18 @@
 
 namespace umbp {
 
-long SimHState::nr() const {
+namespace {
+// One field of SimNodePool summed over the nodes.
+long pool_sum(const std::map<int, SimNodePool>& node, long SimNodePool::*field) {
   long s = 0;
-  for (const auto& [n, p] : node) s += p.nr;
+  for (const auto& [n, p] : node) s += p.*field;
   return s;
 }
-long SimHState::free() const {
-  long s = 0;
-  for (const auto& [n, p] : node) s += p.free;
-  return s;
-}
-long SimHState::surp() const {
-  long s = 0;
-  for (const auto& [n, p] : node) s += p.surp;
-  return s;
-}
+}  // namespace
+
+long SimHState::nr() const { return pool_sum(node, &SimNodePool::nr); }
+long SimHState::free() const { return pool_sum(node, &SimNodePool::free); }
+long SimHState::surp() const { return pool_sum(node, &SimNodePool::surp); }
 
 namespace {
 long persistent(const SimHState& h) { return h.nr() - h.surp(); }
@@ -179,21 +176,6 @@ void SimKernel::node_mem_take(int node, int64_t bytes) {
 
 // ---- pool arithmetic --------------------------------------------------------------------
 
-// alloc_surplus_hugetlb_folio: one page from the buddy allocator, within nr_overcommit.
-bool SimKernel::alloc_surplus_page(SimHState& h, const std::vector<int>& order, int* node_out) {
-  if (gigantic(h) && !version_at_least(6, 19)) return false;
-  if (h.surp() >= h.overcommit) return false;
-  for (int n : order) {
-    if (!has_memory(n) || node_obtainable(n) < static_cast<long>(h.size)) continue;
-    node_mem_take(n, static_cast<int64_t>(h.size));
-    h.node[n].nr++;
-    h.node[n].surp++;
-    if (node_out) *node_out = n;
-    return true;
-  }
-  return false;
-}
-
 // gather_surplus_pages + the reservation: resv += delta, allocating surplus pages (which join
 // the free pool at mmap time) when free - resv does not cover delta.
 int SimKernel::gather_surplus(SimHState& h, long delta) {
@@ -245,30 +227,6 @@ void SimKernel::free_huge_pages(SimHState& h, int node, long count) {
   p.surp -= d;
   node_mem_take(node, -static_cast<int64_t>(h.size) * d);
   p.free += count - d;
-}
-
-bool SimKernel::remove_free_page(SimHState& h, const std::vector<int>& nodes, bool surplus_only) {
-  for (int n : nodes) {
-    SimNodePool& p = h.node[n];
-    if (p.free <= 0 || (surplus_only && p.surp <= 0)) continue;
-    p.nr--;
-    p.free--;
-    if (surplus_only) p.surp--;
-    node_mem_take(n, -static_cast<int64_t>(h.size));
-    return true;
-  }
-  return false;
-}
-
-bool SimKernel::alloc_fresh_page(SimHState& h, const std::vector<int>& nodes) {
-  for (int n : nodes) {
-    if (node_obtainable(n) < static_cast<long>(h.size)) continue;
-    node_mem_take(n, static_cast<int64_t>(h.size));
-    h.node[n].nr++;
-    h.node[n].free++;
-    return true;
-  }
-  return false;
 }
 
 bool SimKernel::adjust_surplus(SimHState& h, const std::vector<int>& nodes, int delta) {

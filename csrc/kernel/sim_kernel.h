@@ -232,12 +232,9 @@ class SimKernel : public Kernel {
   bool gigantic(const SimHState& h) const;
   long pool_pages_total() const;  // Σ nr × pages per hugepage, in base pages
   // Pool arithmetic (docs/kernel-model.md sections 1-2).
-  bool alloc_surplus_page(SimHState& h, const std::vector<int>& order, int* node_out);
   int gather_surplus(SimHState& h, long delta);  // 0 or ENOMEM; resv += delta on success
   void return_unused_surplus(SimHState& h, long unused_resv);
   void free_huge_pages(SimHState& h, int node, long count);
-  bool remove_free_page(SimHState& h, const std::vector<int>& nodes, bool surplus_only);
-  bool alloc_fresh_page(SimHState& h, const std::vector<int>& nodes);
   bool adjust_surplus(SimHState& h, const std::vector<int>& nodes, int delta);
   long node_mem_free(int node) const;
   void node_mem_take(int node, int64_t bytes);

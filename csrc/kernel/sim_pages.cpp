@@ -36,18 +36,21 @@ void PageRuns::split_at(uint64_t at) {
 void PageRuns::merge_around(uint64_t at) {
   auto it = runs_.find(at);
   if (it == runs_.end()) return;
+  // Append run q (adjacent, same state) to run p, joining the node counts where they meet.
+  auto absorb = [](Run& p, const Run& q) {
+    for (const auto& nc : q.nodes) {
+      if (!p.nodes.empty() && p.nodes.back().first == nc.first)
+        p.nodes.back().second += nc.second;
+      else
+        p.nodes.push_back(nc);
+    }
+    p.len += q.len;
+  };
   // Merge with the previous run, then with the next.
   if (it != runs_.begin()) {
     auto prev = std::prev(it);
     if (prev->first + prev->second.len == it->first && prev->second.state == it->second.state) {
-      Run& p = prev->second;
-      for (const auto& nc : it->second.nodes) {
-        if (!p.nodes.empty() && p.nodes.back().first == nc.first)
-          p.nodes.back().second += nc.second;
-        else
-          p.nodes.push_back(nc);
-      }
-      p.len += it->second.len;
+      absorb(prev->second, it->second);
       runs_.erase(it);
       it = prev;
     }
@@ -55,14 +58,7 @@ void PageRuns::merge_around(uint64_t at) {
   auto next = std::next(it);
   if (next != runs_.end() && it->first + it->second.len == next->first &&
       it->second.state == next->second.state) {
-    Run& p = it->second;
-    for (const auto& nc : next->second.nodes) {
-      if (!p.nodes.empty() && p.nodes.back().first == nc.first)
-        p.nodes.back().second += nc.second;
-      else
-        p.nodes.push_back(nc);
-    }
-    p.len += next->second.len;
+    absorb(it->second, next->second);
     runs_.erase(next);
   }
 }
@@ -125,13 +121,6 @@ uint64_t PageRuns::count(uint64_t first, uint64_t n, PageState state) const {
     if (it->second.state == state) total += e - s;
   }
   return state == PageState::None ? n - covered : total;
-}
-
-uint64_t PageRuns::count_all(PageState state) const {
-  uint64_t total = 0;
-  for (const auto& [s, r] : runs_)
-    if (r.state == state) total += r.len;
-  return total;
 }
 
 }  // namespace umbp

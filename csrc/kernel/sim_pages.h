@@ -31,8 +31,6 @@ class PageRuns {
   void assign(uint64_t first, uint64_t count, PageState state, const NodeCounts& nodes = {});
   // Pages of each state in [first, first+count).
   uint64_t count(uint64_t first, uint64_t count, PageState state) const;
-  uint64_t count_all(PageState state) const;
-  size_t run_count() const { return runs_.size(); }
   void clear() { runs_.clear(); }
 
   // Split node counts at `k` pages: the first k pages go to `head`, the rest to `tail`.

@@ -347,19 +347,6 @@ const char* signal_symbol(int sig) {
   return n ? n : "SIG?";
 }
 
-int errno_from_symbol(const std::string& name) {
-  for (const auto& e : kErrnos)
-    if (name == e.name) return static_cast<int>(e.value);
-  if (name == "ENOTSUP") return ENOTSUP;
-  return -1;
-}
-
-int signal_from_symbol(const std::string& name) {
-  for (const auto& e : kSignals)
-    if (name == e.name) return static_cast<int>(e.value);
-  return -1;
-}
-
 namespace {
 template <size_t N>
 std::vector<std::pair<std::string, long>> table_values(const Named (&table)[N]) {

@@ -84,9 +84,6 @@ std::string format_memfd_flags(unsigned flags);
 std::string format_nodes(const std::vector<unsigned>& nodes);  // "[0,3]"
 const char* errno_symbol(int e);                               // "ENOMEM", "" for 0, "E?"
 const char* signal_symbol(int sig);                            // "SIGBUS"
-// Parses "ENOMEM" / "SIGBUS"; -1 when unknown.
-int errno_from_symbol(const std::string& name);
-int signal_from_symbol(const std::string& name);
 
 // The name tables behind the decoders, for parsers (the Python FaultPlan): kind is one of
 // "errno", "signal", "prot", "mmap_flags", "advice", "mpol_mode", "mpol_mode_flags",

@@ -5,13 +5,13 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "allocator/allocator_format.h"
 #include "allocator/host_mem_allocator.h"
 #include "allocator/mori_624002c_allocator.h"
 #include "allocator/umbp_sim_allocator.h"
@@ -26,13 +26,6 @@ namespace py = pybind11;
 
 namespace umbp::bindings {
 namespace {
-
-std::string hex(const void* p) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%lx",
-                static_cast<unsigned long>(reinterpret_cast<uintptr_t>(p)));
-  return buf;
-}
 
 // One of the allocator's queries (made without the GIL) as a list, each record through to_dict.
 template <typename Query, typename ToDict>
@@ -63,7 +56,14 @@ bool host_gone(const HostBufferHandle& h) { return h.valid() && memory_gone(h.ke
   throw py::error_already_set();
 }
 
-py::object shm_to_py(const std::optional<HostMemAllocator::ShmAllocation>& a) {
+// One of the allocator's shm registry queries (made without the GIL): the allocation, or None.
+template <typename Query>
+py::object shm_query(Query&& query) {
+  std::optional<HostMemAllocator::ShmAllocation> a;
+  {
+    NativeCall nogil;
+    a = query();
+  }
   if (!a) return py::none();
   return py::cast(*a);
 }
@@ -115,7 +115,7 @@ void bind_allocator(py::module_& m) {
           "a copy, as a C++ caller holds one (free invalidates only the handle passed)")
       .def("__bool__", &HostBufferHandle::valid)
       .def("__repr__", [](const HostBufferHandle& h) {
-        return "<UMBPHostBufferHandle ptr=" + hex(h.ptr) +
+        return "<UMBPHostBufferHandle ptr=" + Hex(h.ptr) +
                " requested_size=" + std::to_string(h.requested_size) +
                " mapped_size=" + std::to_string(h.mapped_size) +
                (host_gone(h) ? " (its simulated host is gone)>" : ">");
@@ -130,7 +130,7 @@ void bind_allocator(py::module_& m) {
       .def_readonly("mapped_size", &HostMemAllocator::ShmAllocation::mapped_size)
       .def_readonly("fd", &HostMemAllocator::ShmAllocation::fd)
       .def("__repr__", [](const HostMemAllocator::ShmAllocation& a) {
-        return "<UMBPShmAllocation base=" + hex(a.base) +
+        return "<UMBPShmAllocation base=" + Hex(a.base) +
                " mapped_size=" + std::to_string(a.mapped_size) + " fd=" + std::to_string(a.fd) +
                ">";
       });
@@ -153,23 +153,13 @@ void bind_allocator(py::module_& m) {
       .def(
           "lookup_shm_allocation",
           [](HostMemAllocator& a, uintptr_t ptr, size_t size) {
-            std::optional<HostMemAllocator::ShmAllocation> r;
-            {
-              NativeCall nogil;
-              r = a.LookupShmAllocation(ptr, size);
-            }
-            return shm_to_py(r);
+            return shm_query([&] { return a.LookupShmAllocation(ptr, size); });
           },
           py::arg("ptr"), py::arg("size"))
       .def(
           "acquire_shm_allocation",
           [](HostMemAllocator& a, uintptr_t ptr, size_t size) {
-            std::optional<HostMemAllocator::ShmAllocation> r;
-            {
-              NativeCall nogil;
-              r = a.AcquireShmAllocation(ptr, size);
-            }
-            return shm_to_py(r);
+            return shm_query([&] { return a.AcquireShmAllocation(ptr, size); });
           },
           py::arg("ptr"), py::arg("size"))
       .def(
