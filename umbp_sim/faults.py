@@ -374,8 +374,6 @@ class FaultRule:
             r.error = _ERRNOS[self.errno]
         if self.signal is not None:
             r.signal = _SIGNALS[self.signal]
-        if self.content is not None:
-            r.content = self.content
         r.throw_bad_alloc = self.throw is not None
         if self.nth is not None:
             r.when, r.a = "nth", self.nth
@@ -388,55 +386,28 @@ class FaultRule:
         if self.probability is not None:
             r.probability = float(self.probability)
         r.seed = self.seed if self.seed is not None else plan_seed
-        if self.max_fires is not None:
-            r.max_fires = self.max_fires
-        for key, neg in (("flags_has", False), ("flags_lacks", True)):
-            bits = 0
-            for n in getattr(self, key):
-                huge = _huge_log2(n, "MAP")
-                if huge is not None:
-                    if neg:
-                        r.huge_log2_not = huge
+        for key in ("content", "max_fires", "min_length", "max_length", "node", "path"):
+            if getattr(self, key) is not None:
+                setattr(r, key, getattr(self, key))
+        # flags_has/_lacks (MAP_*) and memfd_flags_has/_lacks (MFD_*): a hugepage size and a
+        # mapping type (MAP_ only) have fields of their own, the rest are bits.
+        kinds = (("flags", "MAP", _MAP_FLAGS), ("memfd_flags", "MFD", _MFD_FLAGS))
+        for key, prefix, bits_of in kinds:
+            for suffix, neg in (("_has", ""), ("_lacks", "_not")):
+                bits = 0
+                for n in getattr(self, key + suffix):
+                    huge = _huge_log2(n, prefix)
+                    if huge is not None:
+                        setattr(r, "huge_log2" + neg, huge)
+                    elif prefix == "MAP" and n in _MAP_TYPES:
+                        setattr(r, "map_type" + neg, _MAP_TYPES[n])
                     else:
-                        r.huge_log2 = huge
-                elif n in _MAP_TYPES:
-                    if neg:
-                        r.map_type_not = _MAP_TYPES[n]
-                    else:
-                        r.map_type = _MAP_TYPES[n]
-                else:
-                    bits |= _MAP_FLAGS[n]
-            if neg:
-                r.flags_lacks = bits
-            else:
-                r.flags_has = bits
-        for key, neg in (("memfd_flags_has", False), ("memfd_flags_lacks", True)):
-            bits = 0
-            for n in getattr(self, key):
-                huge = _huge_log2(n, "MFD")
-                if huge is not None:
-                    if neg:
-                        r.huge_log2_not = huge
-                    else:
-                        r.huge_log2 = huge
-                else:
-                    bits |= _MFD_FLAGS[n]
-            if neg:
-                r.memfd_flags_lacks = bits
-            else:
-                r.memfd_flags_has = bits
-        if self.min_length is not None:
-            r.min_length = self.min_length
-        if self.max_length is not None:
-            r.max_length = self.max_length
+                        bits |= bits_of[n]
+                setattr(r, key + suffix, bits)
         if self.advice is not None:
             r.advice = _ADVICE[self.advice]
-        if self.node is not None:
-            r.node = self.node
         if self.mode is not None:
             r.mode = _MPOL_MODES[self.mode]
-        if self.path is not None:
-            r.path = self.path
         return r
 
 

@@ -11,7 +11,7 @@ Every place that asks the allocator for a buffer carries it: a scenario's ``[req
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from umbp_sim.units import parse_size
@@ -58,13 +58,7 @@ class AllocRequest:
 
     def table(self) -> dict[str, Any]:
         """The request as a scenario ``[request]`` table (or an ``alloc`` step's keys)."""
-        return {
-            "size": self.size,
-            "backing": self.backing,
-            "hugepage_size": self.hugepage_size,
-            "numa_node": self.numa_node,
-            "prefault": self.prefault,
-        }
+        return asdict(self)
 
     def label(self) -> str:
         """The call as a person reads it (``alloc(size=4096, Anonymous, ...)``)."""

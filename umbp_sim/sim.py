@@ -12,7 +12,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +67,7 @@ class Reason:
 
     def to_json(self) -> dict[str, object]:
         """The reason as a JSON-ready dict (rule, call, errno or signal, its numbers, text)."""
-        return {
-            "call": self.call,
-            "rule": self.rule,
-            "errno": self.errno,
-            "signal": self.signal,
-            "numbers": dict(self.numbers),
-            "text": self.text,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -226,7 +219,6 @@ def _limit(value: int | None, unlimited: str) -> str:
     return unlimited if value is None else str(value)
 
 
-CAP_SYS_ADMIN, CAP_SYS_NICE = 21, 23  # bits of /proc/PID/status CapEff (linux/capability.h)
 ALL_CAPS = (1 << 41) - 1  # CapEff of root on a 5.9+ kernel: capabilities 0-40
 
 

@@ -29,7 +29,6 @@ from umbp_sim.units import SizeError, parse_size
 # C++ longs; kernel release numbers and node ids are ints. (umbp_sim.dump.limits uses these.)
 MAX_BYTES = 1 << 62
 MAX_INT = (1 << 31) - 1
-MAX_U64 = (1 << 64) - 1
 
 
 class ValueTypeError(ValueError):

@@ -3,7 +3,7 @@
     paths = expand_dumps(["dumps/", "more/*.tar.gz"])    # FleetError (exit 66) when none match
     report = replay_fleet(paths, request)                  # parallel: one process per core
     print(render_fleet_text(report)); json.dumps(report.to_json())
-    write_fleet_html(report, "fleet.html")    # umbp_sim/diagnose/html_report.py
+    render_fleet_html(report)              # the HTML page: umbp_sim/diagnose/html_report.py
 
 A host's row holds what the single-dump replay says first: the outcome (``demoted``, or ``ok``
 with ``, not bound`` when its NUMA binding was dropped), the backing the buffer got, the cause

@@ -353,15 +353,3 @@ def write_html(d: Diagnosis, path: str | None) -> None:
     if pic is None:
         raise ReportWriteError(f"--html {path}: the request has no buffer sizes to draw")
     page.write(render_diagnosis_html(sections(d), pic))
-
-
-def write_fleet_html(report: FleetReport, path: str | None) -> None:
-    """Write the HTML page of a fleet replay to ``path`` (nothing if ``path`` is None)."""
-    if path is None:
-        return
-    f = PageFile(path)
-    try:
-        f.write(render_fleet_html(report))
-    finally:
-        if not f.written:
-            f.discard()

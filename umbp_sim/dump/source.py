@@ -38,7 +38,6 @@ from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.limits import DEFAULT_LIMITS
 
 MAX_FILE = DEFAULT_LIMITS.max_file  # largest single dump file read
-MAX_ARCHIVE = DEFAULT_LIMITS.max_archive  # largest archive/bare file read into memory
 MAX_LINK_HOPS = 8  # symbolic links followed (inside the dump) for one path
 MAX_REL_DEPTH = 12  # components of a path any parser asks for (the deepest has 8)
 MAX_REL_LEN = 512

@@ -63,8 +63,9 @@ def _resident(addr: int, length: int) -> int:
     return sum(b & 1 for b in bytes(vec)) * page
 
 
-def _pages_on(addr: int) -> dict[int, int]:
-    """{node: pages} of the numa_maps entry that holds ``addr`` (the last one starting below)."""
+def _numa_maps_entry(addr: int) -> list[str]:
+    """The words of the numa_maps entry that holds ``addr`` (the last one starting below), or
+    [] when none does."""
     best: tuple[int, list[str]] | None = None
     with open("/proc/self/numa_maps") as f:
         for line in f:
@@ -72,8 +73,13 @@ def _pages_on(addr: int) -> dict[int, int]:
             start = int(tok[0], 16) if tok else addr + 1
             if start <= addr and (best is None or start > best[0]):
                 best = (start, tok)
+    return best[1] if best else []
+
+
+def _pages_on(addr: int) -> dict[int, int]:
+    """{node: pages} of the numa_maps entry that holds ``addr``."""
     out: dict[int, int] = {}
-    for t in best[1][2:] if best else []:
+    for t in _numa_maps_entry(addr)[2:]:
         key, eq, value = t.partition("=")
         if eq and key[:1] == "N" and key[1:].isdigit() and value.isdigit():
             out[int(key[1:])] = int(value)
@@ -82,14 +88,8 @@ def _pages_on(addr: int) -> dict[int, int]:
 
 def _bound_node(addr: int) -> int:
     """The node of the numa_maps entry holding ``addr`` when its policy binds to one, else -1."""
-    best: tuple[int, list[str]] | None = None
-    with open("/proc/self/numa_maps") as f:
-        for line in f:
-            tok = line.split()
-            start = int(tok[0], 16) if tok else addr + 1
-            if start <= addr and (best is None or start > best[0]):
-                best = (start, tok)
-    policy = best[1][1] if best and len(best[1]) > 1 else ""
+    entry = _numa_maps_entry(addr)
+    policy = entry[1] if len(entry) > 1 else ""
     nodes = policy.removeprefix("bind:")
     return int(nodes) if policy.startswith("bind:") and nodes.isdigit() else -1
 

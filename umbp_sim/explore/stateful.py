@@ -32,7 +32,7 @@ from hypothesis.stateful import (
 
 from umbp_sim.allocator import UMBPHostMemAllocator
 from umbp_sim.errors import SimulatedCrash
-from umbp_sim.explore.model import HUGETLB, SHM, AllocatorModel
+from umbp_sim.explore.model import SHM, AllocatorModel
 from umbp_sim.explore.schedule_to_scenario import (
     UnwritableMachine,
     save_dir,
@@ -383,7 +383,3 @@ class AllocatorStateMachine(RuleBasedStateMachine):
             )
         except UnwritableMachine:
             pass
-
-
-def hugetlb_backings() -> set[str]:
-    return set(HUGETLB)

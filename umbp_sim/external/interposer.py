@@ -59,7 +59,6 @@ class Interposer:
         lib.umbp_sim_interposer_activate.restype = ctypes.c_int
         lib.umbp_sim_interposer_add_caller_object.argtypes = [ctypes.c_char_p]
         lib.umbp_sim_interposer_add_caller_object.restype = ctypes.c_int
-        lib.umbp_sim_interposer_set_resident_limit.argtypes = [ctypes.c_size_t]
         lib.umbp_sim_interposer_get_stats.argtypes = [ctypes.POINTER(_Stats)]
         lib.umbp_sim_interposer_set_fault_path.argtypes = [ctypes.c_int]
         lib.umbp_sim_interposer_set_fault_path.restype = ctypes.c_int
@@ -127,9 +126,6 @@ class Interposer:
 
     def add_caller_object(self, path: str) -> int:
         return int(self.lib.umbp_sim_interposer_add_caller_object(path.encode()))
-
-    def set_resident_limit(self, nbytes: int) -> None:
-        self.lib.umbp_sim_interposer_set_resident_limit(nbytes)
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:

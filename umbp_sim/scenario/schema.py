@@ -201,7 +201,6 @@ SGLANG_TYPES: dict[str, Spec] = {
     "hicache_ratio": Number(0, 1e6), "device_pool_tokens": Int(0, MAX_INT),
     "page_size": _COUNT, "layout": Str(choices=LAYOUTS), "tp_size": _COUNT,
 }  # fmt: skip
-SGLANG_KEYS = set(SGLANG_TYPES)
 _OP = Str(choices=STEP_OPS)
 _STEP_TYPES: dict[str, Fields] = {
     "alloc": Fields({**ALLOC_TYPES, "op": _OP, "id": Str(max_len=200)}, frozenset({"size", "id"})),

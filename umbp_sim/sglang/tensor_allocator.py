@@ -47,11 +47,6 @@ DEMOTION_WARNING = (
 )
 
 
-def demotion_warning(requested: object, actual: object) -> str:
-    """The text of sglang's demotion warning for these backings."""
-    return DEMOTION_WARNING % (requested, actual)
-
-
 class TorchMissingError(UmbpSimError, ImportError):
     """torch is not installed; an ImportError, which sglang's caller treats as 'fall back'."""
 
