@@ -193,6 +193,28 @@ def test_the_shm_registry_runs_on_a_checkout_build(
     assert [s[5] for s in (steps[0]["a"], steps[0]["b"])] == ["mapped yes", "mapped no"]
 
 
+def test_every_shm_run_asks_the_registry_after_alloc_and_free(
+    checkout: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each compared run asks the shm registry of its buffer after alloc and after its free
+    (class "registry"): a build that registers the requested size, not the mapped one, differs
+    in the matrix's shm runs of an unaligned size, not only in a registry scenario."""
+    good, bug = tmp_path / "mori_umbp.so", tmp_path / "mori_bug.so"
+    assert main(["build-allocator", "--mori", str(checkout), "-o", str(good)]) == 0
+    argv = ["build-allocator", "--mori", str(checkout), "-D", "FAKE_MORI_RECORDS_REQUESTED_SIZE"]
+    assert main([*argv, "-o", str(bug)]) == 0
+    pick = ["--no-scenarios", "-k", "*AnonymousShm,*", "--json"]
+    capsys.readouterr()
+    assert main(["compare", str(good), str(good), *pick]) == 0
+    assert json.loads(capsys.readouterr().out)["differences"] == {}
+    assert main(["compare", str(good), str(bug), *pick]) == 1
+    found = json.loads(capsys.readouterr().out)["differences"]
+    assert list(found) == ["registry"]
+    one = next(d for d in found["registry"] if "alloc(size=1," in d["run"])
+    assert (one["a"], one["b"]) == ("found 4096; after free none", "none; after free none")
+    assert all("size=4194304," not in d["run"] for d in found["registry"])  # aligned: the same
+
+
 def test_a_build_without_the_registry_leaves_its_steps_out(
     tiny_builds: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

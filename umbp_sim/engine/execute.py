@@ -22,7 +22,7 @@ from umbp_sim.engine.counters import read_counters
 from umbp_sim.engine.record import RunRecord, handle_state
 from umbp_sim.engine.spec import Alloc, Run, SglangStartup, Steps
 from umbp_sim.engine.subject import Subject
-from umbp_sim.engine.work import Held, raised, run_alloc, run_steps, start_sglang
+from umbp_sim.engine.work import Held, raised, registry_probe, run_alloc, run_steps, start_sglang
 from umbp_sim.errors import SimulatedCrash
 from umbp_sim.leaks import collect_leaks
 from umbp_sim.log_capture import capture_logs
@@ -121,6 +121,9 @@ def _free(run: Run, subject: Subject, rec: RunRecord, held: Held) -> None:
             elif held.allocator is not None:
                 for h in held.handles:
                     held.allocator.free(h)
+                if held.probe is not None:  # what Free left of its registration
+                    after = registry_probe(subject, held.allocator, held.probe)
+                    rec.registry = f"{rec.registry}; after free {after}"
                 if isinstance(run.work, Alloc) and run.work.free_twice:
                     rec.after_free = "; ".join(handle_state(h) for h in held.handles)
                     for h in held.handles:  # a second free of the same handle: a no-op

@@ -87,6 +87,9 @@ class RunRecord:
     faulted: str | None = None  # the buffer's pages faulted when alloc returned ("1024 x 4KiB")
     mapping: str | None = None  # its VMA: "shared file rw, 4KiB pages" (engine.binding.mapping)
     after_free: str | None = None  # the handle as the first Free left it (Alloc.free_twice)
+    # The shm registry's answer for the buffer after alloc and after its free ("found 4198400;
+    # after free none"), where the allocator has the registry (engine.work.registry_probe).
+    registry: str | None = None
     # A crash: the signal, where (stage), whether SimKernel raised it, its node and account.
     signal: str | None = None
     stage: str | None = None

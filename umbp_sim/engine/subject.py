@@ -24,6 +24,8 @@ from umbp_sim.sim import SimHost
 class Subject(Protocol):
     # Exceptions out of an allocator call that are the harness's, never the allocator's outcome.
     harness_errors: tuple[type[BaseException], ...]
+    # Whether the allocator has mori's shm registry calls (lookup, acquire, release).
+    registry: bool
 
     def attach(self, kernel: Any) -> None:
         """Route the allocator's OS calls to ``kernel`` (the run's TracingKernel) from now on."""
@@ -69,6 +71,7 @@ class BuiltinSubject:
     """umbp-sim's allocator with ``profile``, in this process."""
 
     harness_errors: tuple[type[BaseException], ...] = (SimulatedCrash,)
+    registry = True  # both built-in allocators keep mori's registry
 
     def __init__(self, profile: str) -> None:
         self.profile = profile

@@ -45,6 +45,8 @@ class Held:
     handles: list[Any] = field(default_factory=list)
     startup: Any = None
     stage: str = "alloc"  # where the process is (a crash's stage)
+    # An Alloc's buffer as the shm registry is asked of it (ptr, mapped size, the handle's fd).
+    probe: tuple[int, int, int | None] | None = None
 
 
 def _failed(rec: RunRecord, failure: str, error: str) -> None:
@@ -80,6 +82,9 @@ def run_alloc(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held
     rec.binding = binding(kernel, host.machine, int(h.ptr), before)
     rec.mapping = mapping(kernel, int(h.ptr))
     rec.outcome = alloc_outcome(req.backing, rec.actual_backing)
+    if subject.registry:
+        held.probe = (int(h.ptr), int(h.mapped_size), getattr(h, "fd", None))
+        rec.registry = registry_probe(subject, allocator, held.probe)
 
 
 def run_steps(work: Steps, subject: Subject, host: SimHost, rec: RunRecord, held: Held) -> None:
@@ -159,6 +164,21 @@ def registration(found: Any, base: int, fd: int | None) -> str:
     if fd is not None and int(found.fd) != int(fd):
         text += " other fd"
     return text
+
+
+def registry_probe(subject: Subject, allocator: Any, probe: tuple[int, int, int | None]) -> str:
+    """What the shm registry holds of a buffer: a lookup of its whole mapped range, in
+    ``registration``'s words (``found 4198400``, ``none``); an exception out of the lookup is
+    said by its type. Every run's buffer is asked, not only a scenario's: a record with the
+    requested size, another base or fd, or one Free leaves behind, differs in any run."""
+    ptr, size, fd = probe
+    try:
+        found = allocator.lookup_shm_allocation(ptr, size)
+    except subject.harness_errors:
+        raise
+    except Exception as e:  # noqa: BLE001 - the allocator's answer
+        return f"lookup raised {type(e).__name__}"
+    return registration(found, ptr, fd)
 
 
 def sglang_request_of(r: Any) -> Any:

@@ -132,6 +132,7 @@ class ExternalSubject:
     def __init__(self, module: Any, ip: Any, machine: Machine, report: Callable[..., None]):
         self._module, self._ip, self._machine, self._report = module, ip, machine, report
         self.fault_path: str | None = None
+        self.registry = has_registry(module)
 
     def attach(self, kernel: Any) -> None:
         self._ip.activate(kernel)
