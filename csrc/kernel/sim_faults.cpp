@@ -280,7 +280,7 @@ int SimKernel::fault_base_pages(SimFault& f, const PageSegment& seg, SimReason* 
 }
 
 // Fault every page of [start, end): MADV_POPULATE_* (is_madvise) or MAP_POPULATE.
-SysResult SimKernel::populate(uintptr_t start, uintptr_t end, bool write, const std::string& where,
+SysResult SimKernel::populate(uintptr_t start, uintptr_t end, bool write, const char* where,
                               bool is_madvise) {
   uintptr_t pos = start;
   while (pos < end) {
@@ -310,7 +310,7 @@ SysResult SimKernel::populate(uintptr_t start, uintptr_t end, bool write, const 
       why.call = where;
       why.err = EFAULT;
       why.signal = 0;
-      why.text += ": " + where + " returns EFAULT";
+      why.text += std::string(": ") + where + " returns EFAULT";
       record(std::move(why));
       return SysResult::Err(EFAULT);
     }

@@ -282,7 +282,8 @@ class SimKernel : public Kernel {
   long fault_surplus(SimFault& f, long need, long have, NodeCounts& got);
   int fault_hugetlb(SimFault& f, const PageSegment& seg, SimReason* why);
   int fault_base_pages(SimFault& f, const PageSegment& seg, SimReason* why);
-  SysResult populate(uintptr_t start, uintptr_t end, bool write, const std::string& where,
+  // `where`: the call, named only when a fault fails (a literal: no string built per call).
+  SysResult populate(uintptr_t start, uintptr_t end, bool write, const char* where,
                      bool is_madvise);
   // sim_mmap.cpp, sim_address_space.cpp
   std::map<uintptr_t, SimVma>::iterator split_vma(uintptr_t at);

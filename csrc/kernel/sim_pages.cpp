@@ -65,6 +65,7 @@ void PageRuns::merge_around(uint64_t at) {
 
 std::vector<PageSegment> PageRuns::segments(uint64_t first, uint64_t count) const {
   std::vector<PageSegment> out;
+  out.reserve(2);  // most ranges are one run, or a run and a gap
   uint64_t end = first + count;
   uint64_t pos = first;
   auto it = runs_.upper_bound(first);
@@ -78,7 +79,9 @@ std::vector<PageSegment> PageRuns::segments(uint64_t first, uint64_t count) cons
     }
     uint64_t cs = std::max(s, pos), ce = std::min(e, end);
     PageSegment seg{cs, ce - cs, it->second.state, {}};
-    if (seg.state == PageState::Faulted) {
+    if (seg.state == PageState::Faulted && cs == s && ce == e) {
+      seg.nodes = it->second.nodes;  // the whole run
+    } else if (seg.state == PageState::Faulted) {
       NodeCounts skip_tail, mid;
       split_nodes(it->second.nodes, cs - s, nullptr, &skip_tail);
       split_nodes(skip_tail, ce - cs, &mid, nullptr);

@@ -27,6 +27,18 @@ namespace py = pybind11;
 namespace umbp::bindings {
 namespace {
 
+// The handle's truth as the type's own nb_bool slot: `if not h` after every alloc then costs
+// one C call, not the method lookup and dispatch a def("__bool__") would make it (Python adds
+// the __bool__ wrapper from the slot).
+int handle_bool(PyObject* self) {
+  try {
+    return py::handle(self).cast<const HostBufferHandle&>().valid() ? 1 : 0;
+  } catch (const py::cast_error& e) {
+    PyErr_SetString(PyExc_TypeError, e.what());
+    return -1;
+  }
+}
+
 // One of the allocator's queries (made without the GIL) as a list, each record through to_dict.
 template <typename Query, typename ToDict>
 py::list records(Query&& query, ToDict&& to_dict) {
@@ -92,7 +104,10 @@ void bind_allocator(py::module_& m) {
       .value("AnonymousShmHugetlb", HostBufferBacking::AnonymousShmHugetlb)
       .export_values();
 
-  py::class_<HostBufferHandle>(m, "UMBPHostBufferHandle", "A host buffer (mori.umbp)")
+  py::class_<HostBufferHandle>(m, "UMBPHostBufferHandle", "A host buffer (mori.umbp)",
+                               py::custom_type_setup([](PyHeapTypeObject* type) {
+                                 type->as_number.nb_bool = handle_bool;
+                               }))
       .def(py::init<>())
       .def_property_readonly(
           "ptr",
@@ -113,7 +128,6 @@ void bind_allocator(py::module_& m) {
       .def(
           "__copy__", [](const HostBufferHandle& h) { return h; },
           "a copy, as a C++ caller holds one (free invalidates only the handle passed)")
-      .def("__bool__", &HostBufferHandle::valid)
       .def("__repr__", [](const HostBufferHandle& h) {
         return "<UMBPHostBufferHandle ptr=" + Hex(h.ptr) +
                " requested_size=" + std::to_string(h.requested_size) +
