@@ -104,10 +104,9 @@ void bind_allocator(py::module_& m) {
       .value("AnonymousShmHugetlb", HostBufferBacking::AnonymousShmHugetlb)
       .export_values();
 
-  py::class_<HostBufferHandle>(m, "UMBPHostBufferHandle", "A host buffer (mori.umbp)",
-                               py::custom_type_setup([](PyHeapTypeObject* type) {
-                                 type->as_number.nb_bool = handle_bool;
-                               }))
+  py::class_<HostBufferHandle>(
+      m, "UMBPHostBufferHandle", "A host buffer (mori.umbp)",
+      py::custom_type_setup([](PyHeapTypeObject* type) { type->as_number.nb_bool = handle_bool; }))
       .def(py::init<>())
       .def_property_readonly(
           "ptr",
