@@ -54,3 +54,20 @@ def test_compare_help_names_every_class() -> None:
     command.add_arguments(parser)
     epilog = " ".join((parser.epilog or "").split())
     assert [c for c in CLASSES if c not in epilog] == []
+
+
+def test_the_registry_is_compared_where_both_runs_asked_it_to_the_same_end() -> None:
+    """The shm registry's answers ("found N; after free none") differ in class "registry" when
+    both runs came to the same outcome with the same backing and both builds have the registry
+    (None: not asked); a free that crashed on one side has no after-free answer there, which
+    "outcome" says, not "registry"."""
+    a, b = _ok("AnonymousShm", "default"), _ok("AnonymousShm", "default")
+    a.registry, b.registry = "found 4194304; after free none", "none; after free none"
+    assert differences(a, b) == {"registry": (a.registry, b.registry)}
+    b.registry = None  # a build without the registry's calls
+    assert differences(a, b) == {}
+    died = RunRecord("crashed", signal="SIGSEGV", stage="free", registry="found 4194304")
+    assert set(differences(a, died)) == {"outcome"}
+    demoted = _ok("Anonymous", "default")
+    demoted.registry = "none; after free none"
+    assert set(differences(a, demoted)) == {"backing"}

@@ -49,7 +49,7 @@ class Subject(Protocol):
         """The node the buffer is bound to (-1 none; None: not known)."""
 
     def stage(self, name: str, **extra: Any) -> None:
-        """The run reached ``name`` ("alloc", "write", "free", "exit"); ``extra``: what a
+        """The run reached ``name`` ("alloc", "write", "lookup", "free", "exit"); ``extra``: what a
         death from here on leaves its parent (an external run's)."""
 
 

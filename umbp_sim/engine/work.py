@@ -83,6 +83,8 @@ def run_alloc(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held
     rec.mapping = mapping(kernel, int(h.ptr))
     rec.outcome = alloc_outcome(req.backing, rec.actual_backing)
     if subject.registry:
+        held.stage = "lookup"  # a crash in the registry's lookup is its own, not the write's
+        subject.stage("lookup")
         held.probe = (int(h.ptr), int(h.mapped_size), getattr(h, "fd", None))
         rec.registry = registry_probe(subject, allocator, held.probe)
 

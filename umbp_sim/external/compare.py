@@ -108,10 +108,12 @@ def differences(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]]:
         out["leak"] = (dict(a.held), dict(b.held))
     if ra == rb and a.after_free != b.after_free:
         out["after free"] = (a.after_free, b.after_free)
-    # Asked only where both builds have the registry; of the same backing (a demoted buffer is
-    # no memfd: "backing" says why it is not registered).
+    # Asked only where both builds have the registry, of the same backing (a demoted buffer is
+    # no memfd: "backing" says why it is not registered) and to the same end (a free that
+    # crashed or raised leaves no after-free answer: "outcome" says so).
     same_backing = bool(ha and hb and ha["backing"] == hb["backing"])
-    if None not in (a.registry, b.registry) and a.registry != b.registry and same_backing:
+    asked = ra == rb and same_backing and None not in (a.registry, b.registry)
+    if asked and a.registry != b.registry:
         out["registry"] = (a.registry, b.registry)
     if a.steps != b.steps:  # a steps scenario's: what each step came to (the shm registry's)
         out["steps"] = (a.steps, b.steps)
