@@ -135,8 +135,9 @@ def test_touch_beyond_eof_is_sigbus() -> None:
 
 
 def test_close_on_exec_is_the_fds_and_a_mapping_says_it() -> None:
-    # MFD_CLOEXEC marks the descriptor, not the file: every open fd of the memfd is counted,
-    # and compare's `mapping` class tells a memfd an exec'd program would inherit.
+    # MFD_CLOEXEC marks the descriptor, not the file: every open fd of the memfd is listed
+    # (the registry's record must name one), and compare's `mapping` class tells a memfd an
+    # exec'd program would inherit.
     from umbp_sim.engine.binding import mapping
 
     h = host()
@@ -148,8 +149,9 @@ def test_close_on_exec_is_the_fds_and_a_mapping_says_it() -> None:
         assert k.ftruncate(fd, 8192).ok
         addrs[fd] = k.mmap(0, 8192, RW, SHARED, fd, 0).value
     by_start = {m.start: m for m in h.mappings()}
-    assert (by_start[addrs[kept]].file_fds, by_start[addrs[kept]].file_fds_cloexec) == (1, 0)
-    assert (by_start[addrs[closed]].file_fds, by_start[addrs[closed]].file_fds_cloexec) == (1, 1)
+    assert (by_start[addrs[kept]].file_fds, by_start[addrs[kept]].file_fds_cloexec) == ((kept,), 0)
+    m = by_start[addrs[closed]]
+    assert (m.file_fds, m.file_fds_cloexec) == ((closed,), 1)
     assert mapping(k, addrs[kept]).endswith("file size 8192, its fd inherited by exec")
     assert mapping(k, addrs[closed]).endswith("file size 8192, its fd close-on-exec")
     assert k.close(closed).ok  # the mapping holds the file; no fd does any more

@@ -86,8 +86,8 @@ class Mapping:
     faulted_pages: int
     reserved_pages: int
     file_size: int  # a memfd's size; -1 for anonymous memory
-    file_fds: int  # the memfd's open fds ...
-    file_fds_cloexec: int  # ... and those of them an exec closes (MFD_CLOEXEC)
+    file_fds: tuple[int, ...]  # the memfd's open fds ...
+    file_fds_cloexec: int  # ... and how many of them an exec closes (MFD_CLOEXEC)
 
 
 @dataclass(frozen=True)
@@ -290,7 +290,9 @@ class SimHost:
     def mappings(self) -> list[Mapping]:
         """The simulated process's live mappings (address, length, page size, NUMA policy)."""
         return [
-            Mapping(**{**m, "policy_nodes": tuple(m["policy_nodes"])})
+            Mapping(
+                **{**m, "policy_nodes": tuple(m["policy_nodes"]), "file_fds": tuple(m["file_fds"])}
+            )
             for m in self.kernel.mappings()
         ]
 

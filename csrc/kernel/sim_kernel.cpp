@@ -456,7 +456,7 @@ std::vector<SimMappingInfo> SimKernel::mappings() {
       m.file_size = static_cast<int64_t>(v.obj->i_size);
       for (const auto& [fd, e] : fds_) {
         if (e.obj != v.obj) continue;
-        m.file_fds++;
+        m.file_fds.push_back(fd);
         m.file_fds_cloexec += e.cloexec;
       }
     }

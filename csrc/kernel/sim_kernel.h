@@ -168,9 +168,9 @@ struct SimMappingInfo {
   std::vector<int> policy_nodes;
   uint64_t faulted_pages = 0;
   uint64_t reserved_pages = 0;
-  int64_t file_size = -1;    // a file's (memfd's) i_size; -1 for anonymous memory
-  int file_fds = 0;          // open fds of that file ...
-  int file_fds_cloexec = 0;  // ... and those of them an exec closes
+  int64_t file_size = -1;     // a file's (memfd's) i_size; -1 for anonymous memory
+  std::vector<int> file_fds;  // the open fds of that file ...
+  int file_fds_cloexec = 0;   // ... and how many of them an exec closes
 };
 
 class SimKernel : public Kernel {

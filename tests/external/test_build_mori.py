@@ -198,11 +198,15 @@ def test_every_shm_run_asks_the_registry_after_alloc_and_free(
 ) -> None:
     """Each compared run asks the shm registry of its buffer after alloc and after its free
     (class "registry"): a build that registers the requested size, not the mapped one, differs
-    in the matrix's shm runs of an unaligned size, not only in a registry scenario."""
-    good, bug = tmp_path / "mori_umbp.so", tmp_path / "mori_bug.so"
+    in the matrix's shm runs of an unaligned size, not only in a registry scenario; one that
+    registers no fd differs in every shm run (mori's handle has no fd: the record's must be one
+    open on the buffer's memfd)."""
+    good, bug, no_fd = (tmp_path / f"{n}.so" for n in ("mori_umbp", "mori_bug", "mori_no_fd"))
     assert main(["build-allocator", "--mori", str(checkout), "-o", str(good)]) == 0
     argv = ["build-allocator", "--mori", str(checkout), "-D", "FAKE_MORI_RECORDS_REQUESTED_SIZE"]
     assert main([*argv, "-o", str(bug)]) == 0
+    argv = ["build-allocator", "--mori", str(checkout), "-D", "FAKE_MORI_RECORDS_NO_FD"]
+    assert main([*argv, "-o", str(no_fd)]) == 0
     pick = ["--no-scenarios", "-k", "*AnonymousShm,*", "--json"]
     capsys.readouterr()
     assert main(["compare", str(good), str(good), *pick]) == 0
@@ -213,6 +217,13 @@ def test_every_shm_run_asks_the_registry_after_alloc_and_free(
     one = next(d for d in found["registry"] if "alloc(size=1," in d["run"])
     assert (one["a"], one["b"]) == ("found 4096; after free none", "none; after free none")
     assert all("size=4194304," not in d["run"] for d in found["registry"])  # aligned: the same
+    assert main(["compare", str(good), str(no_fd), *pick]) == 1
+    found = json.loads(capsys.readouterr().out)["differences"]
+    one = next(d for d in found["registry"] if "alloc(size=1," in d["run"])
+    assert (one["a"], one["b"]) == (
+        "found 4096; after free none",
+        "found 4096 other fd; after free none",
+    )
 
 
 def test_a_build_without_the_registry_leaves_its_steps_out(

@@ -98,7 +98,7 @@ def mapping(kernel: Any, ptr: int) -> str:
             size = int(m["file_size"])
             if size < 0:
                 return text
-            return f"{text}, file size {size}, {_fds(m['file_fds'], m['file_fds_cloexec'])}"
+            return f"{text}, file size {size}, {_fds(len(m['file_fds']), m['file_fds_cloexec'])}"
     return "no mapping"
 
 

@@ -45,8 +45,8 @@ class Held:
     handles: list[Any] = field(default_factory=list)
     startup: Any = None
     stage: str = "alloc"  # where the process is (a crash's stage)
-    # An Alloc's buffer as the shm registry is asked of it (ptr, mapped size, the handle's fd).
-    probe: tuple[int, int, int | None] | None = None
+    # An Alloc's buffer as the shm registry is asked of it: ptr, mapped size, record_fds.
+    probe: tuple[int, int, tuple[int, ...] | None] | None = None
 
 
 def _failed(rec: RunRecord, failure: str, error: str) -> None:
@@ -85,7 +85,8 @@ def run_alloc(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held
     if subject.registry:
         held.stage = "lookup"  # a crash in the registry's lookup is its own, not the write's
         subject.stage("lookup")
-        held.probe = (int(h.ptr), int(h.mapped_size), getattr(h, "fd", None))
+        ptr = int(h.ptr)
+        held.probe = (ptr, int(h.mapped_size), record_fds(host, ptr, getattr(h, "fd", None)))
         rec.registry = registry_probe(subject, allocator, held.probe)
 
 
@@ -96,7 +97,7 @@ def run_steps(work: Steps, subject: Subject, host: SimHost, rec: RunRecord, held
     # Base address of each alloc: Free clears the handle, but a later acquire/lookup/release
     # of the same buffer must still name its address (that is what a registration holds).
     bases: dict[str, int] = {}
-    fds: dict[str, int | None] = {}  # each alloc's memfd as its handle gave it
+    fds: dict[str, tuple[int, ...] | None] = {}  # the fds each alloc's record may name
     for i, step in enumerate(work.steps):
         op = step["op"]
         if op == "alloc":
@@ -111,7 +112,7 @@ def run_steps(work: Steps, subject: Subject, host: SimHost, rec: RunRecord, held
                 return
             handles[step["id"]] = h
             bases[step["id"]] = h.ptr if h else 0
-            fds[step["id"]] = getattr(h, "fd", None) if h else None
+            fds[step["id"]] = record_fds(host, h.ptr, getattr(h, "fd", None)) if h else None
             if not h:
                 rec.steps.append("alloc failed")
                 _failed(rec, "invalid", null_handle_error(req.size, req.backing, req.numa_node))
@@ -153,22 +154,36 @@ def run_steps(work: Steps, subject: Subject, host: SimHost, rec: RunRecord, held
             rec.steps.append("released")
 
 
-def registration(found: Any, base: int, fd: int | None) -> str:
+def record_fds(host: SimHost, base: int, fd: int | None) -> tuple[int, ...] | None:
+    """The fds a registry record of the buffer at ``base`` may name: the memfd its handle
+    gave; where the handle has none (mori's), the fds open on the file that backs the buffer
+    now; None when neither is known (anonymous memory)."""
+    if fd is not None:
+        return (int(fd),)
+    for m in host.mappings():
+        if m.start <= base < m.start + m.length:
+            return m.file_fds if m.file_size >= 0 else None
+    return None
+
+
+def registration(found: Any, base: int, fds: tuple[int, ...] | None) -> str:
     """A registry lookup's answer as a step says it: ``none``, or ``found`` with the record's
     mapped size (``found 4198400``), its base when it is not the alloc's (``at +4096``) and
-    ``other fd`` when its fd is not the one the alloc's handle gave. ``found`` has
+    ``other fd`` when its fd is none of ``fds`` (``record_fds``). ``found`` has
     UMBPShmAllocation's fields (an external build's, run_job.ShmRecord)."""
     if found is None:
         return "none"
     text = f"found {int(found.mapped_size)}"
     if int(found.base) != base:
         text += f" at {int(found.base) - base:+d}"
-    if fd is not None and int(found.fd) != int(fd):
+    if fds is not None and int(found.fd) not in fds:
         text += " other fd"
     return text
 
 
-def registry_probe(subject: Subject, allocator: Any, probe: tuple[int, int, int | None]) -> str:
+def registry_probe(
+    subject: Subject, allocator: Any, probe: tuple[int, int, tuple[int, ...] | None]
+) -> str:
     """What the shm registry holds of a buffer: a lookup of its whole mapped range, in
     ``registration``'s words (``found 4198400``, ``none``); an exception out of the lookup is
     said by its type. Every run's buffer is asked, not only a scenario's: a record with the

@@ -4,7 +4,8 @@
 // ReleaseShmAllocation. -DFAKE_MORI_UNDEFINED references a symbol nothing defines, as a build
 // that misses a library does; -DFAKE_MORI_REFCOUNT_BUG makes Acquire forget to count (a
 // registry bug umbp-sim's steps must catch); -DFAKE_MORI_RECORDS_REQUESTED_SIZE registers the
-// requested size, not the mapped one (a bug every compared run of an unaligned shm size shows).
+// requested size, not the mapped one (a bug every compared run of an unaligned shm size shows),
+// -DFAKE_MORI_RECORDS_NO_FD registers no fd (-1: the memfd a registration hands out is lost).
 #include "umbp/local/host_mem_allocator.h"
 
 #include <sys/mman.h>
@@ -82,8 +83,10 @@ HostBufferHandle HostMemAllocator::Alloc(size_t size, const HostBufferOptions& o
   if (shm) {
     h.actual_backing = HostBufferBacking::kAnonymousShm;
     std::lock_guard<std::mutex> lock(registry_mu);
-#ifdef FAKE_MORI_RECORDS_REQUESTED_SIZE
+#if defined(FAKE_MORI_RECORDS_REQUESTED_SIZE)
     registry[reinterpret_cast<uintptr_t>(p)] = Record{size, fd, 0, false};
+#elif defined(FAKE_MORI_RECORDS_NO_FD)
+    registry[reinterpret_cast<uintptr_t>(p)] = Record{mapped, -1, 0, false};
 #else
     registry[reinterpret_cast<uintptr_t>(p)] = Record{mapped, fd, 0, false};
 #endif
