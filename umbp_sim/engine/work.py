@@ -86,7 +86,7 @@ def run_alloc(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held
         held.stage = "lookup"  # a crash in the registry's lookup is its own, not the write's
         subject.stage("lookup")
         ptr = int(h.ptr)
-        held.probe = (ptr, int(h.mapped_size), record_fds(host, ptr, getattr(h, "fd", None)))
+        held.probe = (ptr, int(h.mapped_size), record_fds(host, ptr))
         rec.registry = registry_probe(subject, allocator, held.probe)
 
 
@@ -112,7 +112,7 @@ def run_steps(work: Steps, subject: Subject, host: SimHost, rec: RunRecord, held
                 return
             handles[step["id"]] = h
             bases[step["id"]] = h.ptr if h else 0
-            fds[step["id"]] = record_fds(host, h.ptr, getattr(h, "fd", None)) if h else None
+            fds[step["id"]] = record_fds(host, h.ptr) if h else None
             if not h:
                 rec.steps.append("alloc failed")
                 _failed(rec, "invalid", null_handle_error(req.size, req.backing, req.numa_node))
@@ -154,12 +154,10 @@ def run_steps(work: Steps, subject: Subject, host: SimHost, rec: RunRecord, held
             rec.steps.append("released")
 
 
-def record_fds(host: SimHost, base: int, fd: int | None) -> tuple[int, ...] | None:
-    """The fds a registry record of the buffer at ``base`` may name: the memfd its handle
-    gave; where the handle has none (mori's), the fds open on the file that backs the buffer
-    now; None when neither is known (anonymous memory)."""
-    if fd is not None:
-        return (int(fd),)
+def record_fds(host: SimHost, base: int) -> tuple[int, ...] | None:
+    """The fds a registry record of the buffer at ``base`` may name: those open on the file
+    that backs it now (its memfd; the same rule for every build: mori's handle has no fd);
+    None for anonymous memory."""
     for m in host.mappings():
         if m.start <= base < m.start + m.length:
             return m.file_fds if m.file_size >= 0 else None
