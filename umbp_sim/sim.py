@@ -296,6 +296,10 @@ class SimHost:
             for m in self.kernel.mappings()
         ]
 
+    def mapping_at(self, addr: int) -> Mapping | None:
+        """The live mapping that holds ``addr``, or None."""
+        return next((m for m in self.mappings() if m.start <= addr < m.start + m.length), None)
+
     def open_fds(self) -> list[int]:
         """The simulated process's open file descriptors (memfds the allocator holds)."""
         return list(self.kernel.open_fds())

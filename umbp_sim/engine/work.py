@@ -136,8 +136,7 @@ def run_steps(work: Steps, subject: Subject, host: SimHost, rec: RunRecord, held
         base = bases[step["id"]]
         ptr = base + parse_size(step.get("offset", 0), "offset") if base else 0
         if op == "mapped":  # the host's answer, whatever the allocator's bookkeeping says
-            live = base != 0 and any(m.start <= base < m.start + m.length
-                                     for m in host.mappings())  # fmt: skip
+            live = base != 0 and host.mapping_at(base) is not None
             rec.steps.append(f"mapped {'yes' if live else 'no'}")
         elif op == "free":
             allocator.free(h)
@@ -158,10 +157,8 @@ def record_fds(host: SimHost, base: int) -> tuple[int, ...] | None:
     """The fds a registry record of the buffer at ``base`` may name: those open on the file
     that backs it now (its memfd; the same rule for every build: mori's handle has no fd);
     None for anonymous memory."""
-    for m in host.mappings():
-        if m.start <= base < m.start + m.length:
-            return m.file_fds if m.file_size >= 0 else None
-    return None
+    m = host.mapping_at(base)
+    return m.file_fds if m is not None and m.file_size >= 0 else None
 
 
 def registration(found: Any, base: int, fds: tuple[int, ...] | None) -> str:

@@ -59,11 +59,9 @@ def no_room(machine: Machine, size: int) -> dict[str, int] | None:
 
 def bound_node(host: SimHost, ptr: int) -> int:
     """The node the mapping at ``ptr`` is bound to (MPOL_BIND to one node), else -1."""
-    for m in host.mappings():
-        if m.start <= ptr < m.start + m.length:
-            if m.policy_mode == MPOL_BIND and len(m.policy_nodes) == 1:
-                return int(m.policy_nodes[0])
-            return -1
+    m = host.mapping_at(ptr)
+    if m is not None and m.policy_mode == MPOL_BIND and len(m.policy_nodes) == 1:
+        return int(m.policy_nodes[0])
     return -1
 
 
