@@ -189,6 +189,14 @@ def test_unknown_top_level_key_and_bad_toml():
         FaultPlan.from_toml("fault_seed = -1\n")
 
 
+def test_toml_that_tomllib_cannot_hold_is_a_plan_error_not_a_traceback():
+    # what a scenario file gets (umbp_sim.toml_text), a plan gets too
+    with pytest.raises(FaultPlanError, match=r"^invalid TOML: arrays or tables nested too deep"):
+        FaultPlan.from_toml("fault_seed = " + "[" * 100_000 + "]" * 100_000)
+    with pytest.raises(FaultPlanError, match=r"^invalid TOML: a number too long to read \("):
+        FaultPlan.from_toml("fault_seed = " + "9" * 5000)
+
+
 def test_file_errors_name_the_file(tmp_path):
     p = tmp_path / "bad.toml"
     p.write_text('[[faults]]\nop = "mmap"\nerrno = "ENOMEM"\nevery = 0\n')

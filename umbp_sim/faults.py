@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -59,13 +58,9 @@ from umbp_sim import _native
 from umbp_sim.bounded import shown
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_DATAERR
+from umbp_sim.toml_text import TomlError, read_toml
 from umbp_sim.units import SizeError, format_size, parse_size
 from umbp_sim.value_types import keyname
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 
 class FaultPlanError(UmbpSimError):
@@ -501,8 +496,8 @@ class FaultPlan:
         else:
             text, where = str(source), ""
         try:
-            doc = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
+            doc = read_toml(text)
+        except TomlError as e:
             raise FaultPlanError(f"{where}invalid TOML: {e}") from None
         try:
             return cls.from_dict(doc)

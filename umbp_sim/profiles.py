@@ -14,12 +14,15 @@ maps each to its native class. Replay, preflight and run model the field by defa
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_USAGE
+
+if TYPE_CHECKING:  # an allocator's server loads this module: each module it holds is forked
+    import datetime
 
 FIXED_PROFILE = "umbp-sim"
 FIELD_PROFILE = "mori-624002c"

@@ -22,7 +22,6 @@ remembers the unit it was written in, so messages can print it back (``format_si
 from __future__ import annotations
 
 import re
-from fractions import Fraction
 
 # lower-cased unit -> bytes
 _UNITS: dict[str, int] = {"": 1, "b": 1}
@@ -99,11 +98,20 @@ def parse_size(value: int | str, what: str = "size") -> Size:
             "(binary); KB, MB, GB, TB (decimal); kB as the kernel writes it)"
         )
     number, unit = m.group(1), m.group(2)
-    exact = Fraction(number) * per
-    if exact.denominator != 1:
+    scaled, tenths = _decimal(number)
+    whole, rest = divmod(scaled * per, tenths)
+    if rest:
         raise SizeError(f"{what}: {value.strip()!r} is not a whole number of bytes")
     spelled = unit if unit == KERNEL_KB else _SPELLING[unit.lower()]
-    return Size(int(exact), spelled)
+    return Size(whole, spelled)
+
+
+def _decimal(number: str) -> tuple[int, int]:
+    """A decimal as written (``"1.5"``, ``"2."``, ``".25"``) as ``(scaled, 10**digits)``, its
+    value exactly ``scaled / 10**digits``. Integer arithmetic, not ``fractions``: this module
+    is loaded by an allocator's server, and every module it holds makes each fork dearer."""
+    whole, _, frac = number.partition(".")
+    return int(whole or "0") * 10 ** len(frac) + int(frac or "0"), 10 ** len(frac)
 
 
 def format_size(n: int, unit: str | None = None) -> str:
@@ -118,7 +126,8 @@ def format_size(n: int, unit: str | None = None) -> str:
             if n % per == 0:
                 return f"{n // per}{unit}"
             text = f"{n / per:.3f}".rstrip("0").rstrip(".")
-            approx = "" if Fraction(text) * per == n else "~"
+            scaled, tenths = _decimal(text)
+            approx = "" if scaled * per == n * tenths else "~"
             return f"{approx}{text}{unit}"
     if unit == "":  # written as plain bytes
         return str(int(n))

@@ -15,7 +15,6 @@ import ctypes
 import json
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -141,6 +140,10 @@ _FIELDS = ("outcome", "failure", "error", "actual_backing", "bound_node", "page_
 def measure_in_child(run: Run, timeout: float = MEASURE_TIMEOUT) -> RunRecord:
     """A built-in profile's ``Measure`` run in a child process of its own."""
     assert isinstance(run.work, Measure)
+    # Here, not with the module: an allocator's server loads this module, and each module it
+    # holds makes every fork of it dearer; a built-in profile's Measure runs in its owner.
+    import subprocess
+
     spec = {"request": run.work.request.table(), "allocator": run.allocator}
     try:
         proc = subprocess.run(

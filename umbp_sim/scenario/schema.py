@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from umbp_sim.machine import SCENARIO_MACHINE_KEYS, SCENARIO_MACHINE_TYPES
 from umbp_sim.profiles import MORI_LOG_ENV
 from umbp_sim.scenario.regex import pattern_problem
 from umbp_sim.sglang.release import SGLANG_RELEASES
+from umbp_sim.toml_text import TomlError, read_toml
 from umbp_sim.value_types import (
     MAX_BYTES,
     MAX_INT,
@@ -42,11 +42,6 @@ from umbp_sim.value_types import (
     got,
     keyname,
 )
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 
 class ScenarioError(UmbpSimError):
@@ -298,24 +293,6 @@ def check_keys_in(path: Path, where: str, table: dict[str, Any], allowed: set[st
 # pytest plugin collects only such files, or files under its `umbp_sim_scenarios` folders).
 MARKER_KEY = "umbp_sim_scenario"
 TOP_KEYS = {MARKER_KEY, "scenario", "machine", "faults", "fault_seed", "env", "request", "expect"}
-
-
-class TomlError(ValueError):
-    """Text that is not a TOML document umbp-sim can read; the message is one line."""
-
-
-def read_toml(text: str) -> dict[str, Any]:
-    """``tomllib.loads`` whose every refusal is a TomlError: invalid TOML, and what tomllib
-    itself cannot hold (an integer of more than 4,300 digits, arrays or inline tables nested
-    past Python's recursion limit)."""
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise TomlError(" ".join(str(e).split())) from None
-    except RecursionError:
-        raise TomlError("arrays or tables nested too deeply to read") from None
-    except ValueError as e:  # int(): "Exceeds the limit (4300 digits) ..."
-        raise TomlError(f"a number too long to read ({' '.join(str(e).split())[:80]})") from None
 
 
 def load_scenario(path: str | Path, root: str | Path | None = None) -> Scenario:
