@@ -6,7 +6,9 @@ each alloc, its process and how many allocs that process made before."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,7 @@ from conftest import MORI_SURFACE
 
 from umbp_sim.allocator_spec import parse_allocator_spec
 from umbp_sim.engine.spec import Alloc, Run
-from umbp_sim.external.matrix import machine
+from umbp_sim.external.matrix import machine, quick
 from umbp_sim.external.observe import record_from_reply
 from umbp_sim.external.procs import StageBoard
 from umbp_sim.external.runner import ExternalRunner
@@ -232,3 +234,71 @@ def test_the_server_holds_none_of_the_libraries_a_run_does_not_need(
     loaded = {os.path.basename(line.split()[-1]).split(".")[0] for line in maps.splitlines()}
     assert "_pickle" in loaded  # what a run needs is there
     assert sorted(loaded & set(NOT_IN_THE_SERVER)) == []
+
+
+def test_a_run_on_its_lane_says_what_it_says_through_the_server(
+    tiny_builds: dict[str, str],
+) -> None:
+    # The quick matrix's runs of the test allocator (results, warnings, simulated deaths, leaks,
+    # fault plans), each given by the owner on its lane and through the server: the same
+    # record, field for field.
+    runs = list(quick())[::12]
+    spec = parse_allocator_spec(tiny_builds["wrap"])
+    records: dict[bool, list[dict[str, object]]] = {}
+    for lane in (True, False):
+        runner = ExternalRunner(spec, lane=lane)
+        try:
+            records[lane] = [dataclasses.asdict(record_from_reply(runner.observe(r))) for r in runs]
+        finally:
+            runner.close()
+    outcomes = {r["outcome"] for r in records[True]}
+    assert {"ok", "demoted", "failed", "crashed"} <= outcomes  # every ending is in the sample
+    assert any(r["warnings"] for r in records[True])
+    for run, on_lane, through in zip(runs, records[True], records[False], strict=True):
+        assert _addressless(on_lane) == _addressless(through), run.label
+
+
+def _addressless(record: dict[str, object]) -> str:
+    """A record's fields with its addresses left out (each server's simulated mappings sit
+    where its process had room)."""
+    handle = record["handle"]
+    if isinstance(handle, dict):
+        record = {**record, "handle": {**handle, "ptr": bool(handle["ptr"])}}
+    return re.sub(r"0x[0-9a-f]{6,}", "0x...", repr(record))
+
+
+def test_a_lane_run_that_exits_without_a_result_is_told_by_the_server(tmp_path: Path) -> None:
+    # An allocator that ends its process itself (exit status 3, after a line on stderr), and
+    # one killed by a real signal: no result on the lane, so the server's report and the log
+    # the owner reads say how it ended.
+    (tmp_path / "quitter.py").write_text(QUITTER.replace("{surface}", MORI_SURFACE))
+    runner = ExternalRunner(parse_allocator_spec("quitter"), env={"PYTHONPATH": str(tmp_path)})
+    try:
+        gone = record_from_reply(runner.observe(_run(4096)))
+        assert (gone.outcome, gone.error) == ("could-not-run", "quitter: leaving now")
+        killed = record_from_reply(runner.observe(_run(8192)))
+        assert (killed.outcome, killed.signal, killed.stage) == ("crashed", "SIGUSR1", "alloc")
+        assert record_from_reply(runner.observe(_run(12288))).outcome == "ok"  # and on it goes
+    finally:
+        runner.close()
+
+
+QUITTER = """
+import ctypes, enum, mmap, os, signal, sys
+
+
+{surface}
+
+class UMBPHostMemAllocator:
+    def alloc(self, size, backing, hugepage_size=0, numa_node=-1, prefault=True):
+        if size == 4096:
+            sys.stderr.write("quitter: leaving now\\n")
+            sys.stderr.flush()
+            os._exit(3)
+        if size == 8192:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return Handle(mmap.mmap(-1, size), size)
+
+    def free(self, h):
+        pass
+"""
