@@ -20,6 +20,7 @@
 #include "kernel/memory_lifetimes.h"
 #include "python/bindings.h"
 #include "python/call_outcome.h"
+#include "python/handle_object.h"
 #include "python/native_call.h"
 
 namespace py = pybind11;
@@ -31,6 +32,7 @@ namespace {
 // one C call, not the method lookup and dispatch a def("__bool__") would make it (Python adds
 // the __bool__ wrapper from the slot).
 int handle_bool(PyObject* self) {
+  if (const HostBufferHandle* h = handle_value(self)) return h->valid() ? 1 : 0;
   try {
     return py::handle(self).cast<const HostBufferHandle&>().valid() ? 1 : 0;
   } catch (const py::cast_error& e) {

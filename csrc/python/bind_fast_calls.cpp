@@ -18,6 +18,7 @@
 #include "allocator/host_mem_allocator.h"
 #include "python/bindings.h"
 #include "python/call_outcome.h"
+#include "python/handle_object.h"
 
 namespace py = pybind11;
 
@@ -116,7 +117,7 @@ PyObject* fast_alloc(FastCall* f, PyObject* const* args, size_t nargsf, PyObject
   try {
     HostBufferHandle h =
         reported_alloc(*f->allocator, size, backing, hugepage_size, node, prefault);
-    return py::cast(std::move(h)).release().ptr();
+    return new_handle_object(std::move(h)).release().ptr();
   } catch (...) {
     return translated();
   }
@@ -126,7 +127,8 @@ PyObject* fast_free(FastCall* f, PyObject* const* args, size_t nargsf, PyObject*
   if (kwnames || PyVectorcall_NARGS(nargsf) != 1 || Py_TYPE(args[0]) != g_handle_type)
     return slow(f, args, nargsf, kwnames);
   try {
-    reported_free(*f->allocator, py::cast<HostBufferHandle&>(py::handle(args[0])));
+    HostBufferHandle* h = handle_value(args[0]);
+    reported_free(*f->allocator, h ? *h : py::cast<HostBufferHandle&>(py::handle(args[0])));
     Py_RETURN_NONE;
   } catch (...) {
     return translated();
@@ -343,6 +345,7 @@ void bind_fast_calls(py::module_& m) {
     g_backings[i] = v.release().ptr();  // kept for the module's life
   }
   g_handle_type = reinterpret_cast<PyTypeObject*>(m.attr("UMBPHostBufferHandle").ptr());
+  init_handle_object();
   m.def(
       "fast_method",
       [](py::function fn, const std::string& kind) {
