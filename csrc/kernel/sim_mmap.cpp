@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "kernel/crash_record.h"
 #include "kernel/sim_kernel.h"
@@ -88,7 +89,7 @@ SysResult SimKernel::munmap_locked(uintptr_t start, uintptr_t end) {
   split_vma(start);
   split_vma(end);
   for (auto it = vmas_.lower_bound(start); it != vmas_.end() && it->first < end;) {
-    SimVma v = it->second;
+    SimVma v = std::move(it->second);  // erased next: no copy of its policy and fault base
     it = vmas_.erase(it);
     real_unmap(v.start, v.end);
     if (v.accounted) committed_ -= std::min<uint64_t>(committed_, v.len());
@@ -196,7 +197,7 @@ SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int
   v.accounted = accounted;
   v.real_rw = real_rw;
   obj->vma_refs++;
-  vmas_.emplace(start, v);
+  vmas_.emplace(start, std::move(v));
 
   if (flags & MAP_POPULATE) {
     // MAP_POPULATE hides fault failures (section 1); an OOM kill is still a kill.
