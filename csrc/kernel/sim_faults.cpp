@@ -20,17 +20,18 @@ using namespace sim_mm;  // NOLINT(build/namespaces)
 
 // Nodes a fault may take a page from, in the order it tries them (local = lowest node with
 // memory first). INTERLEAVE is spread over its nodes by fault_range.
-std::vector<int> SimKernel::fault_order(const SimPolicy& vp, uint64_t) const {
+NodeList SimKernel::fault_order(const SimPolicy& vp, uint64_t) const {
   const SimPolicy& p = (vp.mode == MPOL_DEFAULT) ? task_policy_ : vp;
-  std::vector<int> all = memory_nodes();
-  if (p.mode == MPOL_BIND) return p.nodes;
-  if (p.mode == MPOL_PREFERRED || p.mode == MPOL_INTERLEAVE || p.mode == 5 /*PREFERRED_MANY*/) {
-    std::vector<int> out = p.nodes;
-    for (int n : all)
-      if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
-    return out;
+  if (p.mode == MPOL_BIND) return NodeList(p.nodes.begin(), p.nodes.end());
+  const bool preferred =
+      p.mode == MPOL_PREFERRED || p.mode == MPOL_INTERLEAVE || p.mode == 5 /*PREFERRED_MANY*/;
+  NodeList out;
+  if (preferred) out = NodeList(p.nodes.begin(), p.nodes.end());
+  for (const auto& n : cfg_.nodes) {  // memory_nodes(), without a vector made per fault
+    if (n.mem_total > 0 && (!preferred || std::find(out.begin(), out.end(), n.id) == out.end()))
+      out.push_back(n.id);
   }
-  return all;
+  return out;
 }
 
 int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason* why, int* node,
@@ -242,7 +243,12 @@ int SimKernel::fault_base_pages(SimFault& f, const PageSegment& seg, SimReason* 
       memcg_limited = true;
     }
   }
-  std::map<int, uint64_t> by_node;
+  NodeCounts by_node;  // pages taken per node (a few nodes: a list, not a map)
+  auto taken = [&by_node](int n) -> uint64_t* {
+    for (auto& [node, c] : by_node)
+      if (node == n) return &c;
+    return nullptr;
+  };
   long have = 0;
   for (int pass = 0; pass < 2 && have < need; ++pass) {
     for (int n : f.order) {
@@ -250,13 +256,16 @@ int SimKernel::fault_base_pages(SimFault& f, const PageSegment& seg, SimReason* 
       long k = std::min(need - have, cap / static_cast<long>(pg));
       if (k <= 0) continue;
       node_mem_take(n, static_cast<int64_t>(pg) * k);
-      by_node[n] += static_cast<uint64_t>(k);
+      if (uint64_t* c = taken(n))
+        *c += static_cast<uint64_t>(k);
+      else
+        by_node.push_back({n, static_cast<uint64_t>(k)});
       have += k;
     }
   }
   NodeCounts got;
   for (int n : f.order)
-    if (by_node[n]) got.push_back({n, by_node[n]});
+    if (const uint64_t* c = taken(n); c && *c) got.push_back({n, *c});
   memcg_usage_ += static_cast<uint64_t>(have) * pg;
   f.o.pages.assign(seg.start, static_cast<uint64_t>(have), PageState::Faulted, got);
   if (have >= static_cast<long>(seg.len)) return 0;

@@ -29,6 +29,7 @@
 #include "kernel/sim_config.h"
 #include "kernel/sim_pages.h"
 #include "kernel/sim_rules.h"
+#include "kernel/small_vec.h"
 #include "kernel/syscall_format.h"
 
 namespace umbp {
@@ -93,9 +94,12 @@ inline uint64_t file_pages(const SimObject& o) {
 // is explained with these numbers and the mapping's pages, so an allocator that touches page by
 // page (one fault each, as mori's manual prefault through the interposer) reads as one populate
 // of the whole buffer would, not as "1 page needed, 0 free" after the first pages took the rest.
+// Nodes in fallback order (a fault's): inline, as hosts have a few nodes.
+using NodeList = SmallVec<int, 4>;
+
 struct SimFaultBase {
   uintptr_t start = 0, end = 0;  // the VMA taken for (split, new policy, DONTNEED: retaken)
-  std::vector<int> order;        // the nodes the faults took pages from, in order
+  NodeList order;                // the nodes the faults took pages from, in order
   uint64_t unfaulted = 0;        // the mapping's pages not yet faulted then
   uint64_t faulted = 0;          // ... and faulted then
   long nodes_free = 0;           // free hugepages on `order`
@@ -113,7 +117,7 @@ struct SimFault {
   SimObject& o;
   SimHState* h;
   const SimPolicy& pol;
-  std::vector<int> order;
+  NodeList order;
   uint64_t vfirst = 0;
   uint64_t vcount = 0;
 };
@@ -271,7 +275,7 @@ class SimKernel : public Kernel {
   long node_obtainable(int node) const;      // free + reclaimable
 
   // sim_faults.cpp
-  std::vector<int> fault_order(const SimPolicy& vma_policy, uint64_t index) const;
+  NodeList fault_order(const SimPolicy& vma_policy, uint64_t index) const;
   // Fault pages [first, first+count) of vma's object. Returns 0, or a signal number for the
   // failure (SIGBUS / SIGKILL) with *why filled.
   int fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason* why, int* node,

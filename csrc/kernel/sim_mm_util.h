@@ -25,7 +25,8 @@ inline std::string kb(uint64_t bytes) { return std::to_string(bytes / 1024) + " 
 inline std::string str(int64_t v) { return std::to_string(v); }
 inline int64_t i64(uint64_t v) { return static_cast<int64_t>(v); }
 
-inline std::string node_list(const std::vector<int>& nodes) {
+template <typename Nodes>
+std::string node_list(const Nodes& nodes) {
   std::string s;
   for (int n : nodes) s += (s.empty() ? "" : ",") + std::to_string(n);
   return s.empty() ? "none" : s;

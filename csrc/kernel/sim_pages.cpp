@@ -63,9 +63,8 @@ void PageRuns::merge_around(uint64_t at) {
   }
 }
 
-std::vector<PageSegment> PageRuns::segments(uint64_t first, uint64_t count) const {
-  std::vector<PageSegment> out;
-  out.reserve(2);  // most ranges are one run, or a run and a gap
+PageSegments PageRuns::segments(uint64_t first, uint64_t count) const {
+  PageSegments out;
   uint64_t end = first + count;
   uint64_t pos = first;
   auto it = runs_.upper_bound(first);

@@ -7,14 +7,16 @@
 #include <cstdint>
 #include <map>
 #include <utility>
-#include <vector>
+
+#include "kernel/small_vec.h"
 
 namespace umbp {
 
 enum class PageState : uint8_t { None, Reserved, Faulted };
 
-// Faulted pages of a run by node, in page order: {node, count}.
-using NodeCounts = std::vector<std::pair<int, uint64_t>>;
+// Faulted pages of a run by node, in page order: {node, count}. Inline: a run's pages are on one
+// or two nodes on most hosts.
+using NodeCounts = SmallVec<std::pair<int, uint64_t>, 2>;
 
 struct PageSegment {
   uint64_t start = 0;
@@ -22,11 +24,13 @@ struct PageSegment {
   PageState state = PageState::None;
   NodeCounts nodes;  // Faulted only
 };
+// Most ranges asked about are one run, or a run and a gap.
+using PageSegments = SmallVec<PageSegment, 2>;
 
 class PageRuns {
  public:
   // The pieces of [first, first+count), gaps included as None segments, in order.
-  std::vector<PageSegment> segments(uint64_t first, uint64_t count) const;
+  PageSegments segments(uint64_t first, uint64_t count) const;
   // Overwrite [first, first+count) with one state (nodes: for Faulted, summing to count).
   void assign(uint64_t first, uint64_t count, PageState state, const NodeCounts& nodes = {});
   // Pages of each state in [first, first+count).

@@ -1,0 +1,127 @@
+// SmallVec<T, N>: a vector whose first N elements live inside it. The simulator's per-call lists
+// (a run's node counts, a fault's node order, a range's segments) hold one or two items on
+// almost every call; as std::vectors each cost a malloc and a free per alloc+free of a buffer.
+// Past N elements they all move to a std::vector. Only what the simulator uses of a vector.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <initializer_list>
+#include <utility>
+#include <vector>
+
+namespace umbp {
+
+template <typename T, size_t N>
+class SmallVec {
+ public:
+  using value_type = T;
+  using iterator = T*;
+  using const_iterator = const T*;
+
+  SmallVec() = default;
+  SmallVec(std::initializer_list<T> items) {
+    for (const T& x : items) push_back(x);
+  }
+  template <typename It>
+  SmallVec(It first, It last) {
+    for (; first != last; ++first) push_back(*first);
+  }
+  SmallVec(const SmallVec& o) { copy_from(o); }
+  SmallVec(SmallVec&& o) noexcept { move_from(o); }
+  SmallVec& operator=(const SmallVec& o) {
+    if (this != &o) {
+      clear();
+      copy_from(o);
+    }
+    return *this;
+  }
+  SmallVec& operator=(SmallVec&& o) noexcept {
+    if (this != &o) {
+      clear();
+      move_from(o);
+    }
+    return *this;
+  }
+
+  size_t size() const { return heap_used_ ? heap_.size() : size_; }
+  bool empty() const { return size() == 0; }
+  T* data() { return heap_used_ ? heap_.data() : inline_; }
+  const T* data() const { return heap_used_ ? heap_.data() : inline_; }
+  T* begin() { return data(); }
+  T* end() { return data() + size(); }
+  const T* begin() const { return data(); }
+  const T* end() const { return data() + size(); }
+  T& operator[](size_t i) { return data()[i]; }
+  const T& operator[](size_t i) const { return data()[i]; }
+  T& front() { return data()[0]; }
+  const T& front() const { return data()[0]; }
+  T& back() { return data()[size() - 1]; }
+  const T& back() const { return data()[size() - 1]; }
+
+  void push_back(const T& x) { emplace_back(x); }
+  void push_back(T&& x) { emplace_back(std::move(x)); }
+  template <typename... Args>
+  T& emplace_back(Args&&... args) {
+    if (!heap_used_ && size_ < N) {
+      inline_[size_] = T(std::forward<Args>(args)...);
+      return inline_[size_++];
+    }
+    if (!heap_used_) spill();
+    heap_.emplace_back(std::forward<Args>(args)...);
+    return heap_.back();
+  }
+  void clear() {
+    for (size_t i = 0; i < size_; ++i) inline_[i] = T();  // release what an element holds
+    size_ = 0;
+    heap_.clear();
+    heap_used_ = false;
+  }
+  void resize(size_t n) {
+    while (size() > n) pop_back();
+    while (size() < n) emplace_back();
+  }
+  void pop_back() {
+    if (heap_used_)
+      heap_.pop_back();
+    else
+      inline_[--size_] = T();
+  }
+
+  bool operator==(const SmallVec& o) const {
+    return size() == o.size() && std::equal(begin(), end(), o.begin());
+  }
+  bool operator!=(const SmallVec& o) const { return !(*this == o); }
+  // A std::vector of the same items (where an interface takes one).
+  std::vector<T> to_vector() const { return std::vector<T>(begin(), end()); }
+
+ private:
+  // Past N: every element moves to heap_.
+  void spill() {
+    heap_.reserve(2 * N);
+    for (size_t i = 0; i < size_; ++i) heap_.push_back(std::move(inline_[i]));
+    for (size_t i = 0; i < size_; ++i) inline_[i] = T();
+    size_ = 0;
+    heap_used_ = true;
+  }
+  void copy_from(const SmallVec& o) {
+    for (const T& x : o) push_back(x);
+  }
+  void move_from(SmallVec& o) {
+    if (o.heap_used_) {
+      heap_ = std::move(o.heap_);
+      heap_used_ = true;
+    } else {
+      for (size_t i = 0; i < o.size_; ++i) inline_[i] = std::move(o.inline_[i]);
+      size_ = o.size_;
+    }
+    o.clear();
+  }
+
+  T inline_[N] = {};
+  size_t size_ = 0;  // elements in inline_ (0 once they are in heap_)
+  bool heap_used_ = false;
+  std::vector<T> heap_;
+};
+
+}  // namespace umbp
