@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <initializer_list>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -43,11 +44,12 @@ class SmallVec {
     }
     return *this;
   }
+  ~SmallVec() { destroy_inline(); }
 
   size_t size() const { return heap_used_ ? heap_.size() : size_; }
   bool empty() const { return size() == 0; }
-  T* data() { return heap_used_ ? heap_.data() : inline_; }
-  const T* data() const { return heap_used_ ? heap_.data() : inline_; }
+  T* data() { return heap_used_ ? heap_.data() : inline_data(); }
+  const T* data() const { return heap_used_ ? heap_.data() : inline_data(); }
   T* begin() { return data(); }
   T* end() { return data() + size(); }
   const T* begin() const { return data(); }
@@ -64,16 +66,16 @@ class SmallVec {
   template <typename... Args>
   T& emplace_back(Args&&... args) {
     if (!heap_used_ && size_ < N) {
-      inline_[size_] = T(std::forward<Args>(args)...);
-      return inline_[size_++];
+      T* x = new (inline_data() + size_) T(std::forward<Args>(args)...);
+      ++size_;
+      return *x;
     }
     if (!heap_used_) spill();
     heap_.emplace_back(std::forward<Args>(args)...);
     return heap_.back();
   }
   void clear() {
-    for (size_t i = 0; i < size_; ++i) inline_[i] = T();  // release what an element holds
-    size_ = 0;
+    destroy_inline();
     heap_.clear();
     heap_used_ = false;
   }
@@ -85,7 +87,7 @@ class SmallVec {
     if (heap_used_)
       heap_.pop_back();
     else
-      inline_[--size_] = T();
+      inline_data()[--size_].~T();
   }
 
   bool operator==(const SmallVec& o) const {
@@ -99,9 +101,8 @@ class SmallVec {
   // Past N: every element moves to heap_.
   void spill() {
     heap_.reserve(2 * N);
-    for (size_t i = 0; i < size_; ++i) heap_.push_back(std::move(inline_[i]));
-    for (size_t i = 0; i < size_; ++i) inline_[i] = T();
-    size_ = 0;
+    for (size_t i = 0; i < size_; ++i) heap_.push_back(std::move(inline_data()[i]));
+    destroy_inline();
     heap_used_ = true;
   }
   void copy_from(const SmallVec& o) {
@@ -112,14 +113,22 @@ class SmallVec {
       heap_ = std::move(o.heap_);
       heap_used_ = true;
     } else {
-      for (size_t i = 0; i < o.size_; ++i) inline_[i] = std::move(o.inline_[i]);
+      for (size_t i = 0; i < o.size_; ++i) new (inline_data() + i) T(std::move(o.inline_data()[i]));
       size_ = o.size_;
     }
     o.clear();
   }
 
-  T inline_[N] = {};
-  size_t size_ = 0;  // elements in inline_ (0 once they are in heap_)
+  T* inline_data() { return std::launder(reinterpret_cast<T*>(inline_)); }
+  const T* inline_data() const { return std::launder(reinterpret_cast<const T*>(inline_)); }
+  void destroy_inline() {
+    for (size_t i = 0; i < size_; ++i) inline_data()[i].~T();
+    size_ = 0;
+  }
+
+  // Raw storage: an empty SmallVec constructs no T (a range's segments are made per fault).
+  alignas(T) unsigned char inline_[N * sizeof(T)];
+  size_t size_ = 0;  // elements constructed in inline_ (0 once they are in heap_)
   bool heap_used_ = false;
   std::vector<T> heap_;
 };
