@@ -124,6 +124,7 @@ std::optional<SysResult> AllocatorSupport::CloseOwned(int fd) {
     try {
       std::lock_guard<std::mutex> lock(tables_->mu);
       tables_->orphan_fds.push_back(fd);
+      tables_->has_orphans.store(true);
     } catch (...) {
     }
     return std::nullopt;
@@ -131,10 +132,12 @@ std::optional<SysResult> AllocatorSupport::CloseOwned(int fd) {
 }
 
 void AllocatorSupport::CloseOrphans(const std::function<void(int, const SysResult&)>& failed) {
+  if (!tables_->has_orphans.load()) return;  // the common case, without taking the lock
   std::vector<int> fds;
   {
     std::lock_guard<std::mutex> lock(tables_->mu);
     fds.swap(tables_->orphan_fds);
+    tables_->has_orphans.store(false);
   }
   for (int fd : fds) {
     std::optional<SysResult> c = CloseOwned(fd);

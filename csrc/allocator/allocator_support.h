@@ -14,6 +14,7 @@
 //   - the handle's bookkeeping: which kernel mapped it, its serial, its invalidation.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -37,6 +38,8 @@ struct ProcessTables {
   std::map<void*, ShmRegistryEntry> shm;
   // memfds whose close() threw during a Free: closed again at the next Alloc or Free.
   std::vector<int> orphan_fds;
+  // orphan_fds is not empty (set with mu held): every Alloc and Free looks, without the lock.
+  std::atomic<bool> has_orphans{false};
   // Keys of the once-only warnings already given in this process.
   std::mutex once_mu;
   std::set<std::string> once;
