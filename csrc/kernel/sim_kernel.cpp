@@ -387,13 +387,14 @@ void SimKernel::note(const std::string& call, const std::string& rule, const std
   record(std::move(r));
 }
 
-void SimKernel::explain_errno(const std::string& call, const SysResult& r, uint64_t before) {
+// `call` a literal: no string is made for the calls that succeed (every call goes through here).
+void SimKernel::explain_errno(const char* call, const SysResult& r, uint64_t before) {
   if (r.error == 0 || reasons_total_ > before) return;
   SimReason x;
   x.call = call;
   x.rule = "arguments";
   x.err = r.error;
-  x.text = call + " rejects these arguments on kernel " + cfg_.kernel_release;
+  x.text = std::string(call) + " rejects these arguments on kernel " + cfg_.kernel_release;
   record(std::move(x));
 }
 

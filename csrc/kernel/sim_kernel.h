@@ -257,7 +257,7 @@ class SimKernel : public Kernel {
   void note(const std::string& call, const std::string& rule, const std::string& text,
             SimNumbers numbers = {});
   // After a public call: an errno with no reason recorded gets a generic one.
-  void explain_errno(const std::string& call, const SysResult& r, uint64_t before);
+  void explain_errno(const char* call, const SysResult& r, uint64_t before);
   // One public syscall: `body` (a do_* below) under the lock; the call of a dead process is its
   // crash again; an errno `body` gave no reason for gets a generic one (explain_errno).
   // `advice` names a madvise call in the crash record.
