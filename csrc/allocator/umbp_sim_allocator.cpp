@@ -125,7 +125,7 @@ class AllocCall {
 
   Status Map(HostBufferHandle& h, size_t hp) {
     const size_t n = h.mapped_size;
-    const std::string ns = std::to_string(n);
+    const auto ns = [n] { return std::to_string(n); };  // for a warning only
     const bool huge = IsHugetlb(h.actual_backing);
     const int huge_bits = huge ? HugeSizeBits(hp) : 0;
     if (!IsShm(h.actual_backing)) {
@@ -137,7 +137,7 @@ class AllocCall {
         if (huge) return HugeFail("mmap", texts::kHugetlbMmapFailed, h, hp, r.error);
         s_.Warn(
             texts::kMmapFailed,
-            {{"n", ns}, {"b", "Anonymous"}, {"page", BasePages(page_)}, {"e", ErrName(r.error)}});
+            {{"n", ns()}, {"b", "Anonymous"}, {"page", BasePages(page_)}, {"e", ErrName(r.error)}});
         return Status::Fail;
       }
       h.ptr = r.ptr();
@@ -158,7 +158,7 @@ class AllocCall {
     if (!t.ok()) {
       if (CloseQuiet(h) == Status::Crash) return Status::Crash;
       if (huge) return HugeFail("ftruncate", texts::kHugetlbFtruncateFailed, h, hp, t.error);
-      s_.Warn(texts::kFtruncateFailed, {{"n", ns}, {"e", ErrName(t.error)}});
+      s_.Warn(texts::kFtruncateFailed, {{"n", ns()}, {"e", ErrName(t.error)}});
       return Status::Fail;
     }
     // MAP_SHARED only: the kernel takes the page size from the file.
@@ -167,9 +167,10 @@ class AllocCall {
     if (!m.ok()) {
       if (CloseQuiet(h) == Status::Crash) return Status::Crash;
       if (huge) return HugeFail("mmap", texts::kHugetlbMmapFailed, h, hp, m.error);
-      s_.Warn(
-          texts::kMmapFailed,
-          {{"n", ns}, {"b", "AnonymousShm"}, {"page", BasePages(page_)}, {"e", ErrName(m.error)}});
+      s_.Warn(texts::kMmapFailed, {{"n", ns()},
+                                   {"b", "AnonymousShm"},
+                                   {"page", BasePages(page_)},
+                                   {"e", ErrName(m.error)}});
       return Status::Fail;
     }
     h.ptr = m.ptr();
