@@ -22,7 +22,16 @@ class NativeCall {
   NativeCall& operator=(const NativeCall&) = delete;
 
  private:
-  pybind11::gil_scoped_release nogil_;  // released first, taken back last
+  // What pybind11::gil_scoped_release does (without disassoc), minus its get_internals() per
+  // call: the module's import made pybind11's internals already.
+  struct NoGil {
+    NoGil() : tstate(PyEval_SaveThread()) {}
+    ~NoGil() { PyEval_RestoreThread(tstate); }
+    NoGil(const NoGil&) = delete;
+    NoGil& operator=(const NoGil&) = delete;
+    PyThreadState* tstate;
+  };
+  NoGil nogil_;  // released first, taken back last
 };
 
 }  // namespace umbp::bindings
