@@ -21,15 +21,15 @@ py::object& outcome_hook() {
   return *hook;
 }
 
-CallOutcome::CallOutcome() : prev_(tls_messages) {
+CallOutcome::CallOutcome() : prev_(tls_messages), crash_(&this_thread_crash()) {
   tls_messages = &messages_;
-  this_thread_crash().clear();
+  crash_->clear();
 }
 
 CallOutcome::~CallOutcome() { tls_messages = prev_; }
 
 // Nothing to report: no message, no crash (the common case, answered without Python objects).
-bool CallOutcome::quiet() const { return messages_.empty() && this_thread_crash().signal == 0; }
+bool CallOutcome::quiet() const { return messages_.empty() && crash_->signal == 0; }
 
 py::list CallOutcome::to_list() const {
   py::list out;
@@ -47,7 +47,7 @@ void CallOutcome::report(HostMemAllocator& allocator) const {
         "umbp_sim._native: an allocator call warned or crashed and no outcome hook is set "
         "(import umbp_sim.allocator)");
   }
-  const CallCrash& c = this_thread_crash();
+  const CallCrash& c = *crash_;
   // The allocator's existing Python object (it is bound: the call came through it).
   py::object self = py::cast(&allocator, py::return_value_policy::reference);
   outcome_hook()(self, to_list(), c.signal, std::string(c.where));

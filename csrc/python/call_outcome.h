@@ -13,6 +13,7 @@
 
 #include "allocator/host_buffer.h"
 #include "allocator/host_mem_allocator.h"
+#include "kernel/crash_record.h"
 
 namespace umbp::bindings {
 
@@ -41,6 +42,7 @@ class CallOutcome {
   using Messages = std::vector<std::tuple<LogLevel, std::string, std::string>>;
   Messages messages_;
   Messages* prev_;
+  CallCrash* crash_;  // this thread's crash record, looked up once (a thread_local of a module)
 };
 
 // Alloc and Free as every Python path makes them: the GIL released (NativeCall), the outcome
