@@ -4,6 +4,7 @@
 // Layout of the implementation:
 //   sim_config.h   the starting description (from umbp_sim.machine.Machine)
 //   sim_pages.h    PageRuns: per-page state of a mapping's backing object, as interval runs
+//   small_vec.h    SmallVec: the per-call lists (node counts, node order, segments) inline
 //   sim_rules.h    Linux's arithmetic (MemAvailable, CommitLimit, watermarks, round robin) and
 //                  the starting numbers derived from the config's raw facts
 //   sim_kernel.cpp state, hugepage pool arithmetic, admin knobs, crash bookkeeping
