@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import os
 import re
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,8 @@ import pytest
 from conftest import MORI_SURFACE
 
 from umbp_sim.allocator_spec import parse_allocator_spec
-from umbp_sim.engine.spec import Alloc, Run
+from umbp_sim.engine.spec import Alloc, Measure, Run
+from umbp_sim.external import runner as runner_module
 from umbp_sim.external.matrix import machine, quick
 from umbp_sim.external.observe import record_from_reply
 from umbp_sim.external.procs import StageBoard
@@ -302,3 +304,45 @@ class UMBPHostMemAllocator:
     def free(self, h):
         pass
 """
+
+
+@pytest.mark.parametrize("lane", [True, False], ids=["lane", "through-the-server"])
+def test_a_server_that_stops_answering_is_a_timeout_and_the_next_run_starts_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lane: bool
+) -> None:
+    # A server past its run's limit and its own grace is ended and its run reported as timed
+    # out in "the allocator's server" (TimeoutError is an OSError: it was once reported as
+    # "the allocator's server died"); the next run has a new server.
+    monkeypatch.setattr(runner_module, "SERVER_GRACE", 0.5)
+    (tmp_path / "counted_alloc.py").write_text(ALLOCATOR.format(log=str(tmp_path / "allocs")))
+    spec = parse_allocator_spec("counted_alloc")
+    runner = ExternalRunner(spec, env={"PYTHONPATH": str(tmp_path)}, run_timeout=1, lane=lane)
+    try:
+        assert record_from_reply(runner.observe(_run(4096))).outcome == "ok"
+        assert runner.proc is not None
+        stopped = runner.proc.pid
+        os.kill(stopped, signal.SIGSTOP)
+        # On the lane the spare it forked before it stopped may still take one run.
+        replies = [runner.observe(_run(4096)) for _ in range(2)]
+        late = [r for r in replies if r["timed_out"] is not None]
+        assert late, replies
+        rec = record_from_reply(late[0])
+        assert (rec.outcome, rec.error) == (
+            "timeout", "timed out after 1.5 s in the allocator's server",
+        )  # fmt: skip
+        assert record_from_reply(runner.observe(_run(4096))).outcome == "ok"
+        assert runner.proc is not None and runner.proc.pid != stopped
+        assert not _alive(stopped)
+    finally:
+        runner.close()
+
+
+def test_runs_through_the_server_do_not_fill_the_lane(counted: tuple[ExternalRunner, Path]) -> None:
+    # A measured run goes through the server, which forks a spare and sends it down the lane
+    # each time: read and dropped, not left to fill the socket (about 270 of them blocked the
+    # server once).
+    runner, _ = counted
+    measured = Run(machine("pool-on-node0"), Measure(AllocRequest(4096, "Anonymous")))
+    replies = [runner.observe(measured) for _ in range(320)]
+    assert [r for r in replies if r["timed_out"] is not None or r["result"] is None] == []
+    assert record_from_reply(runner.observe(_run(4096))).outcome == "ok"  # the lane goes on

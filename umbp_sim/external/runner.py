@@ -153,7 +153,7 @@ class ExternalRunner:
             "kind": spec.kind, "name": spec.name, "path": spec.path or "",
             "fds": [to_server, from_server], "owner": os.getpid(), "timeout": self.run_timeout,
             "fork_ahead": self.fork_ahead, "log_dir": tempfile.gettempdir(),
-            "lane": server_lane.fileno(),
+            **({"lane": server_lane.fileno()} if self.lane else {}),
         }  # fmt: skip
         child_env = with_malloc_thp({**os.environ, **self.env})
         # Its stdout and stderr (the allocator's import) go to a file: a pipe nobody reads
@@ -273,6 +273,7 @@ class ExternalRunner:
             self._start()  # the last one did not answer in time and was killed
         if self.lane and isinstance(run.work, (Alloc, Steps)):
             return self._lane_run(run)
+        self._take_spares()  # each one the server sent (unread, they would fill the socket)
         self._drop_spare()  # the server gives this run its spare, or discards it
         return self.exchange(run)
 
@@ -286,13 +287,13 @@ class ExternalRunner:
             reply: dict[str, Any] = self._recv(limit)
             while isinstance(reply, dict) and "lane" in reply:  # an earlier lane run's end
                 reply = self._recv(limit)
+        except TimeoutError:  # an OSError too: before that branch
+            self.kill()  # with its group and its run's (the keeper's part)
+            return _server_timed_out(limit)
         except (EOFError, OSError) as e:
             self.kill()
             why = str(e) or "it exited"
             raise CouldNotRun(f"{self.spec}: the allocator's server died ({why})") from None
-        except TimeoutError:
-            self.kill()  # with its group and its run's (the keeper's part)
-            return _server_timed_out(limit)
         self._busy = False
         return reply
 
@@ -314,13 +315,13 @@ class ExternalRunner:
             except OSError:
                 pass  # EPIPE: it is gone; the server's report says how
             reply = self._await_lane(spare, deadline)
+        except TimeoutError:  # an OSError too: before that branch
+            self.kill()
+            return _server_timed_out(limit)
         except (EOFError, OSError) as e:
             self.kill()
             why = str(e) or "it exited"
             raise CouldNotRun(f"{self.spec}: the allocator's server died ({why})") from None
-        except TimeoutError:
-            self.kill()
-            return _server_timed_out(limit)
         finally:
             if spare is not None:
                 spare.close()
