@@ -8,9 +8,7 @@ its server, one forked process per run:
   runs with numa_node 2^31-1 alone (the allocator zeroes a 256 MiB nodemask in real memory);
 - the same runs with each run's process forked when its run arrives (``fork_ahead=False``)
   against the default (forked and warmed up while the run before runs), in interleaved rounds:
-  the ratio of their medians; and with every run given and answered through the server
-  (``lane=False``) against the default (the owner gives the spare its run and reads its result
-  on the run's lane);
+  the ratio of their medians;
 - those nodemask runs with the server's malloc on transparent hugepages (the default,
   ``runner.MALLOC_THP``) against 4 KiB pages (``GLIBC_TUNABLES=glibc.malloc.hugetlb=0``), side
   by side in interleaved rounds: the ratio of their medians;
@@ -42,13 +40,12 @@ FULL_RUNS = 184_320
 
 
 def _observe_times(
-    so: Path, env: dict[str, str], runs: list[Any], fork_ahead: bool = True, lane: bool = True
+    so: Path, env: dict[str, str], runs: list[Any], fork_ahead: bool = True
 ) -> list[float]:
     from umbp_sim.allocator_spec import parse_allocator_spec
     from umbp_sim.external.runner import ExternalRunner
 
-    spec = parse_allocator_spec(str(so))
-    runner = ExternalRunner(spec, env=env, fork_ahead=fork_ahead, lane=lane)
+    runner = ExternalRunner(parse_allocator_spec(str(so)), env=env, fork_ahead=fork_ahead)
     try:
         runner.observe(runs[0])  # warm-up: the server's first fork
         times = []
@@ -93,7 +90,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     every: list[float] = []
     ahead: list[float] = []  # each round's median, forked ahead / on arrival
     arrival: list[float] = []
-    served: list[float] = []  # each round's median, every run through the server
     thp: list[float] = []
     small: list[float] = []
     for _ in range(rounds):
@@ -101,7 +97,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         every += times
         ahead.append(statistics.median(times))
         arrival.append(statistics.median(_observe_times(so, {}, runs, fork_ahead=False)))
-        served.append(statistics.median(_observe_times(so, {}, runs, lane=False)))
         thp.append(statistics.median(_observe_times(so, {}, nodemask)))
         small.append(
             statistics.median(
@@ -117,9 +112,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                note=f"{len(runs)} runs x {rounds}; fork, run, reply"),
         figure("one external run: forked on arrival / forked ahead", ratios(arrival, ahead),
                note="median of each round, the same runs; the server's baseline without a spare"),
-        figure("one external run: through the server / on its lane", ratios(served, ahead),
-               note="median of each round, the same runs; the owner gives the run and reads "
-                    "its result itself"),
         figure("one external run with numa_node 2^31-1 (ms)", masked, unit="ms",
                note="median of each round; a 256 MiB nodemask zeroed"),
         figure("numa_node 2^31-1 run: 4 KiB malloc pages / THP malloc", ratios(small, thp),

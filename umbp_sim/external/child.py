@@ -23,13 +23,7 @@ fails), so what the allocator prints or reads can neither carry nor corrupt a me
 message is a 4-byte big-endian length + pickle. The server says ``{"stage": ...}`` as it starts
 ("import": the allocator's import, "setup"), then ``{"ready": True, "mode": ..., "objects":
 [...], "registry": ...}`` (whether the build has the shm registry's functions) or
-``{"error": "..."}``. Then each message is a ``Run`` (answered with the reply above) or, on the
-run's lane, ``{"given": pid, "run": pickle}``: the owner gave spare ``pid`` its run itself (the
-spare's job and result pipes reach the owner on a third fd, SPEC's ``lane``, a Unix socket, as
-each spare is forked, with its log file); the server answers with how that run ended, ``"lane":
-pid`` in it (no log: the owner reads it, when the run sent no result). What
-a run's process says: ``umbp_sim.external.run_messages``. The processes:
-``umbp_sim.external.procs``.
+``{"error": "..."}``. The processes: ``umbp_sim.external.procs``.
 """
 
 from __future__ import annotations
@@ -43,11 +37,10 @@ import os
 import pickle
 import re
 import signal
-import socket
-import struct
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 from umbp_sim.child_python import module_argv
@@ -71,12 +64,14 @@ from umbp_sim.external.procs import (
     write_all,
     write_within,
 )
-from umbp_sim.external.run_messages import ended, new_seen, read_log, take, take_board
 
 _SYSTEM_LIB = re.compile(
     r"/(ld-linux[^/]*|libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libpython[^/]*|"
     r"libz|libffi|libutil|libcrypt)[.-][^/]*$"
 )
+
+
+LOG_LIMIT = 8 << 20  # bytes of a run's log read back: its head and its tail past that
 
 
 def send(fd: int, obj: Any) -> None:
@@ -161,7 +156,6 @@ def serve(spec: dict[str, Any]) -> int:
     from umbp_sim.external.interposer import Interposer
 
     inp, out = spec["fds"]
-    lane = spec.get("lane")  # the socket the spares' pipes go to the owner on
     keeper_fd = spec.get("keeper_fd")
     interposer = interposer_path()
     before = loaded_objects()
@@ -185,7 +179,7 @@ def serve(spec: dict[str, Any]) -> int:
         env = dict(os.environ)
         # After what is preloaded already (a sanitizer runtime must come first).
         env["LD_PRELOAD"] = (env.get("LD_PRELOAD", "") + " " + interposer).strip()
-        for fd in (inp, out, lane, keeper_fd):
+        for fd in (inp, out, keeper_fd):
             if fd is not None:
                 os.set_inheritable(fd, True)  # the protocol and the keeper's pipe go along
         argv = module_argv("umbp_sim.external.child", json.dumps(spec))
@@ -208,20 +202,17 @@ def serve(spec: dict[str, Any]) -> int:
 
     send(out, {"ready": True, "mode": "wrap" if wrapped else "preload", "objects": objects,
                "registry": has_registry(module)})  # fmt: skip
-    private = tuple(fd for fd in (inp, out, lane, keeper_fd) if fd is not None)
+    private = tuple(fd for fd in (inp, out, keeper_fd) if fd is not None)
     ahead = bool(spec.get("fork_ahead", True))
     forker = Forker(module, ip, float(spec["timeout"]), keeper_fd, private, ahead,
-                    spec.get("log_dir", "/tmp"), lane)  # fmt: skip
+                    spec.get("log_dir", "/tmp"))  # fmt: skip
     try:
         while True:
             try:
-                message = recv(inp)
+                run = recv(inp)
             except EOFError:
                 return 0
-            if isinstance(message, dict) and "given" in message:  # a run given on its lane
-                send(out, forker.given(int(message["given"]), bytes(message["run"])))
-            else:
-                send(out, forker.run(message))
+            send(out, forker.run(run))
     finally:
         forker.close()
 
@@ -264,17 +255,9 @@ class Forker:
     the spare sits in the server's group (its owner's kill and the keeper's reach it, and it
     dies with the server) until it is given its run, moved to a group of its own and named to
     the keeper. A spare that lacks what the server has just loaded for a run (torch) is
-    discarded. ``ahead`` False: each run's child is forked when the run arrives, with no
-    warm-up (the benchmark's baseline).
-
-    Two ways a run reaches its child. ``run(run)``: through the server, which gives it, reads
-    its result and replies as soon as it has it (the child is reaped after). The run's lane,
-    ``given(pid, payload)``: each spare's job and result pipes go to the owner as soon as it is
-    forked (``lane``, a Unix socket: SCM_RIGHTS), the owner gives the run and reads the result
-    itself (two process hand-offs fewer), and the server only tells where it is: it moves the
-    child to its group, names it to the keeper, holds its time limit, watches for its death or
-    stop and reports how it ended (the owner reads that report only when the run sent no
-    result).
+    discarded. The reply goes out as soon as the child has sent its result (it exits then);
+    the child is reaped after. ``ahead`` False: each run's child is forked when the run arrives,
+    with no warm-up (the benchmark's baseline).
 
     A ``Run`` is performed by ``run_job.run_job`` (its result: the run's ``RunRecord``).
     """
@@ -288,20 +271,15 @@ class Forker:
         private: tuple[int, ...] = (),
         ahead: bool = True,
         log_dir: str = "/tmp",
-        lane: int | None = None,
     ) -> None:
         self._module, self._ip, self._timeout = module, ip, timeout
         self._keeper_fd, self._private, self._ahead = keeper_fd, private, ahead
         self._log_dir = log_dir  # where the runs' logs are (``run_log``)
-        self._lane = socket.socket(fileno=lane) if lane is not None and ahead else None
         self._spare: _Child | None = None
         self._unreaped: list[int] = []  # children that sent their result and were killed
-        self._last: Any = None  # the last run given (or its pickle): a spare warms up on its host
-        if self._ahead:
-            self._spare = self._fork(())  # the first run's: its pipes go down the lane now
+        self._last: Any = None  # the last run given: a spare warms up on its host
 
     def run(self, run: Any) -> dict[str, Any]:
-        """``run`` given through the server: the reply once the child has sent its result."""
         # Loaded once the allocator is (serve: a prebuilt module starts this process again).
         from umbp_sim.external import run_job
 
@@ -311,51 +289,32 @@ class Forker:
             self._spare = None
         child = self._spare or self._fork(())
         self._spare = None
-        return self._perform(child, run, frame(pickle.dumps(run)))
-
-    def given(self, pid: int, payload: bytes) -> dict[str, Any]:
-        """The owner gave spare ``pid`` the run pickled in ``payload`` on its lane: how the run
-        ended, said once it has (``"lane": pid`` names it)."""
-        self._reap()
-        child, self._spare = self._spare, None
-        if child is None or child.pid != pid:  # not the spare the lane holds: not ours to watch
-            self._spare = child
-            return {**_no_reply(f"the run's process {pid} is not the server's spare"), "lane": pid}
-        return {**self._perform(child, payload, None), "lane": pid}
-
-    def _perform(self, child: _Child, last: Any, job: bytes | None) -> dict[str, Any]:
-        """``child``'s run, given by the server (``job``, its frame) or by the owner (None):
-        watched to its end, its group killed; what it said and how it ended."""
         deadline = time.monotonic() + self._timeout
         try:
             os.setpgid(child.pid, child.pid)  # its own group before it does anything of the run
         except OSError:
-            pass  # it died as a spare, or it has set it itself: the watch sees how
+            pass  # it died as a spare: the watch sees how
         tell_keeper(self._keeper_fd, child.pid)
-        if job is not None:
-            _give(child.job, job, deadline)
-        else:  # the owner reads its pipe: an EOF there is the owner's when the child dies
-            os.close(child.rfd)
-            child.rfd = -1
-        self._last = last
+        _give(child.job, frame(pickle.dumps(run)), deadline)
+        self._last = run
         os.close(child.job)
         child.job = -1
         if self._ahead:
             self._spare = self._fork(child.fds())  # the next run's, while this one runs
         try:
             seen = _watch_run(child.pid, child.rfd, child.erfd, deadline)
-            take_board(child.board, seen)
+            _take_board(child.board, seen)
         finally:
             kill_group(child.pid)  # what the allocator forked (the child is not reaped yet)
             tell_keeper(self._keeper_fd, 0)
         status: int | None = None
-        if seen["ended"] == "result":
+        ended = seen["ended"]
+        if ended == "result":
             self._unreaped.append(child.pid)  # exiting: reaped once it has
         else:
             _, status = os.waitpid(child.pid, 0)
-        text = seen["log"]  # a lane run's is its owner's to read (it holds the file), if need be
-        if text is None and job is not None:
-            text = read_log(child.log.fileno())
+        child.log.seek(0)
+        text = _read_log(child.log)
         child.close()
         code: int | None
         signum: int | None = None
@@ -363,7 +322,7 @@ class Forker:
             code = 0 if seen["result"] is not None else 70
         else:
             code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-            signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) and not seen["ended"] else None
+            signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) and not ended else None
         return {
             "result": seen["result"],
             "failed": seen["failed"],
@@ -373,7 +332,7 @@ class Forker:
             "evidence": seen["evidence"].death,
             "code": code,
             "log": text,
-            "timed_out": self._timeout if seen["ended"] == "timeout" else None,
+            "timed_out": self._timeout if ended == "timeout" else None,
             "stopped": seen["stopped"],
         }
 
@@ -398,8 +357,7 @@ class Forker:
         spare.close()
 
     def _fork(self, others: tuple[int, ...]) -> _Child:
-        """A child waiting for its run; ``others``: the running child's fds (closed in it). Its
-        job and result pipes go down the lane, when there is one."""
+        """A child waiting for its run; ``others``: the running child's fds (closed in it)."""
         from umbp_sim.external import run_job
 
         log = run_log(self._log_dir)
@@ -417,8 +375,7 @@ class Forker:
                     os.close(fd)
                 # Before its log is its stdout: what the warm-up writes is not the allocator's.
                 if self._ahead and self._last is not None:
-                    last = self._last
-                    run_job.warm_up(self._ip, loads(last) if isinstance(last, bytes) else last)
+                    run_job.warm_up(self._ip, self._last)
                 os.dup2(log.fileno(), 1)
                 os.dup2(log.fileno(), 2)
                 self._ip.set_evidence_fd(ewfd)
@@ -427,50 +384,22 @@ class Forker:
                 except EOFError:  # a spare discarded, or the server gone
                     os._exit(0)
                 os.setpgid(0, 0)  # as the server does: whichever comes first
-                posted: list[dict[str, Any]] = []  # sent again with its last message
 
                 def report(stage: str, **extra: Any) -> None:
                     message = {"stage": stage, **extra}
-                    posted.append(message)
                     if not board.post(pickle.dumps(message)):
                         send(wfd, message)
 
-                last_message: dict[str, Any]
-                try:
-                    last_message = {"result": run_job.run_job(self._module, self._ip, run, report)}
-                except BaseException as e:  # noqa: BLE001
-                    traceback.print_exc()  # for a person reading the log; umbp-sim reads the frame
-                    last_message = {"failed": _one_line(f"{type(e).__name__}: {e}")}
-                    code = 70
-                send(wfd, {**last_message, "posted": posted, "log": read_log(log.fileno())})
-            except BaseException as e:  # noqa: BLE001 - before its run, or its result unsent
-                traceback.print_exc()
+                send(wfd, {"result": run_job.run_job(self._module, self._ip, run, report)})
+            except BaseException as e:  # noqa: BLE001
+                traceback.print_exc()  # for a person reading the log; umbp-sim reads the frame
                 send(wfd, {"failed": _one_line(f"{type(e).__name__}: {e}")})
                 code = 70
             finally:
                 os._exit(code)
         for fd in (jfd, wfd, ewfd):
             os.close(fd)
-        if self._lane is not None:
-            _announce(self._lane, pid, (job, rfd, log.fileno()))
         return _Child(pid, job, rfd, erfd, log, board)
-
-
-def _announce(lane: socket.socket, pid: int, fds: tuple[int, int, int]) -> None:
-    """Spare ``pid``'s job pipe, result pipe and log file to the owner (it keeps the last spare
-    it was sent); an owner that is gone is the server's end, seen on its own pipe."""
-    try:
-        socket.send_fds(lane, [struct.pack(">i", pid)], list(fds))
-    except OSError:
-        pass
-
-
-def _no_reply(why: str) -> dict[str, Any]:
-    """A reply for a run no child performed: its failure, ``why``."""
-    return {
-        "result": None, "failed": why, "stages": [], "partial": {}, "signal": None,
-        "evidence": None, "code": None, "log": "", "timed_out": None, "stopped": None,
-    }  # fmt: skip
 
 
 def _give(fd: int, data: bytes, deadline: float) -> None:
@@ -484,16 +413,17 @@ def _give(fd: int, data: bytes, deadline: float) -> None:
 
 
 def _watch_run(pid: int, rfd: int, erfd: int, deadline: float) -> dict[str, Any]:
-    """Read the child's messages (``rfd``; -1 when its owner reads them, the run's lane) and
-    the interposer's evidence (``erfd``) until it sends its result (or the exception that ended
-    it: it exits then), exits, stops or runs out of time (``deadline``, monotonic). Not reaped:
-    its pid, the run's group id, stays ours until the caller has killed the group."""
+    """Read the child's messages (``rfd``) and the interposer's evidence (``erfd``) until it
+    sends its result (or the exception that ended it: it exits then), exits, stops or runs out
+    of time (``deadline``, monotonic). Not reaped: its pid, the run's group id, stays ours until
+    the caller has killed the group."""
     reader = FrameReader()
     seen: dict[str, Any] = {
-        **new_seen(), "ended": None, "stopped": None, "evidence": EvidenceReader(),
+        "stages": [], "partial": {}, "result": None, "failed": None, "ended": None,
+        "stopped": None, "evidence": EvidenceReader(),
     }  # fmt: skip
-    feeds = {rfd: lambda data: take(reader.feed(data), seen), erfd: seen["evidence"].feed}
-    pipes = [fd for fd in (rfd, erfd) if fd >= 0]  # those not at their end yet
+    feeds = {rfd: lambda data: _take(reader.feed(data), seen), erfd: seen["evidence"].feed}
+    pipes = [rfd, erfd]  # those not at their end yet
     watch = pidfd(pid)
     try:
         while True:
@@ -512,7 +442,7 @@ def _watch_run(pid: int, rfd: int, erfd: int, deadline: float) -> dict[str, Any]
                     pipes.remove(fd)
                 feeds[fd](data)
                 read = read or bool(data)
-            if ended(seen):
+            if seen["result"] is not None or seen["failed"] is not None:
                 seen["ended"] = "result"  # its last message: what it wrote before is read
                 break
             if read and watch not in ready:
@@ -542,6 +472,50 @@ def _watch_run(pid: int, rfd: int, erfd: int, deadline: float) -> dict[str, Any]
     return seen
 
 
+def _take(frames: Iterator[bytes], seen: dict[str, Any]) -> None:
+    """The run's messages into ``seen``; what the allocator wrote on the run's pipe (it runs in
+    that process) is skipped, and a frame past MAX_FRAME ends the reading of this feed."""
+    try:
+        for f in frames:
+            try:
+                msg = loads(f)
+            except FrameError:  # not the child's: the allocator wrote on its pipe
+                continue
+            if not isinstance(msg, dict):
+                continue
+            if "stage" in msg:
+                seen["stages"].append(msg.pop("stage"))
+                seen["partial"].update(msg)
+            elif "result" in msg:
+                seen["result"] = msg["result"]
+            elif "failed" in msg:
+                seen["failed"] = str(msg["failed"])
+    except FrameError:
+        return
+
+
+def _take_board(board: StageBoard, seen: dict[str, Any]) -> None:
+    """The stages the child posted on ``board`` into ``seen``, before those that came by the
+    pipe (sent when the board was full)."""
+    late_stages, late_partial = seen["stages"], seen["partial"]
+    seen["stages"], seen["partial"] = [], {}
+    _take(board.frames(), seen)
+    seen["stages"] += late_stages
+    seen["partial"].update(late_partial)
+
+
+def _read_log(log: Any) -> str:
+    size = os.fstat(log.fileno()).st_size
+    if size <= LOG_LIMIT:
+        return log.read().decode(errors="replace")
+    half = LOG_LIMIT // 2
+    head = log.read(half)
+    log.seek(size - half)
+    tail = log.read(half)
+    cut = f"\n[umbp-sim: {size - 2 * half} bytes of the log left out]\n".encode()
+    return (head + cut + tail).decode(errors="replace")
+
+
 def main() -> int:
     raise_address_space_limit()  # before the allocator's import: its runs inherit it
     spec = json.loads(sys.argv[1])
@@ -550,7 +524,7 @@ def main() -> int:
         os.setpgid(0, 0)
     if "keeper" not in spec:  # the first start (not the start again with the interposer)
         spec["keeper"], spec["keeper_fd"] = start_keeper(os.getpid())
-    for fd in (*spec["fds"], spec["keeper_fd"], *([spec["lane"]] if "lane" in spec else [])):
+    for fd in (*spec["fds"], spec["keeper_fd"]):
         os.set_inheritable(fd, False)  # a process the allocator starts does not get them
     code = serve(spec)
     # An end as it should be (the owner closed our pipe): the keeper goes first, reaped here;

@@ -16,19 +16,15 @@ import os
 import pickle
 import resource
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 from umbp_sim.allocator_spec import AllocatorSpec
 from umbp_sim.child_python import module_argv
-from umbp_sim.engine.spec import Alloc, Steps
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_FAILS, EX_TEMPFAIL
 from umbp_sim.external.procs import (
@@ -41,7 +37,6 @@ from umbp_sim.external.procs import (
     wait_readable,
     write_within,
 )
-from umbp_sim.external.run_messages import ended, new_seen, read_log, take
 
 DEFAULT_RUN_TIMEOUT = 60.0  # seconds a run (or the allocator's import) may take
 SERVER_GRACE = 60.0  # beyond a run's limit: the server's own work (torch's import for sglang)
@@ -126,15 +121,12 @@ class ExternalRunner:
         env: dict[str, str] | None = None,
         run_timeout: float = DEFAULT_RUN_TIMEOUT,
         fork_ahead: bool = True,
-        lane: bool = True,
     ) -> None:
         self.spec = spec
         self.env = dict(env or {})
         self.run_timeout = run_timeout
         # False: each run's process is forked when its run arrives (the benchmark's baseline)
         self.fork_ahead = fork_ahead
-        # False: every run goes through the server (the lane's benchmark baseline)
-        self.lane = lane and fork_ahead
         self.proc: subprocess.Popen[bytes] | None = None
         self._busy = False
         self._start()
@@ -145,15 +137,10 @@ class ExternalRunner:
         spec = self.spec
         to_server, self._to = os.pipe()
         self._from, from_server = os.pipe()
-        # The spares' pipes come on it (SCM_RIGHTS): the run's lane (``_lane_run``).
-        self._lane, server_lane = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._lane.setblocking(False)
-        self._spare: LaneSpare | None = None
         payload = {
             "kind": spec.kind, "name": spec.name, "path": spec.path or "",
             "fds": [to_server, from_server], "owner": os.getpid(), "timeout": self.run_timeout,
             "fork_ahead": self.fork_ahead, "log_dir": tempfile.gettempdir(),
-            **({"lane": server_lane.fileno()} if self.lane else {}),
         }  # fmt: skip
         child_env = with_malloc_thp({**os.environ, **self.env})
         # Its stdout and stderr (the allocator's import) go to a file: a pipe nobody reads
@@ -166,19 +153,17 @@ class ExternalRunner:
                 stdout=self._stderr,
                 stderr=self._stderr,
                 env=child_env,
-                pass_fds=(to_server, from_server, server_lane.fileno()),
+                pass_fds=(to_server, from_server),
                 **_own_group(),
             )
         except BaseException:
             os.close(self._to)
             os.close(self._from)
-            self._lane.close()
             self._stderr.close()
             raise
         finally:
             os.close(to_server)
             os.close(from_server)
-            server_lane.close()
         os.set_blocking(self._to, False)
         self._reader = FrameReader()
         self._pending: deque[Any] = deque()
@@ -228,18 +213,12 @@ class ExternalRunner:
     def _recv(self, timeout: float) -> Any:
         """The server's next message; TimeoutError past ``timeout`` seconds, EOFError when it
         died (its pipe may stay open: a fork of the allocator can hold it)."""
-        self._wait(time.monotonic() + timeout)
-        return self._pending.popleft()
-
-    def _wait(self, deadline: float, extra: tuple[int, ...] = ()) -> list[int]:
-        """Until the server has a message pending or one of ``extra`` is readable: those ready
-        (``[]``: a message is pending). TimeoutError past ``deadline`` (monotonic), EOFError
-        when the server died."""
+        deadline = time.monotonic() + timeout
         while not self._pending:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
-            fds = [self._from, *extra] + ([self._watch] if self._watch is not None else [])
+            fds = [self._from] + ([self._watch] if self._watch is not None else [])
             ready = wait_readable(fds, min(left, 0.25))
             if self._from in ready:
                 data = os.read(self._from, 1 << 16)
@@ -250,13 +229,9 @@ class ExternalRunner:
                         self._pending.append(loads(f))
                 except FrameError as e:  # the server writes nothing else: not ours
                     raise EOFError(str(e)) from None
-            got = [fd for fd in extra if fd in ready]
-            if got:
-                return got
-            if self._from not in ready and not self._alive():
-                if not wait_readable([self._from], 0):
-                    raise EOFError
-        return []
+            elif not self._alive() and not wait_readable([self._from], 0):
+                raise EOFError
+        return self._pending.popleft()
 
     def _send(self, message: Any, timeout: float) -> None:
         data = frame(pickle.dumps(message))
@@ -266,15 +241,7 @@ class ExternalRunner:
 
     def observe(self, run: Any) -> dict[str, Any]:
         """An engine ``Run`` in a forked child: the server's raw reply
-        (``umbp_sim.external.observe.record_from_reply`` reads it). An allocation or steps go
-        down the run's lane; what the server prepares first (torch for an sglang start-up, a
-        measured run) goes through it."""
-        if self.proc is None:
-            self._start()  # the last one did not answer in time and was killed
-        if self.lane and isinstance(run.work, (Alloc, Steps)):
-            return self._lane_run(run)
-        self._take_spares()  # each one the server sent (unread, they would fill the socket)
-        self._drop_spare()  # the server gives this run its spare, or discards it
+        (``umbp_sim.external.observe.record_from_reply`` reads it)."""
         return self.exchange(run)
 
     def exchange(self, message: Any) -> dict[str, Any]:
@@ -285,139 +252,19 @@ class ExternalRunner:
         try:
             self._send(message, limit)
             reply: dict[str, Any] = self._recv(limit)
-            while isinstance(reply, dict) and "lane" in reply:  # an earlier lane run's end
-                reply = self._recv(limit)
         except TimeoutError:  # an OSError too: before that branch
             self.kill()  # with its group and its run's (the keeper's part)
-            return _server_timed_out(limit)
+            return {
+                "result": None, "failed": None, "stages": ["the allocator's server"],
+                "partial": {}, "signal": None, "evidence": None, "code": None, "log": "",
+                "timed_out": limit, "stopped": None,
+            }  # fmt: skip
         except (EOFError, OSError) as e:
             self.kill()
             why = str(e) or "it exited"
             raise CouldNotRun(f"{self.spec}: the allocator's server died ({why})") from None
         self._busy = False
         return reply
-
-    def _lane_run(self, run: Any) -> dict[str, Any]:
-        """``run`` given to the server's spare by this process, its result read here: the
-        server is told (it moves the child to its group, names it to the keeper, holds the time
-        limit) and reports how the run ended, read only when the child sent no result."""
-        limit = self.run_timeout + SERVER_GRACE
-        deadline = time.monotonic() + limit
-        self._busy = True
-        spare: LaneSpare | None = None
-        try:
-            self._drop_reports()
-            spare = self._await_spare(deadline)
-            payload = pickle.dumps(run)
-            self._send({"given": spare.pid, "run": payload}, limit)
-            try:
-                write_within(spare.job, frame(payload), deadline)
-            except OSError:
-                pass  # EPIPE: it is gone; the server's report says how
-            reply = self._await_lane(spare, deadline)
-        except TimeoutError:  # an OSError too: before that branch
-            self.kill()
-            return _server_timed_out(limit)
-        except (EOFError, OSError) as e:
-            self.kill()
-            why = str(e) or "it exited"
-            raise CouldNotRun(f"{self.spec}: the allocator's server died ({why})") from None
-        finally:
-            if spare is not None:
-                spare.close()
-        self._busy = False
-        return reply
-
-    def _await_spare(self, deadline: float) -> LaneSpare:
-        """The server's newest spare (it sends one as it forks it)."""
-        while True:
-            self._take_spares()
-            if self._spare is not None:
-                spare, self._spare = self._spare, None
-                return spare
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            fds = [self._lane.fileno()] + ([self._watch] if self._watch is not None else [])
-            ready = wait_readable(fds, min(left, 0.25))
-            if self._lane.fileno() not in ready and not self._alive():
-                raise EOFError
-
-    def _take_spares(self) -> None:
-        """Every spare the server has sent; the last is the one it holds (a run given through
-        the server took or discarded those before)."""
-        while True:
-            try:
-                data, fds, _, _ = socket.recv_fds(self._lane, 16, 3, socket.MSG_CMSG_CLOEXEC)
-            except (BlockingIOError, InterruptedError):
-                return
-            if not data:
-                return  # the server is gone: its pipe says so
-            if len(data) != 4 or len(fds) != 3:
-                for fd in fds:
-                    os.close(fd)
-                continue
-            self._drop_spare()
-            self._spare = LaneSpare(struct.unpack(">i", data)[0], *fds)
-            os.set_blocking(self._spare.job, False)
-
-    def _drop_spare(self) -> None:
-        if self._spare is not None:
-            self._spare.close()
-            self._spare = None
-
-    def _await_lane(self, spare: LaneSpare, deadline: float) -> dict[str, Any]:
-        """The lane run's reply: its result from its pipe; else, once its process has ended,
-        the server's report of how (its stages: the board's, then those that came by the pipe;
-        its log read here). Only the run's pipe and its process wake this one: the server's
-        report of a run that sent its result is read later and dropped (``_drop_reports``)."""
-        seen, reader = new_seen(), FrameReader()
-        child = pidfd(spare.pid)
-        try:
-            while spare.rfd >= 0:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError
-                # Without a pidfd, the server's report is what says the run ended.
-                fds = [spare.rfd, child if child is not None else self._from]
-                fds += [self._watch] if self._watch is not None else []
-                ready = wait_readable(fds, min(left, 0.25))
-                if spare.rfd in ready:
-                    _read_run(spare, reader, seen, deadline, drain=False)
-                    if ended(seen):
-                        return _lane_reply(seen)
-                elif (child is not None and child in ready) or self._from in ready:
-                    break
-                elif not self._alive():
-                    raise EOFError
-        finally:
-            if child is not None:
-                os.close(child)
-        _read_run(spare, reader, seen, deadline, drain=True)  # what it wrote before it ended
-        if ended(seen):
-            return _lane_reply(seen)
-        while True:
-            report = self._recv(deadline - time.monotonic())
-            if isinstance(report, dict) and report.get("lane") == spare.pid:
-                break
-        log = read_log(spare.log)
-        return {**report, "log": log, "stages": report["stages"] + seen["stages"],
-                "partial": {**report["partial"], **seen["partial"]}}  # fmt: skip
-
-    def _drop_reports(self) -> None:
-        """The server's reports of earlier lane runs (each sent its result), dropped unread:
-        what the server has written now, read without waiting."""
-        while self._from is not None and wait_readable([self._from], 0):
-            data = os.read(self._from, 1 << 16)
-            if not data:
-                return  # the server is gone: the next wait says so
-            try:
-                for f in self._reader.feed(data):
-                    self._pending.append(loads(f))
-            except FrameError as e:
-                raise EOFError(str(e)) from None
-        kept = [m for m in self._pending if not (isinstance(m, dict) and "lane" in m)]
-        self._pending = deque(kept)
 
     # ---- the end ----
 
@@ -455,8 +302,6 @@ class ExternalRunner:
         finally:
             self._close_fd("_from")
             self._close_fd("_watch")
-            self._drop_spare()
-            self._lane.close()
             self._stderr.close()
 
     def _close_fd(self, name: str) -> None:
@@ -467,63 +312,6 @@ class ExternalRunner:
                 os.close(fd)
             except OSError:
                 pass
-
-
-@dataclass
-class LaneSpare:
-    """A spare of the server's as its owner holds it: its pid, the write end of its job pipe,
-    the read end of its result pipe and its log (the server's copies stay with the server)."""
-
-    pid: int
-    job: int
-    rfd: int
-    log: int  # its stdout and stderr, a file
-
-    def close(self) -> None:
-        for fd in (self.job, self.rfd, self.log):
-            if fd >= 0:
-                os.close(fd)
-        self.job = self.rfd = self.log = -1
-
-
-def _read_run(spare: LaneSpare, reader: FrameReader, seen: dict[str, Any], deadline: float,
-              drain: bool) -> None:  # fmt: skip
-    """What the lane run's process wrote on its pipe, into ``seen``: one read, or (``drain``)
-    all it holds now, by ``deadline``. Its end closes the pipe here."""
-    if drain and spare.rfd >= 0:
-        os.set_blocking(spare.rfd, False)
-    while spare.rfd >= 0 and time.monotonic() < deadline:
-        try:
-            data = os.read(spare.rfd, 1 << 16)
-        except BlockingIOError:
-            return
-        if not data:
-            os.close(spare.rfd)
-            spare.rfd = -1
-            return
-        take(reader.feed(data), seen)
-        if not drain or ended(seen):
-            return
-
-
-def _lane_reply(seen: dict[str, Any]) -> dict[str, Any]:
-    """The reply of a lane run whose process sent its last message (it exits then): as the
-    server's would be."""
-    return {
-        "result": seen["result"], "failed": seen["failed"], "stages": seen["stages"],
-        "partial": seen["partial"], "signal": None, "evidence": None,
-        "code": 0 if seen["result"] is not None else 70, "log": seen["log"] or "",
-        "timed_out": None, "stopped": None,
-    }  # fmt: skip
-
-
-def _server_timed_out(limit: float) -> dict[str, Any]:
-    """The reply when the server itself did not answer within ``limit`` seconds."""
-    return {
-        "result": None, "failed": None, "stages": ["the allocator's server"], "partial": {},
-        "signal": None, "evidence": None, "code": None, "log": "", "timed_out": limit,
-        "stopped": None,
-    }  # fmt: skip
 
 
 def _json(payload: dict[str, Any]) -> str:
