@@ -79,23 +79,10 @@ class SmallVec {
     heap_.clear();
     heap_used_ = false;
   }
-  void resize(size_t n) {
-    while (size() > n) pop_back();
-    while (size() < n) emplace_back();
-  }
-  void pop_back() {
-    if (heap_used_)
-      heap_.pop_back();
-    else
-      inline_data()[--size_].~T();
-  }
 
   bool operator==(const SmallVec& o) const {
     return size() == o.size() && std::equal(begin(), end(), o.begin());
   }
-  bool operator!=(const SmallVec& o) const { return !(*this == o); }
-  // A std::vector of the same items (where an interface takes one).
-  std::vector<T> to_vector() const { return std::vector<T>(begin(), end()); }
 
  private:
   // Past N: every element moves to heap_.

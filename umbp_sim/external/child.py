@@ -205,7 +205,7 @@ def serve(spec: dict[str, Any]) -> int:
     private = tuple(fd for fd in (inp, out, keeper_fd) if fd is not None)
     ahead = bool(spec.get("fork_ahead", True))
     forker = Forker(module, ip, float(spec["timeout"]), keeper_fd, private, ahead,
-                    spec.get("log_dir", "/tmp"))  # fmt: skip
+                    spec["log_dir"])  # fmt: skip
     try:
         while True:
             try:
