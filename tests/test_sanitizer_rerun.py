@@ -96,7 +96,8 @@ class FakeRuns:
                 "<failure message='assert 1 == 0'/></testcase>"
                 for i in range(self.failed)
             )
-            (tmp / "junit.xml").write_text(f"<testsuites><testsuite>{cases}</testsuite></testsuites>")
+            junit = f"<testsuites><testsuite>{cases}</testsuite></testsuites>"
+            (tmp / "junit.xml").write_text(junit)
         return self.run_py.Outcome(*self.outcomes[len(self.commands) - 1])
 
 
