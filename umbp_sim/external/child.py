@@ -7,7 +7,8 @@ concerned (``umbp_sim.external.run_job``: the simulated host, the interposer act
 allocator called). The child is forked ahead, while the run before it runs, and warms up (what
 a run writes of the server's memory, copied before its run arrives); it waits in the server's
 group and is given its run, a group of its own and the keeper's watch. Its stdout and stderr
-(the allocator's log) go to a file, its stages to memory it shares with the server
+(the allocator's log) go to a pipe the server reads, keeping head and tail
+(``umbp_sim.external.run_log``), its stages to memory it shares with the server
 (``procs.StageBoard``), its result (or the exception that ended it) to a pipe, and the
 interposer's evidence of a simulated death to a second pipe (``umbp_sim.external.evidence``).
 The server waits for it, at most the run's time limit (``--run-timeout``), and answers with what
@@ -64,14 +65,12 @@ from umbp_sim.external.procs import (
     write_all,
     write_within,
 )
+from umbp_sim.external.run_log import RunLog
 
 _SYSTEM_LIB = re.compile(
     r"/(ld-linux[^/]*|libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libpython[^/]*|"
     r"libz|libffi|libutil|libcrypt)[.-][^/]*$"
 )
-
-
-LOG_LIMIT = 8 << 20  # bytes of a run's log read back: its head and its tail past that
 
 
 def send(fd: int, obj: Any) -> None:
@@ -94,18 +93,6 @@ def recv(fd: int) -> Any:
     if n > MAX_FRAME:
         raise FrameError(f"a frame of {n:,} bytes (at most {MAX_FRAME:,})")
     return loads(_read_exact(fd, n))
-
-
-def run_log(directory: str) -> Any:
-    """A run's log file: unnamed in ``directory`` (the owner's temporary directory), gone when
-    closed; in memory (a memfd) where that file system has no O_TMPFILE. Not ``tempfile``: it
-    brings shutil, random and their libraries, and each module the server holds makes every
-    fork of it dearer (about 0.6 ms a fork for those, measured)."""
-    try:
-        fd = os.open(directory, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    except OSError:
-        fd = os.memfd_create("umbp-sim-run-log", os.MFD_CLOEXEC)
-    return open(fd, "w+b")
 
 
 def loaded_objects() -> list[str]:
@@ -204,8 +191,7 @@ def serve(spec: dict[str, Any]) -> int:
                "registry": has_registry(module)})  # fmt: skip
     private = tuple(fd for fd in (inp, out, keeper_fd) if fd is not None)
     ahead = bool(spec.get("fork_ahead", True))
-    forker = Forker(module, ip, float(spec["timeout"]), keeper_fd, private, ahead,
-                    spec["log_dir"])  # fmt: skip
+    forker = Forker(module, ip, float(spec["timeout"]), keeper_fd, private, ahead)
     try:
         while True:
             try:
@@ -230,11 +216,11 @@ class _Child:
     job: int
     rfd: int  # its progress and result (pickle frames)
     erfd: int  # the interposer's evidence of a simulated death (JSON frames)
-    log: Any  # its stdout and stderr
+    log: RunLog  # its stdout and stderr
     board: StageBoard  # its stages
 
     def fds(self) -> tuple[int, ...]:
-        return tuple(fd for fd in (self.job, self.rfd, self.erfd, self.log.fileno()) if fd >= 0)
+        return tuple(fd for fd in (self.job, self.rfd, self.erfd, self.log.rfd) if fd >= 0)
 
     def close(self) -> None:
         for fd in (self.job, self.rfd, self.erfd):
@@ -270,11 +256,9 @@ class Forker:
         keeper_fd: int | None = None,
         private: tuple[int, ...] = (),
         ahead: bool = True,
-        log_dir: str = "/tmp",
     ) -> None:
         self._module, self._ip, self._timeout = module, ip, timeout
         self._keeper_fd, self._private, self._ahead = keeper_fd, private, ahead
-        self._log_dir = log_dir  # where the runs' logs are (``run_log``)
         self._spare: _Child | None = None
         self._unreaped: list[int] = []  # children that sent their result and were killed
         self._last: Any = None  # the last run given: a spare warms up on its host
@@ -302,19 +286,19 @@ class Forker:
         if self._ahead:
             self._spare = self._fork(child.fds())  # the next run's, while this one runs
         try:
-            seen = _watch_run(child.pid, child.rfd, child.erfd, deadline)
+            seen = _watch_run(child.pid, child.rfd, child.erfd, child.log, deadline)
             _take_board(child.board, seen)
         finally:
             kill_group(child.pid)  # what the allocator forked (the child is not reaped yet)
             tell_keeper(self._keeper_fd, 0)
+        child.log.drain()  # what it wrote before its end
         status: int | None = None
         ended = seen["ended"]
         if ended == "result":
             self._unreaped.append(child.pid)  # exiting: reaped once it has
         else:
             _, status = os.waitpid(child.pid, 0)
-        child.log.seek(0)
-        text = _read_log(child.log)
+        text = child.log.text()
         child.close()
         code: int | None
         signum: int | None = None
@@ -360,7 +344,7 @@ class Forker:
         """A child waiting for its run; ``others``: the running child's fds (closed in it)."""
         from umbp_sim.external import run_job
 
-        log = run_log(self._log_dir)
+        log = RunLog()
         board = StageBoard()
         jfd, job = os.pipe()  # the run, down to the child
         rfd, wfd = os.pipe()
@@ -371,13 +355,14 @@ class Forker:
             code = 0
             try:
                 die_with_parent(server)
-                for fd in (job, rfd, erfd, *self._private, *others):
+                for fd in (job, rfd, erfd, log.rfd, *self._private, *others):
                     os.close(fd)
                 # Before its log is its stdout: what the warm-up writes is not the allocator's.
                 if self._ahead and self._last is not None:
                     run_job.warm_up(self._ip, self._last)
-                os.dup2(log.fileno(), 1)
-                os.dup2(log.fileno(), 2)
+                os.dup2(log.wfd, 1)
+                os.dup2(log.wfd, 2)
+                os.close(log.wfd)
                 self._ip.set_evidence_fd(ewfd)
                 try:
                     run = recv(jfd)
@@ -397,8 +382,9 @@ class Forker:
                 code = 70
             finally:
                 os._exit(code)
-        for fd in (jfd, wfd, ewfd):
+        for fd in (jfd, wfd, ewfd, log.wfd):
             os.close(fd)
+        log.wfd = -1
         return _Child(pid, job, rfd, erfd, log, board)
 
 
@@ -412,18 +398,22 @@ def _give(fd: int, data: bytes, deadline: float) -> None:
         pass
 
 
-def _watch_run(pid: int, rfd: int, erfd: int, deadline: float) -> dict[str, Any]:
-    """Read the child's messages (``rfd``) and the interposer's evidence (``erfd``) until it
-    sends its result (or the exception that ended it: it exits then), exits, stops or runs out
-    of time (``deadline``, monotonic). Not reaped: its pid, the run's group id, stays ours until
-    the caller has killed the group."""
+def _watch_run(pid: int, rfd: int, erfd: int, log: RunLog, deadline: float) -> dict[str, Any]:
+    """Read the child's messages (``rfd``), the interposer's evidence (``erfd``) and its log
+    until it sends its result (or the exception that ended it: it exits then), exits, stops or
+    runs out of time (``deadline``, monotonic). Not reaped: its pid, the run's group id, stays
+    ours until the caller has killed the group (and drained the rest of its log)."""
     reader = FrameReader()
     seen: dict[str, Any] = {
         "stages": [], "partial": {}, "result": None, "failed": None, "ended": None,
         "stopped": None, "evidence": EvidenceReader(),
     }  # fmt: skip
-    feeds = {rfd: lambda data: _take(reader.feed(data), seen), erfd: seen["evidence"].feed}
-    pipes = [rfd, erfd]  # those not at their end yet
+    feeds = {
+        rfd: lambda data: _take(reader.feed(data), seen),
+        erfd: seen["evidence"].feed,
+        log.rfd: log.feed,
+    }
+    pipes = [rfd, erfd, log.rfd]  # those not at their end yet
     watch = pidfd(pid)
     try:
         while True:
@@ -454,8 +444,8 @@ def _watch_run(pid: int, rfd: int, erfd: int, deadline: float) -> dict[str, Any]
                 seen["ended"] = "stopped"
                 seen["stopped"] = signal_name(state.si_status)
                 break
-            # Exited: what it wrote before is still in the pipes.
-            for fd in pipes:
+            # Exited: what it wrote before is still in the pipes (the log's: the caller's).
+            for fd in [fd for fd in pipes if fd != log.rfd]:
                 os.set_blocking(fd, False)
                 while time.monotonic() < deadline:
                     try:
@@ -502,18 +492,6 @@ def _take_board(board: StageBoard, seen: dict[str, Any]) -> None:
     _take(board.frames(), seen)
     seen["stages"] += late_stages
     seen["partial"].update(late_partial)
-
-
-def _read_log(log: Any) -> str:
-    size = os.fstat(log.fileno()).st_size
-    if size <= LOG_LIMIT:
-        return log.read().decode(errors="replace")
-    half = LOG_LIMIT // 2
-    head = log.read(half)
-    log.seek(size - half)
-    tail = log.read(half)
-    cut = f"\n[umbp-sim: {size - 2 * half} bytes of the log left out]\n".encode()
-    return (head + cut + tail).decode(errors="replace")
 
 
 def main() -> int:

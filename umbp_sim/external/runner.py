@@ -140,7 +140,7 @@ class ExternalRunner:
         payload = {
             "kind": spec.kind, "name": spec.name, "path": spec.path or "",
             "fds": [to_server, from_server], "owner": os.getpid(), "timeout": self.run_timeout,
-            "fork_ahead": self.fork_ahead, "log_dir": tempfile.gettempdir(),
+            "fork_ahead": self.fork_ahead,
         }  # fmt: skip
         child_env = with_malloc_thp({**os.environ, **self.env})
         # Its stdout and stderr (the allocator's import) go to a file: a pipe nobody reads
