@@ -17,6 +17,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import isolated_child_env
 from fake_dumps import CGROUP_V2_HOST, write_tree
 
 from umbp_sim import cli
@@ -32,16 +33,6 @@ def script(tmp_path: Path, kind: str) -> Path:
     path = tmp_path / f"collect.{kind}"
     path.write_text(script_text(kind))
     return path
-
-
-def isolated_child_env() -> dict[str, str]:
-    """The environment for a ``python -I`` child. Under ``tox -e asan`` such a child ignores
-    run.py's PYTHONMALLOC=malloc (-I drops PYTHON* variables), so LeakSanitizer cannot see the
-    pointers pymalloc holds and reports CPython's own objects: leak checking is off for it."""
-    env = dict(os.environ)
-    if "ASAN_OPTIONS" in env:
-        env["ASAN_OPTIONS"] += ":detect_leaks=0"
-    return env
 
 
 def run_script(tmp_path: Path, kind: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import isolated_child_env
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import umbp_sim
@@ -202,7 +203,9 @@ def collected_round_trip(m: Machine, tmp: Path, kind: str) -> Machine:
         path.write_text(script_text(kind))
         cmd = [sys.executable, "-I", "-S", str(path)] if kind == "py" else ["dash", str(path)]
         args = ["--root", str(root), "--name", m.name, "-o", str(out)]
-        done = subprocess.run([*cmd, *args], capture_output=True, text=True, cwd=tmp)
+        done = subprocess.run(
+            [*cmd, *args], capture_output=True, text=True, cwd=tmp, env=isolated_child_env()
+        )
         assert done.returncode == 0, done.stderr
     return load_dump(out)[0]
 
