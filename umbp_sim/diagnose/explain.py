@@ -40,9 +40,10 @@ class Cause:
     """One sentence of the why, and the evidence it rests on.
 
     ``source``: ``kernel`` (SimKernel reasons, ``rules`` names them), ``sglang`` (its host check
-    or env parse), ``allocator`` (a warning it logged), ``outcome`` (a consequence of the
-    observed outcome) or ``dump`` (a note from reading the dump; ``note_code`` is its code,
-    umbp_sim/dump/notes.py).
+    or env parse), ``allocator`` (a warning it logged), ``host`` (a fact of the host that stops
+    the request on its own, met or not: the node it binds to has no memory), ``outcome`` (a
+    consequence of the observed outcome) or ``dump`` (a note from reading the dump;
+    ``note_code`` is its code, umbp_sim/dump/notes.py).
     """
 
     text: str
@@ -93,6 +94,7 @@ def explain(
             if request.hicache().nbytes > o.budget["available"] - HICACHE_HOST_MEMORY_RESERVE_BYTES:
                 return causes + _notes(facts, request)
     causes += _allocator_binding(run, request, machine)
+    causes += _node_blocker(run, request, machine, causes)
     causes += deciding_first(kernel_causes(o.reasons, run), run)
     if not any(c.source in ("kernel", "allocator") for c in causes) and run.outcome != "ok":
         # The allocator gave up without a kernel failure: its own words are the evidence.
@@ -168,6 +170,24 @@ def _allocator_binding(run: Run, request: Request, machine: Machine) -> list[Cau
             "allocator",
         )
     ]
+
+
+def _node_blocker(run: Run, request: Request, machine: Machine, said: list[Cause]) -> list[Cause]:
+    """The node the request binds to cannot hold it: said even when the run failed before the
+    binding (a pool short first), since fixing the pool alone would not get the buffer there."""
+    node = request.settings()[2]
+    if node < 0 or any(c.source == "allocator" and f"node {node} " in c.text for c in said):
+        return []
+    ids = machine.node_ids()
+    if node not in ids:
+        text = f"node {node} does not exist: the host's nodes are {nodelist(ids)}"
+    elif node not in machine.online():
+        text = f"node {node} is offline (online: {nodelist(machine.online())})"
+    elif not any(n.id == node and n.mem_total > 0 for n in machine.nodes):
+        text = f"node {node} has no memory (a CPU-only or device node)"
+    else:
+        return []
+    return [Cause(text + ": no buffer can be bound there, whatever else changes", "host")]
 
 
 # ---- SimKernel's reasons ----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from umbp_sim.diagnose.request import Request
 from umbp_sim.diagnose.run import Run
 from umbp_sim.machine import Machine
+from umbp_sim.sglang.host_memory import HICACHE_HOST_MEMORY_RESERVE_BYTES
 from umbp_sim.sim import HostState, SimHost
 
 HostChange = Callable[[SimHost], "str | None"]
@@ -21,6 +22,9 @@ COMPROMISES = ("node", "size", "buffer", "hicache", "no-hugepages", "backing")
 # Of those, the ones that give up what the buffer is for (hugepages, its size): shown only when
 # nothing milder gets the request everything.
 HEAVY = ("buffer", "no-hugepages", "backing")
+# Kinds whose commands change the whole host (pools, vm sysctls); "limits" covers the server's
+# own cgroup and ulimit too, so its sysctl commands alone are host-wide.
+HOST_WIDE = ("pool", "limits")
 
 
 @dataclass
@@ -45,6 +49,9 @@ class Fix:
     # the limits the server's service or container starts it with.
     sysctls: dict[str, str] = field(default_factory=dict)
     service: list[str] = field(default_factory=list)
+    # A pool grown by what the request's buffer needs (its pages short): sized for the request
+    # of the run it was read from, so it is wrong beside a step that shrinks that request.
+    sized_for_buffer: bool = False
 
     def __post_init__(self) -> None:
         self.key = self.key or " ; ".join(self.commands)
@@ -56,6 +63,33 @@ class Fix:
     @property
     def compromises(self) -> int:
         return sum(1 for f in self.singles if f.category in COMPROMISES)
+
+    @property
+    def host_wide(self) -> list[str]:
+        """The steps that change the whole host (a sysctl, a hugepage pool): every other
+        workload there lives with them, unlike a change to the server's own configuration."""
+        return [
+            c
+            for f in self.singles
+            for c in f.commands
+            if f.category in HOST_WIDE and c.startswith(("sysctl ", "echo "))
+        ]
+
+    @property
+    def safety(self) -> str | None:
+        """None when the host keeps what sglang's host check keeps for the rest of the server
+        (10 GiB of MemAvailable) after the fix and its buffer; else the figure that says why it
+        is unsafe."""
+        state = self.run.observed.state_after if self.run else None
+        if state is None:
+            return None
+        left = state.numbers.mem_available
+        if left >= HICACHE_HOST_MEMORY_RESERVE_BYTES:
+            return None
+        return (
+            f"unsafe: leaves {left / (1 << 30):.1f} GiB of MemAvailable, under the 10 GiB "
+            "sglang keeps for the rest of the server"
+        )
 
     @property
     def outcome_after(self) -> str:
@@ -73,7 +107,27 @@ class Fix:
             "commands": list(self.commands),
             "outcome_after": self.outcome_after,
             "outcome": self.run.outcome if self.run else None,
+            "steps": [
+                {"command": c, "knob": knob_of(c), "host_wide": c in self.host_wide}
+                for c in self.commands
+            ],
+            "safety": self.safety,
         }
+
+
+def knob_of(command: str) -> str:
+    """What a step's command changes: a sysctl (``vm.nr_hugepages``), a flag
+    (``--hicache-size``), an environment variable or a file."""
+    words = command.split()
+    if words[:2] == ["sysctl", "-w"] and len(words) > 2:
+        return words[2].partition("=")[0]
+    if words and words[0] == "echo" and ">" in words:
+        return words[words.index(">") + 1] if words.index(">") + 1 < len(words) else command
+    if words and words[0] == "export" and len(words) > 1:
+        return words[1].partition("=")[0]
+    if words and "=" in words[0] and not words[0].startswith("-"):
+        return words[0].partition("=")[0]
+    return words[0] if words else command
 
 
 def combine(fixes: list[Fix]) -> Fix:

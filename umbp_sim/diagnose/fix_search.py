@@ -53,7 +53,11 @@ class Search:
 
 def run_fix(machine: Machine, request: Request, fix: Fix, profile: str | None = None) -> Run:
     changes = tuple(fix.host_changes)
-    fix.run = simulate_request(fix.machine(machine), fix.request(request), changes, profile)
+    # sglang restarted after a fix for its error line runs its host check again: a fix that
+    # check would refuse is no fix.
+    fix.run = simulate_request(
+        fix.machine(machine), fix.request(request), changes, profile, request.sglang_raised
+    )
     return fix.run
 
 
@@ -117,7 +121,10 @@ def propose(
     singles = candidates(machine, request, baseline)
     for f in singles:
         trial(f)
-    done = lambda: any(f.run and f.run.got_what_was_asked for f in tried.values())  # noqa: E731
+    done = lambda: any(  # noqa: E731
+        f.run and f.run.got_what_was_asked and not _pool_sized_for_another_request(f)
+        for f in tried.values()
+    )
 
     # Pairs of different kinds.
     for a, b in itertools.combinations(singles, 2):
@@ -142,7 +149,10 @@ def propose(
             (
                 f
                 for f in tried.values()
-                if len(f.singles) == 2 and f.run and f.run.rank < 3 and f.run.rank > baseline.rank
+                if len(f.singles) == 2
+                and f.run
+                and baseline.rank < f.run.rank < 3
+                and not _pool_sized_for_another_request(f)
             ),
             key=lambda f: _value(f),
             reverse=True,
@@ -157,7 +167,11 @@ def propose(
     # step whose removal, re-simulated, does as well.
     for f in [f for f in tried.values() if f.run and f.run.rank == 3 and len(f.singles) > 1]:
         _without_moot_steps(f, trial)
-    helping = [f for f in tried.values() if f.run and f.run.rank > baseline.rank]
+    helping = [
+        f
+        for f in tried.values()
+        if f.run and f.run.rank > baseline.rank and not _pool_sized_for_another_request(f)
+    ]
     # Minimal: no proper subset does as well.
     by_key = {frozenset(s.key for s in f.singles): f for f in helping}
     minimal = []
@@ -168,7 +182,9 @@ def propose(
         )
         if not sub_better:
             minimal.append(f)
-    minimal.sort(key=_value, reverse=True)
+    # Safe sets first: one that leaves the rest of the server less than sglang keeps for it is
+    # shown after them, with the figure (Fix.safety).
+    minimal.sort(key=lambda f: (f.safety is None, _value(f)), reverse=True)
     # The smallest sets that get everything, then the best partial successes.
     full = [f for f in minimal if f.run and f.run.rank == 3]
     # Giving up what the buffer is for (hugepages, its size) only when no milder set, however
@@ -179,7 +195,14 @@ def propose(
     if full:
         least = min(len(f.singles) for f in full)
         full = [f for f in full if len(f.singles) == least]
-    partial = [f for f in minimal if f.run and f.run.rank < 3]
+    # The partial successes shown carry no step they do without either: "always overcommit"
+    # beside a buffer that fits without it is a host-wide change nothing needs.
+    partial = [
+        _without_moot_steps(f, trial) if len(f.singles) > 1 else f
+        for f in minimal
+        if f.run and f.run.rank < 3
+    ]
+    partial = list({frozenset(s.key for s in f.singles): f for f in partial}.values())
     # Partial successes (ok but unbound, demoted) only when nothing gets everything.
     minimal = full[:3] if full else partial[:3]
     mild_ok = any(
@@ -203,6 +226,19 @@ def propose(
         limit = _limit(baseline, [f for f in singles if f.run is not None])
     described = [_described(machine, f, tried, baseline) for f in minimal]
     return Search(described, not_helping, limit, runs)
+
+
+SHRINKS = ("buffer", "hicache")
+
+
+def _pool_sized_for_another_request(fix: Fix) -> bool:
+    """A pool step sized for the request as it was, beside a step that shrinks the request: a
+    pool for 64 GiB next to ``--size 4GiB`` reserves memory nothing uses (the steps sized on
+    the smaller request's own run are offered instead)."""
+    shrinks = {s.key for s in fix.singles if s.category in SHRINKS}
+    return bool(shrinks) and any(
+        s.sized_for_buffer and not shrinks <= s.sized_after for s in fix.singles
+    )
 
 
 def _without_moot_steps(fix: Fix, trial: Callable[[Fix], Fix | None]) -> Fix:

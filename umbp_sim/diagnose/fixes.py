@@ -85,6 +85,8 @@ def candidates(
     backing, hp, node, _prefault = request.settings()
     if request.kind == "sglang" and o.budget is not None:
         out += _host_check_fixes(machine, host, request, o.budget)
+    if request.kind == "raw":
+        out += _check_room_fixes(machine, host, request, run)
     for r in o.reasons:
         out += _from_reason(machine, host, request, r)
     if node >= 0 and (run.unbound or any(r.errno or r.signal for r in o.reasons)):
@@ -113,6 +115,7 @@ def candidates(
         )
     if (
         request.kind == "raw"
+        and not request.sglang_raised
         and backing in SHM_BACKINGS
         and any(r.rule.startswith("memfd") for r in o.reasons)
     ):
@@ -206,6 +209,32 @@ def _host_check_fixes(
     return out
 
 
+def _check_room_fixes(machine: Machine, host: HostState, request: Request, run: Run) -> list[Fix]:
+    """The buffer sizes that leave the host what sglang's host check keeps for the rest of the
+    server (MemAvailable - 10 GiB, on the host the change starts from): for an sglang error
+    line the sizes its check passes, for a raw request the sizes that are safe beside the
+    rest of the server. A hugetlb pool grown for the buffer leaves MemAvailable, so a buffer
+    of S bytes beyond the pool's free pages needs S + (S - free) <= available - 10 GiB."""
+    o = run.observed
+    avail = o.budget["available"] if o.budget is not None else host.numbers.mem_available
+    room = avail - HICACHE_HOST_MEMORY_RESERVE_BYTES
+    what = "sglang's available - 10 GiB" if request.sglang_raised else "MemAvailable - 10 GiB"
+    _backing, hp, _node, _prefault = request.settings()
+    out: list[Fix] = []
+    if request.wants_hugepages() and hp in machine.hugepage_sizes:
+        p = host.hugepages(hp)
+        free = max(0, p.free - p.reserved) * hp
+        fits = room if room <= free else (room + free) // 2
+        out += _smaller(
+            machine,
+            request,
+            fits,
+            f"{what} ({room / 1e9:.2f} GB) with the hugepages its pool gains taken from it",
+        )
+    out += _smaller(machine, request, room, f"{what} ({room / 1e9:.2f} GB)")
+    return out
+
+
 def _from_reason(machine: Machine, host: HostState, request: Request, r: Reason) -> list[Fix]:
     n = r.numbers
     out: list[Fix] = []
@@ -219,6 +248,7 @@ def _from_reason(machine: Machine, host: HostState, request: Request, r: Reason)
                 [pool_command(machine, size, total + short)],
                 "pool",
                 host_changes=[pool_write(size, total + short)],
+                sized_for_buffer=True,
             )
         )
         allow = n["surplus"] + short
@@ -229,6 +259,7 @@ def _from_reason(machine: Machine, host: HostState, request: Request, r: Reason)
                 [overcommit_command(machine, size, allow)],
                 "pool",
                 host_changes=[overcommit_write(size, allow)],
+                sized_for_buffer=True,
             )
         )
         node = request.settings()[2]
@@ -336,6 +367,7 @@ def _grow_node(
         "pool",
         host_changes=[pool_write(size, count, node)],
         describe=describe,
+        sized_for_buffer=True,
     )
 
 
@@ -372,6 +404,8 @@ def _smaller(
 ) -> list[Fix]:
     """Ask for what fits: a raw buffer of ``fits`` bytes, or the hicache size whose pool does."""
     page = unit or machine.page_size
+    if request.sglang_raised:
+        return _smaller_hicache_of_line(request, fits, why)
     if request.kind == "raw":
         # in the unit the size was written in: the allocator rounds it up to whole pages,
         # which still fit
@@ -396,6 +430,31 @@ def _smaller(
             [f"--hicache-size {largest}"],
             "hicache",
             request_change=_set_hicache(largest),
+        )
+    ]
+
+
+# sglang's pool is int(hicache_size * 1e9 // B) tokens rounded down to a page, plus one more page
+# of tokens: at most this many bytes past hicache_size x 10^9 for the models it serves (64 tokens
+# of 1 MiB each). An error line gives the pool's bytes, not the model, so a size is offered with
+# this much room and simulated at its largest.
+HICACHE_PAGE_SLACK = 64 << 20
+
+
+def _smaller_hicache_of_line(request: Request, fits: int, why: str) -> list[Fix]:
+    """The ``--hicache-size`` (GB per rank) whose pool fits in ``fits`` bytes, for the alloc an
+    sglang error line names; simulated at the largest pool that size gives."""
+    gb = (fits - HICACHE_PAGE_SLACK) // 10**9
+    size = gb * 10**9 + HICACHE_PAGE_SLACK
+    if gb < 1 or size >= request.raw.size:
+        return []
+    return [
+        Fix(
+            f"a --hicache-size whose pool fits: {why}, so at most {gb} (per rank: about "
+            f"{gb} x 10^9 bytes of host pool)",
+            [f"--hicache-size {gb}"],
+            "hicache",
+            request_change=_set_size(size),
         )
     ]
 

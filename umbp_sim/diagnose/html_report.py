@@ -172,6 +172,13 @@ def render_diagnosis_html(s: Sections, pic: Picture | None, title: str = "umbp-s
             + "".join(f"<div class='boot'>after a reboot too: {esc(p)}</div>" for p in f.persistent)
             + f"<div class='after'>simulated: {esc(f.outcome_after)}</div>"
             + (f"<div class='after'>leaves: {esc(f.margin)}</div>" if f.margin else "")
+            + (
+                "<div class='after'>host-wide, every workload on the host lives with: "
+                f"{esc('; '.join(f.host_wide))}</div>"
+                if f.host_wide
+                else ""
+            )
+            + (f"<div class='after unsafe'>{esc(f.safety)}</div>" if f.safety else "")
             + "</li>"
             for f in fs
         )

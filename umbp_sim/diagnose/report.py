@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.diagnose import Diagnosis, log_lines
@@ -37,6 +37,8 @@ class FixLine:
     outcome_after: str
     persistent: list[str]  # what makes the commands last past a reboot (diagnose.persist)
     margin: str | None  # what the fix leaves on the buffer's nodes (diagnose.margin)
+    host_wide: list[str] = field(default_factory=list)  # steps the whole host lives with
+    safety: str | None = None  # why applying it leaves the rest of the server short (Fix.safety)
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,8 @@ def sections(d: Diagnosis, mode: str = "replay") -> Sections:
                 f.outcome_after,
                 persistent(f, d.machine),
                 margin(f.run),
+                f.host_wide,
+                f.safety,
             )
             for f in fixes
         ]
@@ -205,6 +209,11 @@ def render_text(d: Diagnosis, mode: str = "replay") -> str:
         lines.append(f"      simulated: {f.outcome_after}")
         if f.margin:
             lines.append(f"      leaves: {f.margin}")
+        if f.host_wide:
+            wide = "; ".join(f.host_wide)
+            lines.append(f"      host-wide, every workload on the host lives with: {wide}")
+        if f.safety:
+            lines.append(f"      {f.safety}")
     if s.not_helping:
         lines += ["", "   tried in simulation, does not help:"]
         for f in s.not_helping:

@@ -86,6 +86,18 @@ class Request:
         return "sglang" if self.alloc is None else "raw"
 
     @property
+    def sglang_raised(self) -> bool:
+        """The request is the alloc an sglang error line names: sglang 0.5.23 made that call
+        after its host check passed, runs the check again when restarted with a fix, and is
+        configured with its own knobs (``--hicache-size``, ``SGLANG_HICACHE_HOST_*``)."""
+        return self.error_line is not None
+
+    @property
+    def speaks_sglang(self) -> bool:
+        """Changes are written in sglang's terms: an sglang request or an sglang error line."""
+        return self.kind == "sglang" or self.sglang_raised
+
+    @property
     def raw(self) -> AllocRequest:
         """A raw request's allocator call (an sglang request has none: AssertionError)."""
         assert self.alloc is not None, "an sglang request has no single allocator call"
@@ -164,17 +176,17 @@ class Request:
 
     # ---- how a person writes a change -----------------------------------------------------
     def node_change(self, node: int) -> str:
-        if self.kind == "raw":
+        if not self.speaks_sglang:
             return f"--numa-node {node}"
         return f"{sgenv.NUMA_NODE}={node}"
 
     def hugepage_size_change(self, size: int) -> str:
-        if self.kind == "raw":
+        if not self.speaks_sglang:
             return f"--hugepage-size {format_size(size)}"
         return f"{sgenv.HUGEPAGE_SIZE}={size}"
 
     def no_hugepages_change(self) -> str:
-        if self.kind == "raw":
+        if not self.speaks_sglang:
             return f"--backing {_FLAG_OF[self.without_hugepages().raw.backing]}"
         return f"{sgenv.HUGEPAGE}=0"
 
@@ -197,14 +209,21 @@ class Request:
         )
 
     def engine_run(
-        self, machine: Machine, allocator: str | None = None, changes: tuple[HostChange, ...] = ()
+        self,
+        machine: Machine,
+        allocator: str | None = None,
+        changes: tuple[HostChange, ...] = (),
+        host_check: bool = False,
     ) -> EngineRun:
         """The engine's ``Run`` of this request on ``machine`` (``allocator``: the request's by
         default), the admin writes ``changes`` first. A raw request's env holds MORI_* only
-        (its allocator process reads them); sglang's is its startup's too."""
+        (its allocator process reads them); sglang's is its startup's too. ``host_check``: an
+        error line's alloc behind sglang's host check (a fix's run: sglang restarted on the
+        host the fix leaves); the replay of the line itself runs without it, since the line
+        says the check passed when the server started."""
         work: Alloc | SglangStartup
         if self.alloc is not None:
-            work = Alloc(self.alloc)
+            work = Alloc(self.alloc, host_check=host_check and self.sglang_raised)
         else:
             work = SglangStartup(dict(self.sglang), self.sglang_release)
         return EngineRun(

@@ -121,13 +121,17 @@ def simulate_request(
     request: Request,
     changes: Sequence[HostChange] = (),
     profile: str | None = None,
+    host_check: bool = False,
 ) -> Run:
     """``request`` on ``machine`` after ``changes``, on ``profile`` (a profile or an external
-    SPEC; default: the request's allocator). An external run past ``--run-timeout`` raises
-    RunTimedOut, one whose process failed UmbpSimError, one without address space NoRoom."""
+    SPEC; default: the request's allocator); ``host_check``: an sglang error line's alloc
+    behind sglang's host check (``Request.engine_run``). An external run past
+    ``--run-timeout`` raises RunTimedOut, one whose process failed UmbpSimError, one without
+    address space NoRoom."""
     allocator = profile or request.allocator
     try:
-        run = replace(request.engine_run(machine, allocator, tuple(changes)), keep_state=True)
+        run = request.engine_run(machine, allocator, tuple(changes), host_check)
+        run = replace(run, keep_state=True)
         rec = engine.run(run)
     except NoRoom as e:
         raise NoRoom(f"--allocator {allocator}: {e}") from None

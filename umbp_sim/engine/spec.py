@@ -7,6 +7,7 @@ The work is one of:
 
 - ``Alloc``: one ``alloc`` call (``AllocRequest``); ``write`` writes the buffer's first byte as
   a user would (compare's runs), ``free`` frees it at the end (before the leak check);
+  ``host_check`` runs sglang's host check on the call's size first;
 - ``Steps``: a scenario's ``[request].steps`` (alloc, free, acquire/lookup/release, mapped,
   set_nr_hugepages);
 - ``SglangStartup``: sglang's HiCache host-pool startup (its ``[request]`` table), released as
@@ -50,6 +51,10 @@ class Alloc:
     write: bool = False  # write the first byte after alloc (the user's first touch)
     free: bool = True
     free_twice: bool = False  # then free the same handle again (a double free is a no-op)
+    # sglang's host check first (requested <= MemAvailable - 10 GiB, as 0.5.23 performs it): the
+    # call an sglang error line names was made only after that check passed, and a fix for it is
+    # applied to a server that runs the check again.
+    host_check: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,13 @@ from umbp_sim.engine.record import RunRecord, handle_fields
 from umbp_sim.engine.spec import Alloc, RunError, SglangStartup, Steps
 from umbp_sim.engine.subject import Subject
 from umbp_sim.request import AllocRequest
-from umbp_sim.sglang.sizing import hicache_request_of_table, host_available_bytes, parse_meminfo
+from umbp_sim.sglang.sizing import (
+    HICACHE_HOST_MEMORY_RESERVE_BYTES,
+    hicache_request_of_table,
+    host_available_bytes,
+    host_memory_error,
+    parse_meminfo,
+)
 from umbp_sim.sim import SimHost
 from umbp_sim.units import parse_size
 
@@ -56,6 +62,8 @@ def _failed(rec: RunRecord, failure: str, error: str) -> None:
 def run_alloc(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held: Held) -> None:
     req = work.request
     kernel = host.kernel
+    if work.host_check and not passes_host_check(req.size, host, rec):
+        return
     before = pools_free(kernel, host.machine)
     subject.stage("alloc", size=req.size)
     held.allocator = allocator = subject.allocator()
@@ -88,6 +96,18 @@ def run_alloc(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held
         ptr = int(h.ptr)
         held.probe = (ptr, int(h.mapped_size), record_fds(host, ptr))
         rec.registry = registry_probe(subject, allocator, held.probe)
+
+
+def passes_host_check(nbytes: int, host: SimHost, rec: RunRecord) -> bool:
+    """sglang's host check of an ``nbytes`` pool on ``host`` as it stands (its numbers kept in
+    ``rec.budget``); a refusal is the run's outcome, sglang's ValueError."""
+    meminfo = parse_meminfo(host.read("/proc/meminfo"), "/proc/meminfo")
+    rec.budget = result_budget(meminfo, host)
+    room = rec.budget["available"] - HICACHE_HOST_MEMORY_RESERVE_BYTES
+    if nbytes <= room:
+        return True
+    _failed(rec, "raised", f"ValueError: {host_memory_error(nbytes, room)}")
+    return False
 
 
 def run_steps(work: Steps, subject: Subject, host: SimHost, rec: RunRecord, held: Held) -> None:

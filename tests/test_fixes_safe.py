@@ -1,0 +1,167 @@
+"""Fixes safe to apply on the host as deployed: for an sglang error line, each fix passes
+sglang's own host check once applied (checked here on a fresh host the fix leaves, by reading
+its meminfo as sglang does, apart from the fix search), carries no step it does without, is
+written in sglang's knobs; a node the request cannot be bound to is named in "why"."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from umbp_sim import Machine
+from umbp_sim.cli import main
+from umbp_sim.diagnose import diagnose
+from umbp_sim.diagnose.error_line import parse_error_line
+from umbp_sim.diagnose.fix import Fix, combine, knob_of
+from umbp_sim.diagnose.fix_search import run_fix
+from umbp_sim.diagnose.request import Request
+from umbp_sim.request import AllocRequest
+from umbp_sim.sglang.sizing import host_memory_budget, parse_meminfo
+from umbp_sim.sim import SimHost
+
+LINE = (
+    "RuntimeError: UMBPHostMemAllocator.alloc({size} bytes) failed "
+    "(requested_backing=UMBPHostBufferBacking.AnonymousHugetlb, numa_node={node})."
+)
+# The plain hosts of the issue: one node of 24 GiB, two of 16 GiB, four of 128 GiB with a
+# small pool.
+HOSTS = {
+    "one24": lambda: Machine.x86_64(nodes=1, mem_per_node="24GiB"),
+    "two16": lambda: Machine.x86_64(nodes=2, mem_per_node="16GiB"),
+    "four128": lambda: Machine.x86_64(
+        nodes=4, mem_per_node="128GiB", hugepages_per_node=[{"2MiB": 512}] * 4
+    ),
+}
+LINES = [(100000595968, 1), (100000595968, -1), (20006830080, 0)]
+RAW_FLAGS = ("--size", "--backing", "--numa-node", "--hugepage-size")
+
+
+def line_request(size: int, node: int) -> Request:
+    line = parse_error_line(LINE.format(size=size, node=node), "--error")
+    alloc = AllocRequest(line.size, line.backing, 2 << 20, line.numa_node, True)
+    return Request(alloc, error_line=line)
+
+
+def budget_after(machine: Machine, fix: Fix) -> int:
+    """sglang's budget (MemAvailable - 10 GiB) on a fresh host the fix leaves."""
+    host = SimHost(fix.machine(machine).copy())
+    for change in fix.host_changes:
+        change(host)
+    return host_memory_budget(parse_meminfo(host.read("/proc/meminfo")))
+
+
+@pytest.mark.parametrize("host", sorted(HOSTS))
+@pytest.mark.parametrize(("size", "node"), LINES)
+def test_every_fix_for_an_error_line_passes_sglangs_check_once_applied(
+    host: str, size: int, node: int
+) -> None:
+    machine = HOSTS[host]()
+    request = line_request(size, node)
+    d = diagnose(machine, None, request)
+    assert d.fixes, d.limit
+    for fix in d.fixes:
+        asked = fix.request(request).raw.size
+        assert asked <= budget_after(machine, fix), (fix.commands, asked)
+        assert fix.run is not None and fix.run.outcome in ("ok", "demoted")
+        assert fix.safety is None, fix.commands
+        # sglang's knobs only: the server is configured with them, not umbp-sim's flags
+        assert not any(c.startswith(RAW_FLAGS) for c in fix.commands), fix.commands
+
+
+@pytest.mark.parametrize("host", sorted(HOSTS))
+def test_no_fix_carries_a_step_it_does_without(host: str) -> None:
+    """Minimal: each step of each fix, removed and re-simulated, does worse."""
+    machine = HOSTS[host]()
+    request = line_request(100000595968, 1)
+    d = diagnose(machine, None, request)
+    for fix in d.fixes:
+        assert fix.run is not None
+        for i in range(len(fix.singles)):
+            if len(fix.singles) == 1:
+                break
+            rest = combine(fix.singles[:i] + fix.singles[i + 1 :])
+            run = run_fix(machine, request, rest)
+            assert run.rank < fix.run.rank, (fix.commands, fix.singles[i].commands)
+    assert not any("vm.overcommit_memory=1" in c for f in d.fixes for c in f.commands)
+
+
+def test_a_node_without_memory_is_named_even_when_the_pool_fails_first() -> None:
+    machine = HOSTS["one24"]()
+    d = diagnose(machine, None, line_request(100000595968, 1))
+    assert d.run.outcome == "failed"  # the pool (mmap) fails before any binding is tried
+    assert d.causes[0] == (
+        "node 1 does not exist: the host's nodes are 0: no buffer can be bound there, "
+        "whatever else changes"
+    )
+    assert [c.source for c in d.evidence][0] == "host"
+    # every fix moves the binding, since none can get the buffer onto node 1
+    assert all(
+        any(c.startswith("SGLANG_HICACHE_HOST_NUMA_NODE=") for c in f.commands) for f in d.fixes
+    )
+
+
+def test_a_node_with_no_memory_is_named() -> None:
+    machine = Machine.x86_64(nodes=2, mem_per_node="32GiB")
+    machine.nodes[1].mem_total = 0  # a CPU-only node
+    d = diagnose(machine, None, Request(AllocRequest(1 << 30, "Anonymous", numa_node=1)))
+    assert (
+        "node 1 has no memory (a CPU-only or device node): no buffer can be bound there, "
+        "whatever else changes"
+    ) in d.causes
+
+
+def test_an_unsafe_fix_for_a_raw_request_says_so_and_comes_after_the_safe_ones() -> None:
+    """A raw request (no sglang check): a fix that leaves the host under 10 GiB of MemAvailable
+    is marked with the figure and never put before a safe one."""
+    machine = HOSTS["one24"]()
+    request = Request(AllocRequest(30 << 30, "Anonymous"))
+    d = diagnose(machine, None, request)
+    assert d.run.outcome == "failed"  # overcommit_memory 0: larger than RAM + swap
+    assert d.fixes
+    assert d.fixes[0].safety is None
+    flags = [f.safety is not None for f in d.fixes]
+    assert flags == sorted(flags)
+    unsafe = Fix(
+        "x", ["--size 22GiB"], "buffer", request_change=lambda r: r.with_alloc(size=22 << 30)
+    )
+    run_fix(machine, request, unsafe)
+    assert unsafe.safety is not None
+    assert unsafe.safety.startswith("unsafe: leaves ")
+    assert unsafe.safety.endswith(
+        " GiB of MemAvailable, under the 10 GiB sglang keeps for the rest of the server"
+    )
+
+
+def test_the_json_carries_each_steps_knob_host_wide_and_safety(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    SimHost(HOSTS["one24"]()).render(tmp_path / "dump")
+    rc = main(["replay", str(tmp_path / "dump"), "--error", LINE.format(size=100000595968, node=1),
+               "--json"])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    fixes = out["fixes"]
+    assert fixes
+    for f in fixes:
+        assert f["safety"] is None
+        assert [s["command"] for s in f["steps"]] == f["commands"]
+        for s in f["steps"]:
+            assert s["knob"] == knob_of(s["command"])
+            assert s["host_wide"] == s["command"].startswith("sysctl ")
+    knobs = {s["knob"] for f in fixes for s in f["steps"]}
+    assert "--hicache-size" in knobs and "SGLANG_HICACHE_HOST_NUMA_NODE" in knobs
+
+
+@pytest.mark.parametrize(
+    ("command", "knob"),
+    [
+        ("sysctl -w vm.nr_hugepages=3370", "vm.nr_hugepages"),
+        ("echo 5 > /sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages",
+         "/sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages"),
+        ("SGLANG_HICACHE_HOST_NUMA_NODE=0", "SGLANG_HICACHE_HOST_NUMA_NODE"),
+        ("export SGLANG_HICACHE_HOST_HUGEPAGE_SIZE=2097152", "SGLANG_HICACHE_HOST_HUGEPAGE_SIZE"),
+        ("--hicache-size 7", "--hicache-size"),
+        ("ulimit -v unlimited", "ulimit"),
+    ],
+)  # fmt: skip
+def test_knob_of_names_what_a_step_changes(command: str, knob: str) -> None:
+    assert knob_of(command) == knob
