@@ -165,3 +165,59 @@ def test_the_json_carries_each_steps_knob_host_wide_and_safety(tmp_path, capsys)
 )  # fmt: skip
 def test_knob_of_names_what_a_step_changes(command: str, knob: str) -> None:
     assert knob_of(command) == knob
+
+
+def test_ranks_share_one_pool_and_every_fix_holds_for_all_of_them(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """8 ranks of 174 GB on one host whose pool holds four of them (the MI355X report's shape):
+    ranks 4-7 are named as the ones that do not get hugepages, and every fix offered holds for
+    all eight, each rank's sglang check included."""
+    machine = Machine.x86_64(nodes=2, mem_per_node="1536GiB", hugepages={"2MiB": 409600})
+    SimHost(machine).render(tmp_path / "dump")
+    line = LINE.format(size=174000000000, node=-1)
+    rc = main(["replay", str(tmp_path / "dump"), "--error", line, "--ranks", "8", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["ranks"] == 8
+    assert [r["outcome"] for r in out["rank_outcomes"]] == ["ok"] * 4 + ["demoted"] * 4
+    assert out["fixes"]
+    for f in out["fixes"]:
+        assert [r["outcome"] for r in f["rank_outcomes"]] == ["ok"] * 8, f["commands"]
+    # the pool fix is sized for the four ranks it was short for, not for one
+    (grow,) = [f for f in out["fixes"] if f["commands"][0].startswith("sysctl -w vm.nr_hugepages=")]
+    assert grow["commands"] == [f"sysctl -w vm.nr_hugepages={409600 + 4 * 82970 - 77720}"]
+
+
+def test_one_rank_fix_is_not_offered_for_eight(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A one-rank fix (pool for one buffer) does not hold for eight: with --ranks 8 none offered
+    leaves a rank failing or demoted."""
+    machine = Machine.x86_64(nodes=1, mem_per_node="24GiB")
+    request = Request(AllocRequest(1 << 30, "AnonymousHugetlb"), ranks=8)
+    d = diagnose(machine, None, request)
+    assert [r["outcome"] for r in d.run.observed.ranks] == ["demoted"] * 8
+    assert d.fixes
+    for f in d.fixes:
+        assert f.run is not None
+        assert [r["outcome"] for r in f.run.observed.ranks] == ["ok"] * 8, f.commands
+
+
+@pytest.mark.parametrize("value", ["0", "257", "x"])
+def test_ranks_out_of_range_is_a_usage_error(value: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit) as e:
+        main(["replay", "--size", "1GiB", "--ranks", value])
+    assert e.value.code == 64
+    assert "--ranks" in capsys.readouterr().err
+
+
+def test_tp_size_is_the_default_ranks() -> None:
+    import argparse
+
+    from umbp_sim.diagnose.request import request_from_args
+    from umbp_sim.diagnose.request_flags import add_request_arguments
+
+    parser = argparse.ArgumentParser()
+    add_request_arguments(parser)
+    flags = ["--model-layers", "32", "--kv-heads", "8", "--head-dim", "128", "--hicache-size", "10"]
+    assert request_from_args(parser.parse_args([*flags, "--tp-size", "8"])).ranks == 8
+    assert (
+        request_from_args(parser.parse_args([*flags, "--tp-size", "8", "--ranks", "4"])).ranks == 4
+    )
+    assert request_from_args(parser.parse_args(flags)).ranks == 1

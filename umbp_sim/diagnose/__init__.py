@@ -78,6 +78,7 @@ class Diagnosis:
                     **f.to_json(),
                     "persistent": persistent(f, self.machine),
                     "margin": margin(f.run),
+                    "rank_outcomes": list(f.run.observed.ranks) if f.run else [],
                 }
                 for f in self.fixes
             ],
@@ -91,6 +92,8 @@ class Diagnosis:
             "mapped_size": o.mapped_size,
             "crash_node": o.crash_node,
             "request": self.request.describe(),
+            "ranks": self.request.ranks,
+            "rank_outcomes": list(o.ranks),
             "machine": self.machine.name,
             "kernel_version": self.machine.kernel_version,
             "allocator": self.request.allocator,

@@ -103,7 +103,13 @@ def explain(
             causes.append(Cause(f"the request ended with: {o.error}", "outcome"))
     if run.outcome == "demoted":
         causes.append(Cause(RDMA_NOTE.format(base=run.base_pages), "outcome"))
-    return causes + _notes(facts, request)
+    return _once(causes) + _notes(facts, request)
+
+
+def _once(causes: list[Cause]) -> list[Cause]:
+    """Each sentence once: several ranks meeting the same shortage say the same thing."""
+    seen: set[str] = set()
+    return [c for c in causes if not (c.text in seen or seen.add(c.text))]  # type: ignore[func-returns-value]
 
 
 # ---- sglang's host check --------------------------------------------------------------------

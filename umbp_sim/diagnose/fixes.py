@@ -87,8 +87,13 @@ def candidates(
         out += _host_check_fixes(machine, host, request, o.budget)
     if request.kind == "raw":
         out += _check_room_fixes(machine, host, request, run)
+    share = _ranks_from_first_short(request, run)
+    seen: set[tuple[str, tuple[tuple[str, int], ...]]] = set()
     for r in o.reasons:
-        out += _from_reason(machine, host, request, r)
+        key = (r.rule, tuple(sorted(r.numbers.items())))
+        if key not in seen:  # several ranks meeting the same shortage: once
+            seen.add(key)
+            out += _from_reason(machine, host, request, r, share)
     if node >= 0 and (run.unbound or any(r.errno or r.signal for r in o.reasons)):
         out += _node_fixes(machine, host, request)
     if (
@@ -216,35 +221,59 @@ def _check_room_fixes(machine: Machine, host: HostState, request: Request, run: 
     rest of the server. A hugetlb pool grown for the buffer leaves MemAvailable, so a buffer
     of S bytes beyond the pool's free pages needs S + (S - free) <= available - 10 GiB."""
     o = run.observed
-    avail = o.budget["available"] if o.budget is not None else host.numbers.mem_available
+    n = request.ranks  # each rank's check sees the ranks before it on the host
+    use_budget = o.budget is not None and n == 1
+    avail = o.budget["available"] if use_budget else host.numbers.mem_available  # type: ignore[index]
     room = avail - HICACHE_HOST_MEMORY_RESERVE_BYTES
     what = "sglang's available - 10 GiB" if request.sglang_raised else "MemAvailable - 10 GiB"
+    if n > 1:
+        what += f" shared by {n} ranks"
     _backing, hp, _node, _prefault = request.settings()
     out: list[Fix] = []
     if request.wants_hugepages() and hp in machine.hugepage_sizes:
         p = host.hugepages(hp)
         free = max(0, p.free - p.reserved) * hp
-        fits = room if room <= free else (room + free) // 2
+        # n buffers of S: the pool grows by n*S - free before the ranks start, and each rank's
+        # check needs S <= available - (n*S - free) - 10 GiB.
+        fits = min(room, max(free // n, (room + free) // (n + 1)))
         out += _smaller(
             machine,
             request,
             fits,
             f"{what} ({room / 1e9:.2f} GB) with the hugepages its pool gains taken from it",
         )
-    out += _smaller(machine, request, room, f"{what} ({room / 1e9:.2f} GB)")
+    # plain pages: the last rank's check sees the n - 1 buffers before it
+    out += _smaller(machine, request, room // n, f"{what} ({room / 1e9:.2f} GB)")
     return out
 
 
-def _from_reason(machine: Machine, host: HostState, request: Request, r: Reason) -> list[Fix]:
+def _ranks_from_first_short(request: Request, run: Run) -> int:
+    """The ranks a shortage is met by: from the first rank that did not get everything to the
+    last (1 for one rank). The first such rank's reasons come first, and every rank after it
+    needs as much again."""
+    ranks = run.observed.ranks
+    if request.ranks <= 1 or not ranks:
+        return 1
+    first = next((e["rank"] for e in ranks if e["outcome"] != "ok"), len(ranks))
+    return max(1, request.ranks - first)
+
+
+def _from_reason(
+    machine: Machine, host: HostState, request: Request, r: Reason, share: int = 1
+) -> list[Fix]:
+    """The fixes one reason suggests; ``share``: the ranks still to be served from what the
+    reason says is short (each needing the pages or memory its rank needed)."""
     n = r.numbers
     out: list[Fix] = []
     if r.rule == "hugetlb_reserve":
-        size, short = n["hugepage_size"], n["pages_needed"] - n["available"]
+        size = n["hugepage_size"]
+        short = n["pages_needed"] - n["available"] + (share - 1) * n["pages_needed"]
         total = host.hugepages(size).total
+        needed = f"{n['pages_needed']} needed" + (f" by each of {share} ranks" if share > 1 else "")
         out.append(
             Fix(
-                f"grow the {kb(size)} pool by the {short} pages it is short ({n['pages_needed']} "
-                f"needed, {n['available']} available; new pages are interleaved over the nodes)",
+                f"grow the {kb(size)} pool by the {short} pages it is short ({needed}, "
+                f"{n['available']} available; new pages are interleaved over the nodes)",
                 [pool_command(machine, size, total + short)],
                 "pool",
                 host_changes=[pool_write(size, total + short)],
@@ -275,18 +304,18 @@ def _from_reason(machine: Machine, host: HostState, request: Request, r: Reason)
             out += _smaller(
                 machine,
                 request,
-                n["available"] * size,
+                n["available"] * size // share,
                 f"the {n['available']} available {kb(size)} pages",
                 unit=size,
             )
     elif r.rule == "hugetlb_fault_no_page" and n["node"] >= 0:
         size, node = n["hugepage_size"], n["node"]
-        short = n["pages_needed"] - n["node_free"]
+        short = n["pages_needed"] - n["node_free"] + (share - 1) * n["pages_needed"]
         if short > 0:
             count = host.node_hugepages(node, size).total + short
             out.append(_grow_node(machine, host, node, size, count, n["pages_needed"]))
     elif r.rule == "oom":
-        fits = (n["node_free"] + n["reclaimable"]) * 9 // 10
+        fits = (n["node_free"] + n["reclaimable"]) * 9 // 10 // share
         out += _smaller(
             machine,
             request,
@@ -303,7 +332,7 @@ def _from_reason(machine: Machine, host: HostState, request: Request, r: Reason)
                 service=["echo max > /sys/fs/cgroup/<server cgroup>/memory.max"],
             )
         )
-        fits = n["limit"] * 9 // 10
+        fits = n["limit"] * 9 // 10 // share
         out += _smaller(machine, request, fits, f"90% of memory.max ({gib(n['limit'])})")
     elif r.rule == "hugetlb_cgroup_limit":
         size = n["hugepage_size"]

@@ -11,6 +11,7 @@ from umbp_sim.diagnose.hypotheses import HypothesisSearch
 from umbp_sim.diagnose.margin import margin
 from umbp_sim.diagnose.persist import persistent
 from umbp_sim.diagnose.request import Request
+from umbp_sim.diagnose.run import ranks_summary
 from umbp_sim.machine import Machine
 from umbp_sim.printable import printable
 from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, mori_log_level
@@ -93,6 +94,9 @@ def sections(d: Diagnosis, mode: str = "replay") -> Sections:
         )
         if not reproduced:
             saw_lines.append(f"  given: {line.text}")
+    if o.ranks:
+        saw_lines.append(f"{len(o.ranks)} ranks on this host, in the order they start: "
+                         f"{ranks_summary(o.ranks)}")  # fmt: skip
     saw_lines += _log_section(d)
     no_fix = None
     if d.run.got_what_was_asked:

@@ -72,6 +72,9 @@ class Request:
     allocator: str = FIELD_PROFILE  # the allocator profile the server runs
     sglang_release: str = "0.5.23"  # whose UMBPHostTensorAllocator: a release, or "installed"
     error_line: ErrorLine | None = None  # the RuntimeError line the replay was asked about
+    # sglang's ranks on this host (tp/dp on one node), each its own process and pool of this
+    # request, started in turn on one host: its pools, MemAvailable and commit accounting.
+    ranks: int = 1
 
     def __post_init__(self) -> None:
         # The line names one alloc call (its size, backing, node): it is a raw request. An
@@ -196,15 +199,18 @@ class Request:
             f"backing {backing}, hugepage_size {format_size(hp)}, numa_node {node}, "
             f"prefault {'on' if prefault else 'off'}"
         )
+        each = f"{self.ranks} ranks on this host, each" if self.ranks > 1 else ""
         if self.alloc is not None:
             size = self.alloc.size
             unit = getattr(size, "unit", "")
             spelled = f" = {format_size(size)}" if unit and unit != "B" else ""
-            return f"alloc({size} bytes{spelled}, {alloc})"
+            call = f"alloc({size} bytes{spelled}, {alloc})"
+            return f"{each} {call}" if each else call
         h = self.hicache()
         sizes = " + ".join(str(b.nbytes) for b in h.buffers)
+        whose = f"{each} with its own" if each else "one rank:"
         return (
-            f"sglang HiCache host pool of one rank: {h.bytes_per_token} B/token, {h.tokens} "
+            f"sglang HiCache host pool of {whose} {h.bytes_per_token} B/token, {h.tokens} "
             f"tokens, {h.nbytes} bytes checked, alloc {sizes} bytes ({alloc})"
         )
 
@@ -223,9 +229,9 @@ class Request:
         says the check passed when the server started."""
         work: Alloc | SglangStartup
         if self.alloc is not None:
-            work = Alloc(self.alloc, host_check=host_check and self.sglang_raised)
+            work = Alloc(self.alloc, host_check=host_check and self.sglang_raised, ranks=self.ranks)
         else:
-            work = SglangStartup(dict(self.sglang), self.sglang_release)
+            work = SglangStartup(dict(self.sglang), self.sglang_release, ranks=self.ranks)
         return EngineRun(
             machine,
             work,
@@ -240,8 +246,13 @@ def request_from_args(args: argparse.Namespace) -> Request:
     """The request the flags describe; RequestError naming the flag for a bad combination."""
     request = _request_from_flags(args)
     sglang = getattr(args, "sglang", None) or default_sglang_release()
+    # The tp ranks of an sglang request share this host unless --ranks says how many do.
+    ranks = getattr(args, "ranks", None) or request.sglang.get("tp_size") or 1
     return dataclasses.replace(
-        request, allocator=getattr(args, "allocator", None) or FIELD_PROFILE, sglang_release=sglang
+        request,
+        allocator=getattr(args, "allocator", None) or FIELD_PROFILE,
+        sglang_release=sglang,
+        ranks=ranks,
     )
 
 

@@ -64,6 +64,16 @@ def _profile_arg(value: str) -> str:
         return spec.path or spec.name
 
 
+MAX_RANKS = 256  # ranks on one host: 8 GPUs a node today, a bound on the simulation's work
+
+
+def _ranks_arg(value: str) -> int:
+    n = count_flag(value)
+    if not 1 <= n <= MAX_RANKS:
+        raise argparse.ArgumentTypeError(f"{n} ranks: give 1 to {MAX_RANKS}")
+    return n
+
+
 def _sglang_arg(value: str) -> str:
     if value in SGLANG_RELEASES:
         return value
@@ -100,6 +110,15 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         help="sglang release whose UMBPHostTensorAllocator runs: 'installed' (the sglang in "
         "this environment; the default when there is one) or "
         f"{', '.join(r for r in SGLANG_RELEASES if r != 'installed')} (umbp-sim's emulation)",
+    )
+    model.add_argument(
+        "--ranks",
+        type=_ranks_arg,
+        default=None,
+        metavar="N",
+        help="sglang ranks on this host, each allocating its own pool of the request in turn "
+        "from the same hugepage pools and MemAvailable, each running sglang's host check "
+        "(default: --tp-size for an sglang request, else 1)",
     )
     model.add_argument(
         "--error",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from umbp_sim import engine
 from umbp_sim.diagnose.request import Request
@@ -113,7 +114,30 @@ class Run:
             text = f"{o.outcome}: {o.error}"
         if self.setup_notes:
             text += " (" + "; ".join(self.setup_notes) + ")"
+        if o.ranks:
+            text += f" [{ranks_summary(o.ranks)}]"
         return text
+
+
+def ranks_summary(ranks: list[dict[str, Any]]) -> str:
+    """Each rank's outcome, runs of equal ones together: "ranks 0-4 ok (AnonymousHugetlb);
+    ranks 5-7 failed: RuntimeError: ..." (a rank after a crash was not simulated)."""
+    groups: list[tuple[list[int], str]] = []
+    for e in ranks:
+        text = e["outcome"]
+        if e["outcome"] in ("ok", "demoted") and e["actual_backing"]:
+            text += f" ({e['actual_backing']})"
+        elif e["error"]:
+            text += f": {e['error']}"
+        if groups and groups[-1][1] == text:
+            groups[-1][0].append(e["rank"])
+        else:
+            groups.append(([e["rank"]], text))
+    parts = []
+    for ids, text in groups:
+        which = f"rank {ids[0]}" if len(ids) == 1 else f"ranks {ids[0]}-{ids[-1]}"
+        parts.append(f"{which} {text}")
+    return "; ".join(parts)
 
 
 def simulate_request(

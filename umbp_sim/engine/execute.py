@@ -116,8 +116,9 @@ def _free(run: Run, subject: Subject, rec: RunRecord, held: Held) -> None:
         return
     try:
         with subject.scope():
-            if held.startup is not None:
-                held.startup.close()
+            if held.startups:
+                for startup in held.startups:
+                    startup.close()
             elif held.allocator is not None:
                 for h in held.handles:
                     held.allocator.free(h)

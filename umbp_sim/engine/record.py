@@ -110,6 +110,9 @@ class RunRecord:
     counters: dict[str, int] = field(default_factory=dict)
     steps: list[str] = field(default_factory=list)
     budget: dict[str, int] | None = None  # what sglang's host check read
+    # Several ranks on one host (Alloc.ranks, SglangStartup.ranks): each rank's outcome, error
+    # and backing, in the order they started; the record's own fields are the worst rank's.
+    ranks: list[dict[str, Any]] = field(default_factory=list)
     setup_notes: list[str] = field(default_factory=list)  # what the admin writes could not do
     host_state: Any = None  # umbp_sim.sim.HostState after the admin writes (Run.keep_state)
     state_after: Any = None  # and after the work, before the free (a run that did not crash)

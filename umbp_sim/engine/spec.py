@@ -55,6 +55,9 @@ class Alloc:
     # call an sglang error line names was made only after that check passed, and a fix for it is
     # applied to a server that runs the check again.
     host_check: bool = False
+    # sglang's ranks on one host (tp/dp), each a process with its own pool of this request, in
+    # the order they start: every rank checks and allocates on the host the ranks before it left.
+    ranks: int = 1
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Steps:
 class SglangStartup:
     request: Mapping[str, Any]  # the [request] table (model, sizes, ...)
     release: str | None = None  # [scenario].sglang: how the startup's buffers are released
+    ranks: int = 1  # ranks on the host, each starting its own pool in turn (``Alloc.ranks``)
 
 
 @dataclass(frozen=True)

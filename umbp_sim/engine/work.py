@@ -49,7 +49,7 @@ class Held:
 
     allocator: Any = None
     handles: list[Any] = field(default_factory=list)
-    startup: Any = None
+    startups: list[Any] = field(default_factory=list)  # sglang's startups, one per rank
     stage: str = "alloc"  # where the process is (a crash's stage)
     # An Alloc's buffer as the shm registry is asked of it: ptr, mapped size, record_fds.
     probe: tuple[int, int, tuple[int, ...] | None] | None = None
@@ -60,6 +60,9 @@ def _failed(rec: RunRecord, failure: str, error: str) -> None:
 
 
 def run_alloc(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held: Held) -> None:
+    if work.ranks > 1:
+        run_ranks(work, subject, host, rec, held)
+        return
     req = work.request
     kernel = host.kernel
     if work.host_check and not passes_host_check(req.size, host, rec):
@@ -96,6 +99,43 @@ def run_alloc(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held
         ptr = int(h.ptr)
         held.probe = (ptr, int(h.mapped_size), record_fds(host, ptr))
         rec.registry = registry_probe(subject, allocator, held.probe)
+
+
+def run_ranks(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held: Held) -> None:
+    """``work.ranks`` ranks each allocating ``work.request`` on one host, in the order they
+    start (sglang's check first, when asked), every buffer kept: the record is the worst rank's
+    (its error, backing, node, the budget its check read), ``rec.ranks`` each rank's. A rank
+    killed by a simulated signal ends the run there (SimulatedCrash): the ranks after it are
+    not simulated."""
+    req = work.request
+    subject.stage("alloc", size=req.size)
+    held.allocator = allocator = subject.allocator()
+    worst: RunRecord | None = None
+    for rank in range(work.ranks):
+        one = RunRecord(outcome="ok")
+        if not work.host_check or passes_host_check(req.size, host, one):
+            try:
+                h = allocator.alloc(req)
+            except subject.harness_errors:
+                raise
+            except Exception as e:  # noqa: BLE001 - the allocator's exception is the outcome
+                _failed(one, "raised", raised(e))
+            else:
+                held.handles.append(h)
+                if not h:
+                    _failed(one, "invalid", null_handle_error(req.size, req.backing, req.numa_node))
+                else:
+                    one.actual_backing = backing_name(h)
+                    one.mapped_size = int(h.mapped_size)
+                    one.bound_node = subject.bound_node(host, h)
+                    one.outcome = alloc_outcome(req.backing, one.actual_backing)
+        rec.ranks.append(_rank_entry(rank, one.outcome, one.error, one.actual_backing))
+        if worst is None or WORST_FIRST[one.outcome] < WORST_FIRST[worst.outcome]:
+            worst = one
+    assert worst is not None
+    rec.outcome, rec.failure, rec.error = worst.outcome, worst.failure, worst.error
+    rec.actual_backing, rec.mapped_size = worst.actual_backing, worst.mapped_size
+    rec.bound_node, rec.budget = worst.bound_node, worst.budget
 
 
 def passes_host_check(nbytes: int, host: SimHost, rec: RunRecord) -> bool:
@@ -232,20 +272,33 @@ def start_sglang(
         request = sglang_request_of(work.request)
     except (KeyError, ValueError, TypeError) as e:
         raise RunError(f"[request]: {e}") from None
-    meminfo = parse_meminfo(host.read("/proc/meminfo"), "/proc/meminfo")
-    rec.budget = result_budget(meminfo, host)
-    subject.stage("alloc", budget=rec.budget)  # what a death leaves: the host check's numbers
-    with subject.scope():
-        result = start_host_pool(
-            request,
-            meminfo,
-            env=env,
-            module=subject.module(),
-            keep=True,
-            release=work.release,
-            watermark_low_pages=zoneinfo_low_pages(host),
-        )
-    held.startup = result
+    worst: tuple[Any, dict[str, int]] | None = None
+    for rank in range(work.ranks):
+        # Each rank's check reads the host the ranks before it left.
+        meminfo = parse_meminfo(host.read("/proc/meminfo"), "/proc/meminfo")
+        budget = result_budget(meminfo, host)
+        subject.stage("alloc", budget=budget)  # what a death leaves: the host check's numbers
+        with subject.scope():
+            one = start_host_pool(
+                request,
+                meminfo,
+                env=env,
+                module=subject.module(),
+                keep=True,
+                release=work.release,
+                watermark_low_pages=zoneinfo_low_pages(host),
+            )
+        held.startups.append(one)
+        outcome = "ok" if one.outcome == "fallback" else one.outcome
+        if work.ranks > 1:
+            backing = backing_name(one.handles[-1]) if one.handles else None
+            rec.ranks.append(_rank_entry(rank, outcome, one.error, backing))
+        if worst is None or WORST_FIRST[outcome] < WORST_FIRST[_outcome_of(worst[0])]:
+            worst = (one, budget)
+        if outcome == "crashed":  # that process is dead; the ranks after it are not simulated
+            break
+    assert worst is not None
+    result, rec.budget = worst
     rec.outcome = "ok" if result.outcome == "fallback" else result.outcome
     if rec.outcome == "failed":
         rec.failure = "raised"  # sglang raised (its wrapper's RuntimeError on a null handle)
@@ -258,6 +311,18 @@ def start_sglang(
         rec.actual_backing = backing_name(last)
         rec.mapped_size = int(last.mapped_size)
         rec.bound_node = subject.bound_node(host, last)
+
+
+# Outcomes from worst to best: a run of several ranks is its worst rank's.
+WORST_FIRST = {"crashed": 0, "failed": 1, "demoted": 2, "ok": 3}
+
+
+def _outcome_of(startup: Any) -> str:
+    return "ok" if startup.outcome == "fallback" else str(startup.outcome)
+
+
+def _rank_entry(rank: int, outcome: str, error: str | None, backing: str | None) -> dict[str, Any]:
+    return {"rank": rank, "outcome": outcome, "error": error, "actual_backing": backing}
 
 
 def zoneinfo_low_pages(host: SimHost) -> int:
