@@ -116,7 +116,9 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
         mi, where_mi = from_nodes.meminfo, from_nodes.where
     else:
         mi = parse_meminfo(text, where_mi, lines)
-    f = DumpFacts(name=src.name, source=src.label, bare_meminfo=src.bare_meminfo)
+    f = DumpFacts(
+        name=src.name, source=src.label, bare_meminfo=src.bare_meminfo, paste=src.paste
+    )
     if from_nodes is not None:
         f.meminfo_source = "nodes"
         f.missing.append("proc/meminfo")
@@ -153,6 +155,10 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
     _read_kernel_version(r, mi)
     _read_limits(r)
     _read_watermarks(r)
+    if src.paste:
+        from umbp_sim.dump.paste import paste_unknowns
+
+        paste_unknowns(src, f)
     f.notes.extend(getattr(src, "notes", ()))  # what a sosreport's sos_commands/ gave
     for rel in src.rejected:  # after the reads: a directory dump finds its links as it reads
         code = "hugepage-path-ignored" if "hugepages" in rel else "path-ignored"
