@@ -328,7 +328,13 @@ def test_uname_r_gives_the_kernel() -> None:
 def test_a_mixed_paste_in_any_order_with_prompts_and_other_output() -> None:
     mixed = (
         "$ nvidia-smi -L\nGPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5c1f)\n"
-        + SPDK + UNAME + "\n" + CGROUP_V2 + NUMACTL + SYSCTL + GREP_I_HUGE.replace("512", "1010")
+        + SPDK
+        + UNAME
+        + "\n"
+        + CGROUP_V2
+        + NUMACTL
+        + SYSCTL
+        + GREP_I_HUGE.replace("512", "1010")
     )
     m, f = facts_of(mixed)
     assert m.kernel_version == "5.15.0-91-generic" and m.node_ids() == [0, 1]
@@ -430,7 +436,10 @@ def test_inspect_shows_each_value_with_its_line(
         "text": "HugePages_Total:    8192",
     }
     assert doc["paste"]["unread"] == [{"line": 3, "text": "GPU 0"}]
-    assert (doc["kernel_version"], doc["kernel_version_source"]) == ("5.15.0-91-generic", "osrelease")
+    assert (doc["kernel_version"], doc["kernel_version_source"]) == (
+        "5.15.0-91-generic",
+        "osrelease",
+    )
 
 
 def test_a_grepd_meminfo_replayed_with_the_error_line_blames_no_old_kernel(

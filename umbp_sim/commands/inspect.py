@@ -12,7 +12,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "dump",
         help="dump directory, .tar[.gz|.bz2|.xz], or text as pasted (a meminfo, whole or "
-        "grep'd, numactl -H, sysfs values...: docs/pastes.md); - reads one from stdin"
+        "grep'd, numactl -H, sysfs values...: docs/pastes.md); - reads one from stdin",
     )
     parser.add_argument("--json", action="store_true", help="print the model as JSON (bytes)")
 

@@ -116,9 +116,7 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
         mi, where_mi = from_nodes.meminfo, from_nodes.where
     else:
         mi = parse_meminfo(text, where_mi, lines)
-    f = DumpFacts(
-        name=src.name, source=src.label, bare_meminfo=src.bare_meminfo, paste=src.paste
-    )
+    f = DumpFacts(name=src.name, source=src.label, bare_meminfo=src.bare_meminfo, paste=src.paste)
     if from_nodes is not None:
         f.meminfo_source = "nodes"
         f.missing.append("proc/meminfo")

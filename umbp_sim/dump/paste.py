@@ -446,9 +446,10 @@ def _table_row(st: _State, line: str, raw: str, n: int) -> bool:
         m = (_DPDK_NUMA_ROW if t == "dpdk-numa" else _DPDK_ROW).match(line)
         if not m:
             return False
-        size = int(m.group(3 if t == "dpdk-numa" else 2)) << {"K": 10, "M": 20, "G": 30}[
-            m.group(4 if t == "dpdk-numa" else 3)
-        ]
+        size = (
+            int(m.group(3 if t == "dpdk-numa" else 2))
+            << {"K": 10, "M": 20, "G": 30}[m.group(4 if t == "dpdk-numa" else 3)]
+        )
         _check_size(st, size, n)
         pages = str(_number(m.group("pages"), st.label, n, "Pages"))
         d = f"hugepages-{size // KiB}kB/nr_hugepages"
@@ -644,7 +645,8 @@ def _source(st: _State, name: str) -> PasteSource:
         missing = sorted(set(range(max(nodes) + 1)) - nodes)
         st.notes.append(Note("paste-nodes-assumed", "the paste shows node(s) "
                              f"{_ids(sorted(nodes))} but not {_ids(missing)}: taken to exist, "
-                             "their memory and pools unknown (numactl -H shows every node)"))  # fmt: skip
+                             "their memory and pools unknown (numactl -H shows every "
+                             "node)"))  # fmt: skip
         nodes |= set(missing)
     if MEMINFO not in files or "MemTotal" not in meminfo:
         files.setdefault(MEMINFO, []).insert(0, f"MemTotal: {_assumed_mem_total(st, nodes)} kB")
@@ -684,9 +686,7 @@ def _ids(ids: list[int]) -> str:
 def _assumed_mem_total(st: _State, nodes: set[int]) -> int:
     """MemTotal (kB) for a paste without the line: the nodes' sum when every node's size is
     given (numactl -H), else the hugepage pools plus ASSUMED_ORDINARY_MEMORY; noted."""
-    sizes = {
-        i: st.facts.get(f"{NODES}/node{i}/meminfo:MemTotal") for i in sorted(nodes)
-    }
+    sizes = {i: st.facts.get(f"{NODES}/node{i}/meminfo:MemTotal") for i in sorted(nodes)}
     if nodes and all(sizes.values()):
         kb = sum(int(f.value.split()[0]) for f in sizes.values() if f is not None)
         st.notes.append(Note("memory-assumed", f"MemTotal is not in the paste: the nodes' sum, "

@@ -85,8 +85,7 @@ def _read_nodes(r: _Reader) -> None:
     if not f.numa_sysfs:
         f.note(
             "no-numa-sysfs",
-            "the paste shows no NUMA node: one node, node 0, in the Machine (numactl -H shows "
-            "them)"
+            "the paste shows no NUMA node: one node, node 0, in the Machine (numactl -H shows them)"
             if r.src.paste
             else f"no {NODES}: no NUMA information (one node, node 0, in the Machine)",
         )
