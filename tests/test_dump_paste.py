@@ -361,8 +361,8 @@ def test_a_free_count_alone_is_a_pool_with_none_in_use() -> None:
     m, f = facts_of("HugePages_Free:     300\n")
     assert (m.pool_total(2 * M), m.pool_free(2 * M)) == (300, 300)
     assert (
-        "proc/meminfo:HugePages_Total is not in the paste: taken as the free count on line 1, "
-        "300 (no page in use)"
+        "proc/meminfo:HugePages_Total is not in the paste: taken as 300, the free count on line "
+        "1 (no page in use)"
     ) in f.notes
 
 
@@ -465,3 +465,23 @@ def test_replay_lists_the_assumptions(capsys: pytest.CaptureFixture[str], tmp_pa
         "(MADV_POPULATE_WRITE, memfd_create with MFD_HUGETLB); `uname -r` settles it"
     ) in out
     assert "dump note: no cgroup or process limit in the paste: none assumed" in out
+
+
+def test_node_free_counts_with_the_global_count_share_the_pages_in_use() -> None:
+    paste = (
+        "$ grep -r . /sys/devices/system/node/node*/hugepages/hugepages-2048kB/free_hugepages\n"
+        "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/free_hugepages:100\n"
+        "/sys/devices/system/node/node1/hugepages/hugepages-2048kB/free_hugepages:0\n"
+        + GREP_I_HUGE.replace("1024", "1101").replace("512", "100")
+    )
+    m, f = facts_of(paste)
+    # 1001 pages in use (1101 less the 100 free), spread as the kernel spreads a pool
+    assert [(n.hugepages[2 * M].total, n.hugepages[2 * M].free) for n in m.nodes] == [
+        (601, 100),
+        (500, 0),
+    ]
+    assert (
+        "sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages is not in the "
+        "paste: taken as 601, the free count on line 2 plus 501 of the 1001 pages in use (the "
+        "global count on line 7 less the free pages shown, spread as the kernel spreads a pool)"
+    ) in f.notes

@@ -35,6 +35,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from umbp_sim import _native
 from umbp_sim.bounded import shown
 from umbp_sim.collect_scripts.collect import VM_SYSCTLS
 from umbp_sim.dump.errors import DumpError
@@ -656,27 +657,66 @@ def _source(st: _State, name: str) -> PasteSource:
 
 
 def _totals_from_free(st: _State, files: dict[str, list[str]], vm_total: bool) -> None:
-    """A pool whose free count is shown and its size not: at least that many pages, taken as
-    exactly that many (none in use), with a note."""
+    """A pool whose free count is shown and its size not holds at least that many pages: a
+    global pool is taken as that many (none in use); a node's, when the global count of its
+    size is shown, as its free pages plus a share of the pages in use (the global count less
+    the free pages shown, spread as the kernel spreads a pool), else as its free pages. Each
+    with a note."""
+    default = st.facts.get(f"{MEMINFO}:Hugepagesize")
+    default_kb = int(default.value.split()[0]) if default else 2048
+    by_size: dict[int, list[tuple[int, PasteFact, str]]] = {}  # size kB -> (node, free, total)
     for f in list(st.facts.values()):
         if f.file.endswith("/free_hugepages"):
             total = f.file[: -len("free_hugepages")] + "nr_hugepages"
-            if total not in st.facts:
+            if total in st.facts:
+                continue
+            node = _NODE_FILE.search(f.file) if f.file.startswith(NODES) else None
+            if node is None:
                 files[total] = [f.value]
-                _total_note(st, total, f)
-        elif f.key == "HugePages_Free" and not (f.file == MEMINFO and vm_total):
-            if f"{f.file}:HugePages_Total" not in st.facts:
-                node = f.file.split("/")[4][4:] if f.file != MEMINFO else None
-                files[f.file].append(
-                    f"HugePages_Total: {f.value}" if node is None
-                    else f"Node {node} HugePages_Total: {f.value}"
-                )  # fmt: skip
-                _total_note(st, f"{f.file}:HugePages_Total", f)
+                _total_note(st, total, f, " (no page in use)")
+                continue
+            kb = int(_HP_FILE.search(f.file).group("kb"))  # type: ignore[union-attr]
+            by_size.setdefault(kb, []).append((int(node.group("node")), f, total))
+        elif f.key == "HugePages_Free" and f"{f.file}:HugePages_Total" not in st.facts:
+            if f.file == MEMINFO:
+                if not vm_total:
+                    files[MEMINFO].append(f"HugePages_Total: {f.value}")
+                    _total_note(st, f"{MEMINFO}:HugePages_Total", f, " (no page in use)")
+                continue
+            node_id = int(f.file.split("/")[4][4:])
+            by_size.setdefault(default_kb, []).append((node_id, f, f"{f.file}:HugePages_Total"))
+    for kb, shown_free in sorted(by_size.items()):
+        glob = st.facts.get(f"{HUGEPAGES}/hugepages-{kb}kB/nr_hugepages")
+        if glob is None and kb == default_kb:
+            glob = st.facts.get(f"{MEMINFO}:HugePages_Total") or st.facts.get(
+                "proc/sys/vm/nr_hugepages"
+            )
+        shown_free.sort(key=lambda x: x[0])
+        used = 0
+        if glob is not None:
+            used = max(0, int(glob.value) - sum(int(f.value) for _, f, _ in shown_free))
+        shares = _native.interleave(used, len(shown_free))
+        for (node_id, f, total), share in zip(shown_free, shares, strict=True):
+            pages = int(f.value) + share
+            if total.endswith(":HugePages_Total"):
+                files[total[: -len(":HugePages_Total")]].append(
+                    f"Node {node_id} HugePages_Total: {pages}"
+                )
+            else:
+                files[total] = [str(pages)]
+            how = " (no page in use)" if glob is None else (
+                f" plus {share} of the {used} pages in use (the global count on line "
+                f"{glob.line} less the free pages shown, spread as the kernel spreads a pool)"
+            )  # fmt: skip
+            _total_note(st, total, f, how, pages)
 
 
-def _total_note(st: _State, total: str, free: PasteFact) -> None:
-    st.notes.append(Note("pool-total-assumed", f"{total} is not in the paste: taken as the free "
-                         f"count on line {free.line}, {free.value} (no page in use)"))  # fmt: skip
+def _total_note(
+    st: _State, total: str, free: PasteFact, how: str, pages: int | None = None
+) -> None:
+    pages = int(free.value) if pages is None else pages
+    st.notes.append(Note("pool-total-assumed", f"{total} is not in the paste: taken as {pages}, "
+                         f"the free count on line {free.line}{how}"))  # fmt: skip
 
 
 def _ids(ids: list[int]) -> str:
