@@ -485,3 +485,58 @@ def test_node_free_counts_with_the_global_count_share_the_pages_in_use() -> None
         "paste: taken as 601, the free count on line 2 plus 501 of the 1001 pages in use (the "
         "global count on line 7 less the free pages shown, spread as the kernel spreads a pool)"
     ) in f.notes
+
+
+# kubectl describe pod: the container's Limits, then its Requests
+DESCRIBE_POD = """\
+Name:             sglang-0
+Namespace:        inference
+Containers:
+  sglang:
+    Image:          lmsysorg/sglang:v0.5.2-rocm630
+    Limits:
+      amd.com/gpu:    8
+      cpu:            96
+      hugepages-2Mi:  200Gi
+      memory:         1Ti
+    Requests:
+      amd.com/gpu:    8
+      cpu:            96
+      hugepages-2Mi:  200Gi
+      memory:         1Ti
+    Environment:
+      SGLANG_HICACHE_HOST_HUGEPAGE:  1
+"""
+
+# a pod spec without a hugepages limit: Kubernetes gives it a hugetlb limit of 0
+POD_SPEC = """\
+    resources:
+      limits:
+        cpu: "96"
+        memory: 512Gi
+      requests:
+        cpu: "96"
+    volumeMounts:
+"""
+
+
+def test_kubectl_describe_pod_limits() -> None:
+    m, f = facts_of(DESCRIBE_POD + GREP_I_HUGE)
+    assert m.hugetlb_cgroup_max == {2 * M: 200 * G} and m.memcg_max == 1 << 40
+    assert values(f)["sys/fs/cgroup/hugetlb.2MB.max"] == str(200 * G)
+    assert "pod-no-hugepages" not in codes(f) and "limits-assumed" not in codes(f)
+
+
+def test_a_pod_spec_without_a_hugepages_limit_has_a_zero_hugetlb_limit() -> None:
+    m, f = facts_of(POD_SPEC + GREP_I_HUGE)
+    assert m.hugetlb_cgroup_max == {2 * M: 0} and m.memcg_max == 512 * G
+    assert (
+        "the pod's limits on line 2 name no hugepages-<size>: Kubernetes sets its hugetlb "
+        "limits to 0, so a hugepage fault in it is a SIGBUS (resources.limits.hugepages-2Mi in "
+        "the pod spec sets one)"
+    ) in f.notes
+
+
+def test_pod_limits_cut_by_the_paste_say_nothing_of_hugepages() -> None:
+    m, f = facts_of(GREP_I_HUGE + "    Limits:\n      cpu:            96\n")
+    assert m.hugetlb_cgroup_max == {} and "pod-limits-cut" in codes(f)

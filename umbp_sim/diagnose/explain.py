@@ -343,7 +343,7 @@ NOTES_ALWAYS = frozenset(
      "node-memtotal-mismatch", "arch-not-modelled", "credentials-unprivileged",
      # what a paste does not show (umbp_sim/dump/paste.py): every assumption, listed
      "kernel-version-unknown", "memory-assumed", "limits-assumed", "paste-repeated",
-     "paste-unreadable"}
+     "paste-unreadable", "pod-limits-cut"}
 )  # fmt: skip
 NOTES_HUGEPAGES = frozenset(
     {"hugepage-sizes-from-nodes", "hugepage-size-assumed", "hugepage-size-from-meminfo",
@@ -351,7 +351,7 @@ NOTES_HUGEPAGES = frozenset(
      "pool-sysfs-meminfo-differ", "pool-spread", "pool-summed-from-nodes",
      "pool-nodes-differ-global", "reserved-cut", "hugepage-figure-missing",
      "hugepage-path-ignored", "hugepages-assumed", "pool-free-assumed",
-     "pool-total-assumed"}
+     "pool-total-assumed", "pod-no-hugepages"}
 )  # fmt: skip
 NOTES_NUMA = frozenset({"bare-meminfo", "no-numa-sysfs", "paste-nodes-assumed"})
 

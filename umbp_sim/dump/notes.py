@@ -66,6 +66,8 @@ CODES: dict[str, str] = {
     "pool-free-assumed": "a paste gives a pool's size, not its free count: all free assumed",
     "pool-total-assumed": "a paste gives a pool's free count, not its size: none in use assumed",
     "limits-assumed": "no cgroup or process limit in a paste: none assumed",
+    "pod-no-hugepages": "a pod's limits name no hugepages-<size>: Kubernetes' hugetlb limit 0",
+    "pod-limits-cut": "a pod's limits end the paste: its hugepages limit is not shown",
 }
 
 

@@ -14,7 +14,9 @@ output; the forms read (docs/pastes.md lists them with examples):
 - ``sysctl`` lines (``vm.nr_hugepages = 1024``), ``uname -r`` / ``uname -a`` /
   ``/proc/version`` (the kernel release), ``/proc/PID/limits`` rows;
 - ``numactl -H`` (nodes, their size and free memory to the MiB, cpus, distances), DPDK's
-  ``dpdk-hugepages.py -s`` table and SPDK's ``scripts/setup.sh status`` hugepage table.
+  ``dpdk-hugepages.py -s`` table and SPDK's ``scripts/setup.sh status`` hugepage table;
+- a ``kubectl describe pod``'s ``Limits:`` or a pod spec's ``limits:`` (``hugepages-2Mi``,
+  ``memory``), which Kubernetes makes the container's cgroup limits.
 
 What a paste gives becomes the files of an in-memory dump (``PasteSource``) that the dump
 readers read as any other, so every rule of ``umbp_sim.dump.facts`` applies; each value keeps
@@ -51,6 +53,7 @@ from umbp_sim.dump.parse import (
 )
 from umbp_sim.dump.source import MemorySource, decode
 from umbp_sim.units import cgroup_hugetlb_name
+from umbp_sim.value_types import MAX_BYTES
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 MEMINFO = "proc/meminfo"
@@ -100,6 +103,10 @@ _LIMITS_ROW = re.compile(
     r"(?:\s+(?P<unit>[a-z]+))?$"
 )
 _CPUS = re.compile(r"^[0-9 ]*$")
+_POD_HEAD = re.compile(r"^(?P<indent>\s*)(?P<what>Limits|limits|Requests|requests):\s*$")
+_POD_ROW = re.compile(
+    r'^"?(?P<key>[A-Za-z0-9./_-]{1,100})"?:\s+"?(?P<value>[0-9.]+[A-Za-z]{0,2})"?,?$'
+)
 _NUMBER = re.compile(r"^\d{1,25}$")
 # Lines known to carry nothing umbp-sim reads (titles, mount lines of the tables above).
 _NOTHING = re.compile(
@@ -153,6 +160,18 @@ class Unread:
 
 
 @dataclass
+class _PodBlock:
+    """A ``Limits:`` (kubectl describe pod) or ``limits:`` (a pod spec) block: its header's
+    indent and line, and whether it named a hugepages-<size> limit."""
+
+    indent: int
+    line: int
+    text: str
+    limits: bool
+    hugepages: bool = False
+
+
+@dataclass
 class _State:
     label: str
     facts: dict[str, PasteFact] = field(default_factory=dict)
@@ -165,6 +184,7 @@ class _State:
     table: str | None = None  # dpdk / dpdk-numa / spdk / spdk-devices / distances
     distance_cols: list[int] = field(default_factory=list)
     last_cpus: int | None = None
+    pod: _PodBlock | None = None  # a pod's Limits:/Requests: block being read
     read_lines: int = 0
     known_lines: int = 0  # lines in a known form with nothing to read (titles, prompts)
 
@@ -226,6 +246,10 @@ def paste_source(data: bytes, label: str, name: str | None = None) -> PasteSourc
             i += 1
             continue
         st.unread.append(Unread(n, raw))
+    if st.pod is not None and st.pod.limits and not st.pod.hugepages:
+        st.notes.append(Note("pod-limits-cut", f"the pod's limits on line {st.pod.line} end the "
+                             "paste: whether they name a hugepages-<size> limit is not shown "
+                             "(kubectl get pod -o yaml shows them whole)"))  # fmt: skip
     if not st.facts:
         first = st.unread[0].line if st.unread else None
         raise DumpError(label, _nothing_read(st), first, kind="unreadable")
@@ -257,6 +281,15 @@ def _nothing_read(st: _State) -> str:
 def _read_line(st: _State, raw: str, n: int) -> bool:
     """Read one line (or two joined); False when it is in no known form."""
     line = raw.strip()
+    if st.pod is not None:
+        if _indent(raw) > st.pod.indent:
+            return _pod_row(st, line, raw, n)
+        _end_pod_block(st)
+    m = _POD_HEAD.match(raw)
+    if m:
+        st.pod = _PodBlock(len(m.group("indent")), n, raw, m.group("what").lower() == "limits")
+        st.known_lines += 1
+        return True
     m = _PROMPT.match(raw)
     if m:
         st.context = _command_context(m.group("cmd").strip())
@@ -279,6 +312,72 @@ def _read_line(st: _State, raw: str, n: int) -> bool:
             st.known_lines += 1
             return True
     return _self_describing(st, line, raw, n)
+
+
+def _indent(raw: str) -> int:
+    return len(raw) - len(raw.lstrip())
+
+
+def _pod_row(st: _State, line: str, raw: str, n: int) -> bool:
+    """A row of a pod's Limits/Requests: ``hugepages-2Mi: 4Gi`` is the hugetlb cgroup limit
+    Kubernetes sets for the container, ``memory: 64Gi`` its memory.max; requests only
+    repeat them (Kubernetes wants hugepage requests equal to limits)."""
+    m = _POD_ROW.match(line)
+    pod = st.pod
+    assert pod is not None
+    if not m:
+        return False
+    key, value = m.group("key"), m.group("value")
+    if not pod.limits:
+        st.known_lines += 1
+        return True
+    hp = re.fullmatch(r"hugepages-(\d{1,6})(Ki|Mi|Gi)", key)
+    if hp is None and key != "memory":
+        st.known_lines += 1  # cpu, GPUs, ephemeral storage
+        return True
+    limit = _quantity(value)
+    if limit is None:
+        return False
+    if hp is not None:
+        size = int(hp.group(1)) << {"Ki": 10, "Mi": 20, "Gi": 30}[hp.group(2)]
+        _check_size(st, size, n)
+        pod.hugepages = True
+        st.add(f"sys/fs/cgroup/hugetlb.{cgroup_hugetlb_name(size)}.max", None, str(limit), n, raw)
+    else:
+        st.add("sys/fs/cgroup/memory.max", None, str(limit), n, raw)
+    st.read_lines += 1
+    return True
+
+
+def _end_pod_block(st: _State) -> None:
+    """A pod's limits read whole: Kubernetes gives every hugepage size the pod does not name a
+    hugetlb limit of 0 (a hugepage fault there is a SIGBUS)."""
+    pod = st.pod
+    st.pod = None
+    if pod is None or not pod.limits or pod.hugepages:
+        return
+    for size in (2 * MiB, GiB):
+        name = f"sys/fs/cgroup/hugetlb.{cgroup_hugetlb_name(size)}.max"
+        st.add(name, None, "0", pod.line, pod.text)
+    st.notes.append(Note("pod-no-hugepages", f"the pod's limits on line {pod.line} name no "
+                         "hugepages-<size>: Kubernetes sets its hugetlb limits to 0, so a "
+                         "hugepage fault in it is a SIGBUS (resources.limits.hugepages-2Mi in "
+                         "the pod spec sets one)"))  # fmt: skip
+
+
+_QUANTITY_SUFFIX = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50,
+                    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}  # fmt: skip
+
+
+def _quantity(text: str) -> int | None:
+    """A Kubernetes quantity (``4Gi``, ``512Mi``, ``100G``, ``1073741824``) in bytes."""
+    m = re.fullmatch(r"(\d{1,15})(?:\.(\d{1,9}))?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?", text)
+    if m is None:
+        return None
+    scale = _QUANTITY_SUFFIX.get(m.group(3) or "", 1)
+    frac = m.group(2) or ""
+    value = (int(m.group(1) + frac) * scale) // 10 ** len(frac)
+    return value if value < MAX_BYTES else None
 
 
 def _command_context(cmd: str) -> str | None:
