@@ -540,3 +540,9 @@ def test_a_pod_spec_without_a_hugepages_limit_has_a_zero_hugetlb_limit() -> None
 def test_pod_limits_cut_by_the_paste_say_nothing_of_hugepages() -> None:
     m, f = facts_of(GREP_I_HUGE + "    Limits:\n      cpu:            96\n")
     assert m.hugetlb_cgroup_max == {} and "pod-limits-cut" in codes(f)
+
+
+def test_a_value_the_readers_refuse_names_its_paste_line() -> None:
+    with pytest.raises(DumpError) as e:
+        load_dump(b"HugePages_Total: 4\nvm.overcommit_ratio = 99999999999\n")
+    assert str(e.value) == "<bytes>:2: 99999999999 does not fit the kernel's int"

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 
+from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.host_facts import (
     DEFAULT_KERNEL_VERSION,
     HUGEPAGES,
@@ -102,6 +103,15 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
             return parse_dump(src)
         finally:
             src.close()  # a directory dump holds a directory fd
+    if src.paste:  # an error names the paste line the value came from
+        try:
+            return _parse_source(src)
+        except DumpError as e:
+            raise src.at_line(e) from None  # type: ignore[attr-defined]
+    return _parse_source(src)
+
+
+def _parse_source(src: DumpSource) -> DumpFacts:
     from umbp_sim.dump.sosreport import with_sos_commands  # sosreports: sos_commands/ too
 
     src = with_sos_commands(src)

@@ -217,9 +217,13 @@ class PasteSource(MemorySource):
         self.notes = list(state.notes)
         self._lines = {f.file: f.line for f in self.facts}
 
-    def where(self, rel: str) -> str:
-        line = self._lines.get(rel)
-        return self.label if line is None else f"{self.label}, line {line}"
+    def at_line(self, e: DumpError) -> DumpError:
+        """A reader's error about a file of this dump, said of the paste line that gave it."""
+        rel = e.where[len(self.label) + 1 :] if e.where.startswith(self.label + ":") else None
+        line = self._lines.get(rel) if rel is not None else None
+        if line is None:
+            return e
+        return DumpError(self.label, e.reason, line, e.kind)
 
 
 # ---- reading --------------------------------------------------------------------------------
