@@ -453,6 +453,14 @@ def test_a_grepd_meminfo_replayed_with_the_error_line_blames_no_old_kernel(
     text = json.dumps(doc)
     assert "ENOSYS" not in text and "3.13" not in text
     assert "kernel-version-unknown" in doc["cause_note_codes"]
+    # every assumption in the JSON, with its code (the causes keep those that change the answer)
+    assert "limits-assumed" in [n["code"] for n in doc["dump_notes"]]
+    assert doc["paste"]["facts"][0] == {
+        "fact": "proc/meminfo:MemTotal",
+        "value": "263718212 kB",
+        "line": 1,
+        "text": "MemTotal:       263718212 kB",
+    }
 
 
 def test_replay_lists_the_assumptions(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

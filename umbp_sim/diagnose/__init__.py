@@ -100,6 +100,12 @@ class Diagnosis:
                 self.request.error_line.matches(o.error) if self.request.error_line else None
             ),
             "hypotheses": self.hypotheses.to_json() if self.hypotheses else None,
+            # every guess the dump reader made (the causes keep those that change the answer),
+            # and a paste's values with their lines (umbp_sim/dump/paste.py)
+            "dump_notes": (
+                [{"code": n.code, "text": str(n)} for n in self.facts.notes] if self.facts else []
+            ),
+            "paste": self.facts.to_json().get("paste") if self.facts else None,
             "with_umbp_sim_fixes": (
                 {
                     "outcome": self.with_fixes.outcome,
