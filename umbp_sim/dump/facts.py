@@ -30,7 +30,10 @@ Every guess the reader makes is written to ``notes`` in plain words, each with a
   ``vm.nr_hugepages`` (round robin over the nodes with memory, lowest id first).
 - kernel version: ``proc/sys/kernel/osrelease``; else ``proc/version``; else from meminfo:
   no MemAvailable -> 3.13.0 (MemAvailable is 3.14); no ``Hugetlb:`` line while HugePages_*
-  are there -> 4.15.0 (``Hugetlb:`` is ~4.16); else DEFAULT_KERNEL_VERSION.
+  are there -> 4.15.0 (``Hugetlb:`` is ~4.16); else DEFAULT_KERNEL_VERSION. A paste
+  (``umbp_sim.dump.paste``) dates nothing from a line it does not show: without a release
+  line its kernel is DEFAULT_KERNEL_VERSION, with the note ``kernel-version-unknown``; nor does
+  it lack hugetlb for showing no hugepage line (the architecture's sizes, empty, noted).
 - overcommit: ``proc/sys/vm/*``; without them overcommit_memory 0, and overcommit_ratio solved
   from ``CommitLimit = (MemTotal - hugetlb pool) * ratio / 100 + SwapTotal`` when that gives
   an integer, else 50.
