@@ -554,3 +554,28 @@ def test_a_value_the_readers_refuse_names_its_paste_line() -> None:
     with pytest.raises(DumpError) as e:
         load_dump(b"HugePages_Total: 4\nvm.overcommit_ratio = 99999999999\n")
     assert str(e.value) == "<bytes>:2: 99999999999 does not fit the kernel's int"
+
+
+def test_an_unknown_kernel_that_changes_the_answer_is_simulated_on_both_sides(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    paste = tmp_path / "ticket.txt"
+    paste.write_text(GREP_I_HUGE)
+    assert main(["replay", str(paste), "--size", "1GiB", "--backing", "shm-hugetlb", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["outcome"] == "ok"  # on the recent kernel assumed
+    sides = [c for c in doc["causes"] if c.startswith("if the kernel is older than")]
+    assert sides == [
+        "if the kernel is older than 4.14 (before memfd_create's MFD_HUGETLB; the paste does not "
+        "say, simulated on 4.13.0): demoted: AnonymousShm (4 KiB pages); `uname -r` settles it",
+        "if the kernel is older than 3.17 (before memfd_create; the paste does not say, simulated "
+        "on 3.16.0): failed: RuntimeError: UMBPHostMemAllocator.alloc(1073741824 bytes) failed "
+        "(requested_backing=UMBPHostBufferBacking.AnonymousShmHugetlb, numa_node=-1).; "
+        "`uname -r` settles it",
+    ]
+    # a request no kernel edge changes, or a paste that gives its kernel: one side only
+    assert main(["replay", str(paste), "--size", "1GiB", "--json"]) == 0
+    assert not any("older than" in c for c in json.loads(capsys.readouterr().out)["causes"])
+    paste.write_text(UNAME + GREP_I_HUGE)
+    assert main(["replay", str(paste), "--size", "1GiB", "--backing", "shm-hugetlb", "--json"]) == 0
+    assert not any("older than" in c for c in json.loads(capsys.readouterr().out)["causes"])

@@ -152,12 +152,14 @@ def diagnose(
     from umbp_sim.diagnose.fix_search import propose
     from umbp_sim.diagnose.hypotheses import search
     from umbp_sim.diagnose.run import simulate_request
+    from umbp_sim.diagnose.unknowns import other_sides
 
     if profile is not None:
         request = request.with_allocator(canonical_profile(profile))
     profile = request.allocator
     run = simulate_request(machine, request, profile=profile)
     causes = explain(run, request, machine, facts)
+    causes += other_sides(machine, facts, request, run, profile)  # a paste's unknown kernel
     d = Diagnosis(machine, facts, request, run, causes)
     if run.rank < 3:
         found = propose(machine, request, run, profile)
