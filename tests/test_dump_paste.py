@@ -579,3 +579,9 @@ def test_an_unknown_kernel_that_changes_the_answer_is_simulated_on_both_sides(
     paste.write_text(UNAME + GREP_I_HUGE)
     assert main(["replay", str(paste), "--size", "1GiB", "--backing", "shm-hugetlb", "--json"]) == 0
     assert not any("older than" in c for c in json.loads(capsys.readouterr().out)["causes"])
+
+
+def test_a_node_list_beyond_the_kernels_limit_is_one_error() -> None:
+    with pytest.raises(DumpError) as e:
+        load_dump(b"available: 2 nodes (0-99999999)\nHugePages_Total: 1\n")
+    assert str(e.value) == "<bytes>:1: node id '99999999' >= 1024"

@@ -63,6 +63,7 @@ OSRELEASE = "proc/sys/kernel/osrelease"
 LIMITS = "proc/self/limits"
 # cgroup v1 prints "no limit" as PAGE_COUNTER_MAX pages: LONG_MAX rounded down to a page.
 V1_UNLIMITED = (1 << 63) - (1 << 16)
+WRAP_MIN = 40  # the narrowest terminal whose wrapped lines are joined back
 # What a paste without MemTotal is assumed to have beside its hugepage pools.
 ASSUMED_ORDINARY_MEMORY = 256 * GiB
 
@@ -245,8 +246,10 @@ def paste_source(data: bytes, label: str, name: str | None = None) -> PasteSourc
             continue
         if _read_line(st, raw, n):
             continue
-        # a line the terminal wrapped: it and the next one, joined, in a known form
-        if i < len(lines) and lines[i].strip() and _joined(st, raw + lines[i].strip(), n):
+        # a line the terminal wrapped (at 40 columns or more): it and the next one, joined, in a
+        # known form
+        wrapped = len(raw) >= WRAP_MIN and i < len(lines) and lines[i].strip()
+        if wrapped and _joined(st, raw + lines[i].strip(), n):
             i += 1
             continue
         st.unread.append(Unread(n, raw))
@@ -685,11 +688,12 @@ def _numactl(st: _State, line: str, raw: str, n: int) -> bool:
     if m:
         ids: list[int] = []
         for part in m.group("list").replace(" ", "").split(","):
-            if part:
-                lo, _, hi = part.partition("-")
-                ids += range(int(lo), int(hi or lo) + 1)
-        if any(i >= MAX_NODES for i in ids):
-            raise DumpError(st.label, f"node id {max(ids)} >= {MAX_NODES}", n)
+            lo, _, hi = part.partition("-")
+            if not lo.isdigit() or not (hi or lo).isdigit():
+                return False
+            if len(hi or lo) > 7 or int(hi or lo) >= MAX_NODES:
+                raise DumpError(st.label, f"node id {shown(hi or lo)} >= {MAX_NODES}", n)
+            ids += range(int(lo), int(hi or lo) + 1)
         st.available = ids
         st.node_ids.update(ids)
         st.add("numactl:available", None, ",".join(map(str, ids)), n, raw)
