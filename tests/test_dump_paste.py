@@ -231,12 +231,16 @@ def test_grep_hugepages_is_read_with_every_assumption_noted() -> None:
                  "limits-assumed"):  # fmt: skip
         assert code in codes(f), code
     assert "no-hugetlb" not in codes(f) and "kernel-version-assumed" not in codes(f)
+    assert (
+        "the paste has HugePages_* lines but no hugepage size: the default size taken as "
+        "x86_64's, 2048 kB (`grep Hugepagesize /proc/meminfo` settles it)"
+    ) in f.notes
     assert m.mem_total == 8192 * 2 * M + 256 * G  # the pools plus the assumed margin
     assert [(p.line, p.text) for p in f.paste_facts][0] == (1, "HugePages_Total:    8192")
 
 
 def test_grep_i_huge() -> None:
-    m, f = facts_of(GREP_I_HUGE)
+    m, f = facts_of("```console\n" + GREP_I_HUGE + "```\n")  # as a ticket's markdown has it
     assert (m.pool_total(2 * M), m.pool_free(2 * M)) == (1024, 512)
     assert values(f)["proc/meminfo:Hugetlb"] == "2097152 kB"
     assert f.paste_unread == []  # AnonHugePages and friends: meminfo lines it does not use

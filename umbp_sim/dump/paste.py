@@ -113,7 +113,8 @@ _NUMBER = re.compile(r"^\d{1,25}$")
 _NOTHING = re.compile(
     r"^(?:Hugepages|node distances:|Hugepages mounted on\b.*|Huge page filesystems mounted at:.*"
     r"|No huge page filesystems mounted|Hugepages not mounted|No NUMA available on this system"
-    r"|No huge pages reserved)$"
+    r"|No huge pages reserved"
+    r"|```[\w+-]*|~~~[\w+-]*)$"  # a ticket's code fences
 )
 
 _NODE_FILE = re.compile(r"(?:^|/)node(?P<node>\d{1,7})/(?P<rest>.+)$")

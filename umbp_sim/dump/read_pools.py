@@ -61,7 +61,10 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
         sizes = [default]
         f.note(
             "hugepage-size-assumed",
-            "no hugepage size in the dump, but the nodes' meminfo has HugePages_* lines "
+            "the paste has HugePages_* lines but no hugepage size: the default size taken as "
+            f"{f.arch}'s, {default // KiB} kB (`grep Hugepagesize /proc/meminfo` settles it)"
+            if r.src.paste
+            else "no hugepage size in the dump, but the nodes' meminfo has HugePages_* lines "
             f"(hugetlb is built in): the default size taken as {f.arch}'s, {default // KiB} kB",
         )
     if not sizes and default is not None:
