@@ -589,3 +589,19 @@ def test_a_node_list_beyond_the_kernels_limit_is_one_error() -> None:
     with pytest.raises(DumpError) as e:
         load_dump(b"available: 2 nodes (0-99999999)\nHugePages_Total: 1\n")
     assert str(e.value) == "<bytes>:1: node id '99999999' >= 1024"
+
+
+def test_tables_of_a_host_without_numa() -> None:
+    """DPDK's and SPDK's tables where /sys/devices/system/node is absent: the global pool."""
+    dpdk = "Pages Size Total\n512   2Mb    1Gb\n\nHugepages mounted on /dev/hugepages\n"
+    m, _ = facts_of(dpdk)
+    assert m.pool_total(2 * M) == 512
+    spdk = "Hugepages\nnode     hugesize     free /  total\n-            2048      300 /    512\n"
+    m, _ = facts_of(spdk)
+    assert (m.pool_total(2 * M), m.pool_free(2 * M)) == (512, 300)
+
+
+def test_a_cat_prompt_gives_one_value_only() -> None:
+    m, f = facts_of("$ cat /proc/sys/vm/nr_hugepages\n1024\n512\n")
+    assert values(f)["proc/sys/vm/nr_hugepages"] == "1024"
+    assert [(u.line, u.text) for u in f.paste_unread] == [(3, "512")]

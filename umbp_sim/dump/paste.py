@@ -454,7 +454,10 @@ def _context_value(st: _State, line: str, raw: str, n: int) -> bool:
             st.context = None
             return True
         return False
-    return _file_value(st, ctx, line, raw, n)
+    if _file_value(st, ctx, line, raw, n):
+        st.context = None  # a one-value file: the lines after it are something else
+        return True
+    return False
 
 
 def _file_value(st: _State, file: str, value: str, raw: str, n: int) -> bool:
