@@ -80,7 +80,7 @@ def test_table(capsys: pytest.CaptureFixture[str]) -> None:
     "content, expect",
     [
         (None, "no such file or directory"),
-        (b"\x00\x01binary junk", "expected 'Key: value'"),
+        (b"\x00\x01binary junk", "nothing umbp-sim reads: 1 line(s)"),
         (b"BZh91AY&SY truncated", "corrupt or unreadable tarball"),
     ],
 )

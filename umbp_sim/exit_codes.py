@@ -35,7 +35,7 @@ EXIT_CODES: dict[int, str] = {
     EX_DISAGREE: "preflight --verify: the real allocation on this host disagrees with the "
     "prediction",
     EX_USAGE: "bad usage: an unknown flag, a bad argument or environment value (one line names it)",
-    EX_DATAERR: "bad input data: a scenario file, dump, meminfo file or fault rule (one line "
+    EX_DATAERR: "bad input data: a scenario file, dump, paste or fault rule (one line "
     "names the file and key)",
     EX_SOFTWARE: "an internal error: a bug in umbp-sim (one line; UMBP_SIM_TRACEBACK=1 prints "
     "the traceback); exec: the simulated host could not start in the program",

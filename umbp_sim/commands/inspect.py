@@ -10,7 +10,9 @@ from umbp_sim.units import format_size
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "dump", help="dump directory, .tar[.gz|.bz2|.xz], or a meminfo file; - reads one from stdin"
+        "dump",
+        help="dump directory, .tar[.gz|.bz2|.xz], or text as pasted (a meminfo, whole or "
+        "grep'd, numactl -H, sysfs values...: docs/pastes.md); - reads one from stdin",
     )
     parser.add_argument("--json", action="store_true", help="print the model as JSON (bytes)")
 
@@ -87,7 +89,27 @@ def render_table(doc: dict, estimated_available: int | None = None) -> str:
         out.append("nodes: none in the dump (no sys/devices/system/node)")
     for note in doc["notes"]:
         out.append(f"note: {printable(note)}")
+    out += _paste_lines(doc.get("paste"))
     return "\n".join(out)
+
+
+def _paste_lines(paste: dict | None) -> list[str]:
+    """A paste's values, each with the line it came from, and the lines not read."""
+    from umbp_sim.printable import printable
+
+    if paste is None:
+        return []
+    out = [f"read from the paste ({len(paste['facts'])} values):"]
+    width = max((len(f"{p['line']}") for p in paste["facts"]), default=1)
+    for p in paste["facts"]:
+        out.append(
+            f"  line {p['line']:>{width}}: {printable(p['fact'])} = {printable(p['value'])}"
+            f"    <- {printable(p['text'].strip())}"
+        )
+    if paste["unread"]:
+        out.append(f"not read ({len(paste['unread'])} lines in no form umbp-sim reads):")
+        out += [f"  line {u['line']}: {printable(u['text'].strip())}" for u in paste["unread"]]
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,7 +13,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="*",
         metavar="DUMP|DIR|GLOB",
         help="dump directory, .tar[.gz|.bz2|.xz] (hwloc-gather-topology, sosreport, umbp-sim "
-        "collect), or a meminfo file; - reads one from stdin; several, a directory of dumps "
+        "collect), or text as pasted (a meminfo, whole or grep'd, numactl -H, sysfs values, "
+        "sysctl lines...: docs/pastes.md); - reads one from stdin; several, a directory of dumps "
         "or a glob: a row per host (umbp_sim/diagnose/fleet.py); none, with --error LINE: the "
         "kinds of host on which that line happens",
     )

@@ -103,6 +103,12 @@ class Diagnosis:
                 self.request.error_line.matches(o.error) if self.request.error_line else None
             ),
             "hypotheses": self.hypotheses.to_json() if self.hypotheses else None,
+            # every guess the dump reader made (the causes keep those that change the answer),
+            # and a paste's values with their lines (umbp_sim/dump/paste.py)
+            "dump_notes": (
+                [{"code": n.code, "text": str(n)} for n in self.facts.notes] if self.facts else []
+            ),
+            "paste": self.facts.to_json().get("paste") if self.facts else None,
             "with_umbp_sim_fixes": (
                 {
                     "outcome": self.with_fixes.outcome,
@@ -149,12 +155,14 @@ def diagnose(
     from umbp_sim.diagnose.fix_search import propose
     from umbp_sim.diagnose.hypotheses import search
     from umbp_sim.diagnose.run import simulate_request
+    from umbp_sim.diagnose.unknowns import other_sides
 
     if profile is not None:
         request = request.with_allocator(canonical_profile(profile))
     profile = request.allocator
     run = simulate_request(machine, request, profile=profile)
     causes = explain(run, request, machine, facts)
+    causes += other_sides(machine, facts, request, run, profile)  # a paste's unknown kernel
     d = Diagnosis(machine, facts, request, run, causes)
     if run.rank < 3:
         found = propose(machine, request, run, profile)

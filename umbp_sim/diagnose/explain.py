@@ -366,16 +366,20 @@ def _notes(facts: DumpFacts | None, request: Request) -> list[Cause]:
 # for a hugepage request, and for a request bound to a node.
 NOTES_ALWAYS = frozenset(
     {"kernel-version-from-proc-version", "kernel-version-assumed", "mem-available-estimated",
-     "node-memtotal-mismatch", "arch-not-modelled", "credentials-unprivileged"}
+     "node-memtotal-mismatch", "arch-not-modelled", "credentials-unprivileged",
+     # what a paste does not show (umbp_sim/dump/paste.py): every assumption, listed
+     "kernel-version-unknown", "memory-assumed", "limits-assumed", "paste-repeated",
+     "paste-unreadable", "pod-limits-cut"}
 )  # fmt: skip
 NOTES_HUGEPAGES = frozenset(
     {"hugepage-sizes-from-nodes", "hugepage-size-assumed", "hugepage-size-from-meminfo",
      "hugepage-size-added", "default-hugepage-size-assumed", "no-hugetlb",
      "pool-sysfs-meminfo-differ", "pool-spread", "pool-summed-from-nodes",
      "pool-nodes-differ-global", "reserved-cut", "hugepage-figure-missing",
-     "hugepage-path-ignored"}
+     "hugepage-path-ignored", "hugepages-assumed", "pool-free-assumed",
+     "pool-total-assumed", "pod-no-hugepages"}
 )  # fmt: skip
-NOTES_NUMA = frozenset({"bare-meminfo", "no-numa-sysfs"})
+NOTES_NUMA = frozenset({"bare-meminfo", "no-numa-sysfs", "paste-nodes-assumed"})
 
 
 __all__ = [

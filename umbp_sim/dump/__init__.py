@@ -5,8 +5,10 @@
     machine = load_machine("host/")        # the same in one call
 
 A dump is a directory or .tar/.tar.gz/.tar.bz2/.tar.xz in the hwloc-gather-topology layout
-(``NAME/proc/meminfo``, ``NAME/sys/...``; the ``NAME/`` level is optional), or a bare meminfo
-file. Every error is a ``DumpError`` (exit code 65) naming the file inside the dump and the line.
+(``NAME/proc/meminfo``, ``NAME/sys/...``; the ``NAME/`` level is optional), or text as pasted
+into a ticket (a meminfo, whole or grep'd, ``numactl -H``, sysfs values...: ``dump.paste``,
+docs/pastes.md). Every error is a ``DumpError`` (exit code 65) naming the file inside the dump
+(or the paste) and the line.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def load_dump(path: str | os.PathLike[str] | DumpSource | bytes):  # -> (Machine
 
 
 def load_machine(path: str | os.PathLike[str] | DumpSource | bytes):  # -> Machine
-    """A host from a dump (directory, .tar[.gz|.bz2|.xz] or bare meminfo) in one call.
+    """A host from a dump (directory, .tar[.gz|.bz2|.xz] or a paste) in one call.
 
     Raises ``DumpError`` naming the file and line for a malformed dump."""
     return load_dump(path)[0]

@@ -125,7 +125,7 @@ def build_machine(f: DumpFacts) -> Machine:
         mem_available=f.mem_available,
         # A node-only dump cannot say whether /proc/meminfo had the line: shown (3.14+ and
         # RHEL 7's 3.10 have it), with the estimate, and said in a note.
-        mem_available_line=f.mem_available is not None or f.meminfo_source == "nodes",
+        mem_available_line=f.mem_available is not None or f.meminfo_source == "nodes" or f.paste,
         page_cache=f.page_cache or 0,
         slab_reclaimable=f.slab_reclaimable or 0,
         watermark_low=watermark_low,
@@ -177,6 +177,8 @@ def _estimate_mem_available(f: DumpFacts, m: Machine, wm_from: str) -> str:
     why = (
         "no proc/meminfo, so no MemAvailable"
         if f.meminfo_source == "nodes"
+        else "the paste has no MemAvailable line"
+        if f.paste
         else "meminfo has no MemAvailable (a kernel before 3.14 without the backport)"
     )
     free_from = (
@@ -194,7 +196,7 @@ def _estimate_mem_available(f: DumpFacts, m: Machine, wm_from: str) -> str:
         + (
             "; the simulated /proc/meminfo shows it as its MemAvailable line (whether the "
             "host's had one is not in the dump: 3.14+ and RHEL 7's 3.10 have it)"
-            if f.meminfo_source == "nodes"
+            if f.meminfo_source == "nodes" or f.paste
             else ""
         )
     )

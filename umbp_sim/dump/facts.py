@@ -30,7 +30,10 @@ Every guess the reader makes is written to ``notes`` in plain words, each with a
   ``vm.nr_hugepages`` (round robin over the nodes with memory, lowest id first).
 - kernel version: ``proc/sys/kernel/osrelease``; else ``proc/version``; else from meminfo:
   no MemAvailable -> 3.13.0 (MemAvailable is 3.14); no ``Hugetlb:`` line while HugePages_*
-  are there -> 4.15.0 (``Hugetlb:`` is ~4.16); else DEFAULT_KERNEL_VERSION.
+  are there -> 4.15.0 (``Hugetlb:`` is ~4.16); else DEFAULT_KERNEL_VERSION. A paste
+  (``umbp_sim.dump.paste``) dates nothing from a line it does not show: without a release
+  line its kernel is DEFAULT_KERNEL_VERSION, with the note ``kernel-version-unknown``; nor does
+  it lack hugetlb for showing no hugepage line (the architecture's sizes, empty, noted).
 - overcommit: ``proc/sys/vm/*``; without them overcommit_memory 0, and overcommit_ratio solved
   from ``CommitLimit = (MemTotal - hugetlb pool) * ratio / 100 + SwapTotal`` when that gives
   an integer, else 50.
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import os
 
+from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.host_facts import (
     DEFAULT_KERNEL_VERSION,
     HUGEPAGES,
@@ -102,6 +106,15 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
             return parse_dump(src)
         finally:
             src.close()  # a directory dump holds a directory fd
+    if src.paste:  # an error names the paste line the value came from
+        try:
+            return _parse_source(src)
+        except DumpError as e:
+            raise src.at_line(e) from None  # type: ignore[attr-defined]
+    return _parse_source(src)
+
+
+def _parse_source(src: DumpSource) -> DumpFacts:
     from umbp_sim.dump.sosreport import with_sos_commands  # sosreports: sos_commands/ too
 
     src = with_sos_commands(src)
@@ -116,7 +129,7 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
         mi, where_mi = from_nodes.meminfo, from_nodes.where
     else:
         mi = parse_meminfo(text, where_mi, lines)
-    f = DumpFacts(name=src.name, source=src.label, bare_meminfo=src.bare_meminfo)
+    f = DumpFacts(name=src.name, source=src.label, bare_meminfo=src.bare_meminfo, paste=src.paste)
     if from_nodes is not None:
         f.meminfo_source = "nodes"
         f.missing.append("proc/meminfo")
@@ -153,6 +166,10 @@ def parse_dump(dump: str | os.PathLike[str] | DumpSource | bytes) -> DumpFacts:
     _read_kernel_version(r, mi)
     _read_limits(r)
     _read_watermarks(r)
+    if src.paste:
+        from umbp_sim.dump.paste import paste_unknowns
+
+        paste_unknowns(src, f)
     f.notes.extend(getattr(src, "notes", ()))  # what a sosreport's sos_commands/ gave
     for rel in src.rejected:  # after the reads: a directory dump finds its links as it reads
         code = "hugepage-path-ignored" if "hugepages" in rel else "path-ignored"

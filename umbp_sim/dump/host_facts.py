@@ -102,6 +102,11 @@ class DumpFacts:
     notes: list[Note] = field(default_factory=list)  # each with its code (dump/notes.py)
     missing: list[str] = field(default_factory=list)  # optional files the dump lacks
     meminfo_source: str = "proc/meminfo"  # or "nodes": summed from nodeN/meminfo (hwloc.py)
+    # A paste (dump/paste.py): what it does not show is unknown, never read from a missing line.
+    # ``paste_facts``: each value with its paste line; ``paste_unread``: the lines not read.
+    paste: bool = False
+    paste_facts: list[Any] = field(default_factory=list)
+    paste_unread: list[Any] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The ``inspect --json`` document (issue 3), then extra keys."""
@@ -168,6 +173,11 @@ class DumpFacts:
                 "meminfo_source": self.meminfo_source,
             }
         )
+        if self.paste:
+            doc["paste"] = {
+                "facts": [p.to_json() for p in self.paste_facts],
+                "unread": [u.to_json() for u in self.paste_unread],
+            }
         return doc
 
     def note(self, code: str, text: str) -> None:
@@ -187,7 +197,7 @@ class _Reader:
 
     def text(self, rel: str, record: bool = True) -> str | None:
         t = self.src.read(rel)
-        if t is None and record and not self.src.bare_meminfo:
+        if t is None and record and not (self.src.bare_meminfo or self.src.paste):
             self.facts.missing.append(rel)
         return t
 

@@ -55,6 +55,19 @@ CODES: dict[str, str] = {
     "field-not-in-dump": "a Machine field no dump carries: the default",
     "path-ignored": "a path leaving the dump (absolute, '..' or a link): ignored",
     "hugepage-path-ignored": "a hugepage file leaving the dump (absolute, '..' or a link): ignored",
+    # a paste (paste.py, and the readers when the source is one): what it does not show is
+    # unknown, each assumption said with the command that settles it
+    "paste-unreadable": "paste lines in no form umbp-sim reads: listed, not used",
+    "paste-repeated": "a value given twice in a paste: the later line's used",
+    "paste-nodes-assumed": "a paste shows node N but not the nodes below it: taken to exist",
+    "memory-assumed": "no MemTotal in a paste: the nodes' sum, else the pools plus a margin",
+    "kernel-version-unknown": "no kernel release in a paste: a recent kernel assumed",
+    "hugepages-assumed": "a hugepage size a paste does not show: registered, with 0 pages",
+    "pool-free-assumed": "a paste gives a pool's size, not its free count: all free assumed",
+    "pool-total-assumed": "a paste gives a pool's free count, not its size: none in use assumed",
+    "limits-assumed": "no cgroup or process limit in a paste: none assumed",
+    "pod-no-hugepages": "a pod's limits name no hugepages-<size>: Kubernetes' hugetlb limit 0",
+    "pod-limits-cut": "a pod's limits end the paste: its hugepages limit is not shown",
 }
 
 

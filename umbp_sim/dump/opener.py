@@ -31,14 +31,17 @@ def bytes_source(
     """A dump given as the bytes of a tarball or of a bare meminfo file.
 
     ``tar_hint`` True/False forces the kind; None sniffs it (a tar header, or a compressed
-    stream, is a tarball; anything else is read as meminfo text).
+    stream, is a tarball; anything else is text as pasted: a meminfo, whole or grep'd, and the
+    other forms of ``umbp_sim.dump.paste``).
     """
     is_tar = _looks_like_tar(data) if tar_hint is None else tar_hint
     if is_tar:
         return tar_source(data, label, limits)
     if len(data) > limits.max_file:
         raise DumpError(label, f"larger than {limits.max_file} bytes", kind="unreadable")
-    return MemorySource({"proc/meminfo": data}, label, stem(label), bare_meminfo=True, rejected=[])
+    from umbp_sim.dump.paste import paste_source  # a bare meminfo is a paste too
+
+    return paste_source(data, label, stem(label))
 
 
 def open_dump(

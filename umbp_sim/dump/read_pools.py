@@ -34,7 +34,8 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
             )
         sizes.append(size)
     if not sizes and not r.src.bare_meminfo:
-        f.missing.append(HUGEPAGES)
+        if not r.src.paste:
+            f.missing.append(HUGEPAGES)
         sizes = _node_sizes(r)
         if sizes:
             f.note(
@@ -60,7 +61,10 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
         sizes = [default]
         f.note(
             "hugepage-size-assumed",
-            "no hugepage size in the dump, but the nodes' meminfo has HugePages_* lines "
+            "the paste has HugePages_* lines but no hugepage size: the default size taken as "
+            f"{f.arch}'s, {default // KiB} kB (`grep Hugepagesize /proc/meminfo` settles it)"
+            if r.src.paste
+            else "no hugepage size in the dump, but the nodes' meminfo has HugePages_* lines "
             f"(hugetlb is built in): the default size taken as {f.arch}'s, {default // KiB} kB",
         )
     if not sizes and default is not None:
@@ -90,9 +94,31 @@ def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi:
             "default-hugepage-size-assumed",
             f"meminfo has no Hugepagesize: default hugepage size taken as {default // KiB} kB",
         )
+    if r.src.paste and not f.hugepage_sizes:  # never "no hugetlb" from lines not pasted
+        default = _paste_sizes(r, default)
     if not f.hugepage_sizes:
         f.note("no-hugetlb", "no hugepage sizes: kernel without CONFIG_HUGETLB_PAGE")
     f.default_hugepage_size = default
+
+
+def _paste_sizes(r: _Reader, default: int | None) -> int:
+    """A paste that shows no hugepage size says nothing about them: the sizes the architecture
+    registers are taken as registered, their pools as empty, and a note says so (never "a
+    kernel without hugetlb" from lines not pasted). Returns the default size."""
+    f = r.facts
+    registered = default_hugepage_sizes(f.arch, f.page_size, f.mmu or "radix")
+    added = [s for s in registered if s not in f.hugepage_sizes]
+    if added:
+        f.hugepage_sizes = sorted(set(f.hugepage_sizes) | set(added))
+        shown = ", ".join(f"{s // KiB} kB" for s in added)
+        f.note(
+            "hugepages-assumed",
+            f"the paste shows no pool of {shown} pages: taken as {f.arch} registers it, with 0 "
+            "pages (`grep -r . /sys/kernel/mm/hugepages` settles it)",
+        )
+    if default is None:
+        default = pmd_size(f.arch, f.page_size, f.hugepage_sizes)
+    return default
 
 
 def _node_sizes(r: _Reader) -> list[int]:

@@ -84,7 +84,10 @@ def _read_nodes(r: _Reader) -> None:
     f.numa_sysfs = bool(ids) or f.online_nodes is not None or f.possible_nodes is not None
     if not f.numa_sysfs:
         f.note(
-            "no-numa-sysfs", f"no {NODES}: no NUMA information (one node, node 0, in the Machine)"
+            "no-numa-sysfs",
+            "the paste shows no NUMA node: one node, node 0, in the Machine (numactl -H shows them)"
+            if r.src.paste
+            else f"no {NODES}: no NUMA information (one node, node 0, in the Machine)",
         )
         return
     if not ids:
@@ -163,6 +166,15 @@ def _read_kernel_version(r: _Reader, mi: dict[str, int]) -> None:
         f.note(
             "kernel-version-from-proc-version",
             f"kernel version {f.kernel_version} from proc/version (no osrelease)",
+        )
+        return
+    if r.src.paste:  # a line not shown dates nothing (issue 39)
+        f.kernel_version = DEFAULT_KERNEL_VERSION
+        f.kernel_version_source = "default"
+        f.note(
+            "kernel-version-unknown",
+            f"the kernel release is not in the paste: taken as a recent kernel, {f.kernel_version} "
+            "(MADV_POPULATE_WRITE, memfd_create with MFD_HUGETLB); `uname -r` settles it",
         )
         return
     f.kernel_version_source = "meminfo"

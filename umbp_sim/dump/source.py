@@ -91,6 +91,7 @@ class DumpSource:
     label: str  # how the user named the dump
     name: str  # NAME: the dump's top directory, or the file's name
     bare_meminfo: bool = False
+    paste: bool = False  # text as pasted (dump/paste.py): what it does not show is unknown
     rejected: list[str]
 
     def where(self, rel: str) -> str:

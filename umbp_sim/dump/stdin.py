@@ -1,7 +1,8 @@
 """A dump on standard input: ``umbp-sim replay -``, ``umbp-sim preflight --root -``.
 
-What arrives is a bare meminfo (pasted, or ``ssh host cat /proc/meminfo |``) or the bytes of a
-dump tarball (``ssh host umbp-sim collect -o /dev/stdout |``); ``bytes_source`` tells which.
+What arrives is text as pasted (a meminfo, whole or grep'd, ``numactl -H``, sysfs values...:
+``umbp_sim.dump.paste``; or ``ssh host cat /proc/meminfo |``) or the bytes of a dump tarball
+(``ssh host umbp-sim collect -o /dev/stdout |``); ``bytes_source`` tells which.
 Errors name it ``<stdin>`` (``<stdin>:3: cannot read value ...``). Standard input can carry one
 thing: with ``--error -`` too (or beside other dumps), ``StdinUsageError`` (exit 64) says so
 before anything is read.
@@ -51,8 +52,8 @@ def stdin_source(
     """The dump on ``stream`` (default: standard input), read whole within ``limits``."""
     stream = stream if stream is not None else sys.stdin.buffer
     if stream.isatty():
-        print("umbp-sim: reading a meminfo from the terminal: paste it, then Ctrl-D",
-              file=sys.stderr)  # fmt: skip
+        print("umbp-sim: reading a paste from the terminal (meminfo, numactl -H, sysfs "
+              "values...): paste it, then Ctrl-D", file=sys.stderr)  # fmt: skip
     try:
         data = stream.read(limits.max_archive + 1)
     except OSError as e:
