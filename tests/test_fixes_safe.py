@@ -64,7 +64,12 @@ def test_every_fix_for_an_error_line_passes_sglangs_check_once_applied(
         asked = fix.request(request).raw.size
         assert asked <= budget_after(machine, fix), (fix.commands, asked)
         assert fix.run is not None and fix.run.outcome in ("ok", "demoted")
-        assert fix.safety is None, fix.commands
+    # Safe: fix 1 leaves the rest of the server what sglang keeps for it, on every node; an
+    # unsafe fix says so and never comes before a safe one.
+    assert d.fixes[0].safety is None, d.fixes[0].commands
+    flags = [f.safety is not None for f in d.fixes]
+    assert flags == sorted(flags)
+    for fix in d.fixes:
         # sglang's knobs only: the server is configured with them, not umbp-sim's flags
         assert not any(c.startswith(RAW_FLAGS) for c in fix.commands), fix.commands
 
@@ -221,3 +226,40 @@ def test_tp_size_is_the_default_ranks() -> None:
         request_from_args(parser.parse_args([*flags, "--tp-size", "8", "--ranks", "4"])).ranks == 4
     )
     assert request_from_args(parser.parse_args(flags)).ranks == 1
+
+
+def test_preflight_writes_the_page_replay_does(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    SimHost(HOSTS["one24"]()).render(tmp_path / "dump")
+    page = tmp_path / "preflight.html"
+    argv = ["preflight", "--root", str(tmp_path / "dump"), "--error",
+            LINE.format(size=100000595968, node=1), "--html", str(page)]  # fmt: skip
+    assert main(argv) == 2
+    text = capsys.readouterr().out
+    html = page.read_text()
+    assert "preflight of alloc(100000595968 bytes" in html
+    assert "preflight of alloc(100000595968 bytes" in text
+    assert "node 1 does not exist: the host&#x27;s nodes are 0" in html
+    assert "host-wide, every workload on the host lives with: sysctl -w vm.nr_hugepages=" in html
+
+
+def test_preflight_html_is_refused_with_verify(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    rc = main(["preflight", "--size", "1GiB", "--verify", "--html", str(tmp_path / "p.html")])
+    assert rc == 64
+    assert capsys.readouterr().err == (
+        "umbp-sim preflight: --verify cannot be combined with --html: the page shows a prediction\n"
+    )
+    assert not (tmp_path / "p.html").exists()
+
+
+def test_every_blocker_is_named_not_only_the_first() -> None:
+    """An empty pool is met first; once it is grown, the hugetlb cgroup limit would kill the
+    prefault: "why" names both (the second from the run of the pool fix)."""
+    machine = Machine.x86_64(nodes=1, mem_per_node="64GiB", hugetlb_cgroup_max={"2MiB": 1 << 30})
+    d = diagnose(machine, None, Request(AllocRequest(4 << 30, "AnonymousHugetlb")))
+    assert d.run.outcome == "demoted"
+    assert [c.text for c in d.behind] == [
+        "behind it, once sysctl -w vm.nr_hugepages=2048: the hugetlb cgroup limit for 2048 kB "
+        "pages is 1073741824 bytes (512 pages), 2048 needed: enforced at fault time, and the "
+        "process is killed by SIGBUS"
+    ]
+    assert d.to_json()["blockers_behind"] == [c.text for c in d.behind]

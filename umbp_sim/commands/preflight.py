@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_request_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    parser.add_argument("--html", metavar="FILE", help="also write the report as an HTML page")
     v = parser.add_argument_group(
         "--verify: perform the request for real (umbp_sim/diagnose/verify.py)"
     )
@@ -75,6 +76,9 @@ def _run(args: argparse.Namespace) -> int:
     else:
         machine, facts = load_dump(args.root) if args.root else live_host()
     d = diagnose(machine, facts, request)
+    from umbp_sim.diagnose.html_report import write_html
+
+    write_html(d, args.html, mode="preflight")  # first: an unwritable FILE fails before output
     print_diagnosis(d, args.json, mode="preflight")
     return d.exit_code
 
@@ -97,6 +101,8 @@ def run_verify(args: argparse.Namespace, request) -> int:  # type: ignore[no-unt
 
     if args.root:
         raise VerifyError("--verify cannot be combined with --root: it allocates on this host")
+    if args.html:
+        raise VerifyError("--verify cannot be combined with --html: the page shows a prediction")
     cap = DEFAULT_MAX_SIZE if args.verify_max_size is None else args.verify_max_size
     check_request(request, cap)
     machine, facts = live_host()

@@ -49,6 +49,9 @@ class Diagnosis:
     limit: str | None = None  # when no change helps: the rule in the way
     # An error line the replay does not reproduce: the host states a dump cannot show that do.
     hypotheses: HypothesisSearch | None = None
+    # What stands in the way behind the first blocker: what a single host change meets once it
+    # has removed the one the replay met (explain.blockers_behind).
+    behind: list[Cause] = field(default_factory=list)
 
     @property
     def causes(self) -> list[str]:
@@ -73,6 +76,7 @@ class Diagnosis:
             "signal": o.signal,
             "warnings": list(o.warnings),
             "causes": list(self.causes),
+            "blockers_behind": [c.text for c in self.behind],
             "fixes": [
                 {
                     **f.to_json(),
@@ -151,7 +155,7 @@ def diagnose(
     ``profile``: the allocator profile to model (default: the request's, ``--allocator``),
     passed to every simulated run.
     """
-    from umbp_sim.diagnose.explain import explain
+    from umbp_sim.diagnose.explain import blockers_behind, explain
     from umbp_sim.diagnose.fix_search import propose
     from umbp_sim.diagnose.hypotheses import search
     from umbp_sim.diagnose.run import simulate_request
@@ -167,6 +171,7 @@ def diagnose(
     if run.rank < 3:
         found = propose(machine, request, run, profile)
         d.fixes, d.not_helping, d.limit = found.fixes, found.not_helping, found.limit
+        d.behind = blockers_behind(run, found.singles)
     d.with_fixes = _with_fixes(machine, request, run)
     if request.error_line is not None and not request.error_line.matches(run.observed.error):
         d.hypotheses = search(machine, facts, request, run.outcome, profile)

@@ -17,7 +17,9 @@ puts their numbers into sentences.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
+from umbp_sim.diagnose.fix import COMPROMISES
 from umbp_sim.diagnose.request import Request
 from umbp_sim.diagnose.run import Run
 from umbp_sim.dump import DumpFacts
@@ -194,6 +196,28 @@ def _node_blocker(run: Run, request: Request, machine: Machine, said: list[Cause
     else:
         return []
     return [Cause(text + ": no buffer can be bound there, whatever else changes", "host")]
+
+
+def blockers_behind(baseline: Run, singles: list[Any]) -> list[Cause]:
+    """Each condition that would fail the request on its own, not only the one met first:
+    what a single change to the host (a pool, a limit, a sysctl) meets once it has removed the
+    blocker the replay met, when that is a rule the replay did not meet (SimKernel's reason
+    of that run, said once per rule)."""
+    said = {r.rule for r in baseline.observed.reasons if r.errno or r.signal}
+    out: list[Cause] = []
+    for fix in singles:
+        run = fix.run
+        if run is None or run.outcome not in ("failed", "crashed") or fix.category in COMPROMISES:
+            continue
+        new = [r for r in run.observed.reasons if (r.errno or r.signal) and r.rule not in said]
+        causes = kernel_causes(new[-1:], run) if new else []
+        if causes:
+            said.add(new[-1].rule)
+            step = " ; ".join(fix.commands)
+            out.append(
+                Cause(f"behind it, once {step}: {causes[0].text}", "kernel", (new[-1].rule,))
+            )
+    return out
 
 
 # ---- SimKernel's reasons ----------------------------------------------------------------------

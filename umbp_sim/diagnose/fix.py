@@ -77,19 +77,30 @@ class Fix:
 
     @property
     def safety(self) -> str | None:
-        """None when the host keeps what sglang's host check keeps for the rest of the server
-        (10 GiB of MemAvailable) after the fix and its buffer; else the figure that says why it
-        is unsafe."""
+        """None when, after the fix and its buffers, the host keeps what sglang's host check
+        keeps for the rest of the server (10 GiB of MemAvailable) and each node with memory its
+        share of it (by its MemTotal); else the figure that says why it is unsafe."""
         state = self.run.observed.state_after if self.run else None
         if state is None:
             return None
         left = state.numbers.mem_available
-        if left >= HICACHE_HOST_MEMORY_RESERVE_BYTES:
-            return None
-        return (
-            f"unsafe: leaves {left / (1 << 30):.1f} GiB of MemAvailable, under the 10 GiB "
-            "sglang keeps for the rest of the server"
-        )
+        if left < HICACHE_HOST_MEMORY_RESERVE_BYTES:
+            return (
+                f"unsafe: leaves {_gib(left)} of MemAvailable, under the 10 GiB sglang keeps "
+                "for the rest of the server"
+            )
+        total = sum(n.mem_total for n in state.machine.nodes)
+        for n in state.machine.nodes:
+            if n.mem_total <= 0 or total <= 0:
+                continue
+            keep = HICACHE_HOST_MEMORY_RESERVE_BYTES * n.mem_total // total
+            free = state.numbers.node(n.id).mem_free + state.reclaimable(n.id)
+            if free < keep:
+                return (
+                    f"unsafe: leaves node {n.id} {_gib(free)} free or reclaimable, under its "
+                    f"share ({_gib(keep)}) of the 10 GiB sglang keeps for the rest of the server"
+                )
+        return None
 
     @property
     def outcome_after(self) -> str:
@@ -113,6 +124,10 @@ class Fix:
             ],
             "safety": self.safety,
         }
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
 
 
 def knob_of(command: str) -> str:

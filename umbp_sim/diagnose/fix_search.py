@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from umbp_sim.diagnose.explain import gib, kernel_causes
 from umbp_sim.diagnose.fix import COMPROMISES, HEAVY, Fix, combine
@@ -49,6 +49,7 @@ class Search:
     not_helping: list[Fix]
     limit: str | None = None
     runs: int = 0
+    singles: list[Fix] = field(default_factory=list)  # every single change tried, with its run
 
 
 def run_fix(machine: Machine, request: Request, fix: Fix, profile: str | None = None) -> Run:
@@ -183,8 +184,19 @@ def propose(
         if not sub_better:
             minimal.append(f)
     # Safe sets first: one that leaves the rest of the server less than sglang keeps for it is
-    # shown after them, with the figure (Fix.safety).
-    minimal.sort(key=lambda f: (f.safety is None, _value(f)), reverse=True)
+    # shown after them, with the figure (Fix.safety); then the better outcome and fewer
+    # compromises (another node, a smaller pool); then changes to the server's own
+    # configuration before changes every workload on the host lives with.
+    minimal.sort(
+        key=lambda f: (
+            f.safety is None,
+            f.run.rank if f.run else 0,
+            -f.compromises,
+            -len(f.host_wide),
+            -len(f.singles),
+        ),
+        reverse=True,
+    )
     # The smallest sets that get everything, then the best partial successes.
     full = [f for f in minimal if f.run and f.run.rank == 3]
     # Giving up what the buffer is for (hugepages, its size) only when no milder set, however
@@ -225,7 +237,7 @@ def propose(
     if not minimal:
         limit = _limit(baseline, [f for f in singles if f.run is not None])
     described = [_described(machine, f, tried, baseline) for f in minimal]
-    return Search(described, not_helping, limit, runs)
+    return Search(described, not_helping, limit, runs, [f for f in singles if f.run is not None])
 
 
 SHRINKS = ("buffer", "hicache")

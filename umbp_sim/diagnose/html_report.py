@@ -349,8 +349,9 @@ class PageFile:
         """Nothing to undo: the page is only ever created by ``write``."""
 
 
-def write_html(d: Diagnosis, path: str | None) -> None:
-    """Write the HTML report of a diagnosis to ``path`` (nothing if ``path`` is None)."""
+def write_html(d: Diagnosis, path: str | None, mode: str = "replay") -> None:
+    """Write the HTML report of a diagnosis to ``path`` (nothing if ``path`` is None); ``mode``
+    heads it as a replay's or a preflight's."""
     if path is None:
         return
     from umbp_sim.diagnose.report import sections
@@ -359,4 +360,4 @@ def write_html(d: Diagnosis, path: str | None) -> None:
     pic = picture_of(d)
     if pic is None:
         raise ReportWriteError(f"--html {path}: the request has no buffer sizes to draw")
-    page.write(render_diagnosis_html(sections(d), pic))
+    page.write(render_diagnosis_html(sections(d, mode), pic))
