@@ -263,3 +263,39 @@ def test_every_blocker_is_named_not_only_the_first() -> None:
         "process is killed by SIGBUS"
     ]
     assert d.to_json()["blockers_behind"] == [c.text for c in d.behind]
+
+
+def test_moris_dram_tier_is_one_more_allocation_in_each_rank() -> None:
+    """UMBP_DRAM_* asks for mori's DRAM tier: each rank allocates it after its pool, on the
+    same host; a tier that cannot be allocated stops the rank with mori's words."""
+    machine = Machine.x86_64(nodes=1, mem_per_node="24GiB", overcommit_memory=2,
+                             overcommit_ratio=50)  # fmt: skip
+    env = {"UMBP_DRAM_CAPACITY": str(8 << 30)}
+    request = Request(AllocRequest(8 << 30, "Anonymous"), env=env, ranks=2)
+    d = diagnose(machine, None, request)
+    ranks = d.run.observed.ranks
+    assert [(r["outcome"], r.get("dram_tier")) for r in ranks] == [
+        ("failed", "failed"),
+        ("failed", None),
+    ]
+    assert ranks[0]["error"] == f"DRAMTier: memory allocation failed for {8 << 30} bytes"
+    assert d.run.observed.error == ranks[0]["error"]
+    assert request.describe().endswith(
+        f", then mori's DRAM tier alloc({8 << 30} bytes, backing Anonymous, hugepage_size "
+        "2MiB, numa_node -1, prefault on)"
+    )
+    # without the tier the same ranks get their pools: the tier is what fails them
+    alone = diagnose(machine, None, Request(AllocRequest(4 << 30, "Anonymous"), ranks=2))
+    assert alone.run.outcome == "ok"
+
+
+@pytest.mark.parametrize(
+    ("pair", "error"),
+    [
+        ("UMBP_DRAM_CAPACITY=4G", "--env UMBP_DRAM_CAPACITY='4G': expected an integer"),
+        ("UMBP_DRAM_NUMA_NODE=-2", "--env UMBP_DRAM_NUMA_NODE=-2: expected -1 to 2147483647"),
+    ],
+)
+def test_a_dram_tier_value_mori_cannot_read_is_a_usage_error(pair: str, error: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["preflight", "--size", "1GiB", "--env", pair]) == 64
+    assert capsys.readouterr().err == f"umbp-sim preflight: {error}\n"

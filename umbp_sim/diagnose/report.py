@@ -94,9 +94,11 @@ def sections(d: Diagnosis, mode: str = "replay") -> Sections:
         )
         if not reproduced:
             saw_lines.append(f"  given: {line.text}")
-    if o.ranks:
+    if len(o.ranks) > 1:
         saw_lines.append(f"{len(o.ranks)} ranks on this host, in the order they start: "
                          f"{ranks_summary(o.ranks)}")  # fmt: skip
+    elif o.ranks:
+        saw_lines.append(f"with mori's DRAM tier: {ranks_summary(o.ranks)}")
     saw_lines += _log_section(d)
     no_fix = None
     if d.run.got_what_was_asked:

@@ -17,6 +17,11 @@ from typing import Any
 
 from umbp_sim.backing import DEMOTED_TO, HUGETLB_BACKINGS
 from umbp_sim.bounded import shown
+from umbp_sim.diagnose.dram_tier import (
+    VARIABLES as DRAM_VARIABLES,
+    DramTierError,
+    dram_tier_request,
+)
 from umbp_sim.diagnose.error_line import (
     ErrorLine,
     ErrorLineError,
@@ -51,7 +56,7 @@ SGLANG_FLAGS = (
 )  # fmt: skip
 
 
-ENV_VARIABLES = (*sgenv.VARIABLES, sgenv.STANDALONE, *MORI_LOG_ENV)
+ENV_VARIABLES = (*sgenv.VARIABLES, sgenv.STANDALONE, *MORI_LOG_ENV, *DRAM_VARIABLES)
 
 
 class RequestError(UmbpSimError):
@@ -204,7 +209,7 @@ class Request:
             size = self.alloc.size
             unit = getattr(size, "unit", "")
             spelled = f" = {format_size(size)}" if unit and unit != "B" else ""
-            call = f"alloc({size} bytes{spelled}, {alloc})"
+            call = f"alloc({size} bytes{spelled}, {alloc})" + self._dram_tier_text()
             return f"{each} {call}" if each else call
         h = self.hicache()
         sizes = " + ".join(str(b.nbytes) for b in h.buffers)
@@ -212,6 +217,16 @@ class Request:
         return (
             f"sglang HiCache host pool of {whose} {h.bytes_per_token} B/token, {h.tokens} "
             f"tokens, {h.nbytes} bytes checked, alloc {sizes} bytes ({alloc})"
+        ) + self._dram_tier_text()
+
+    def _dram_tier_text(self) -> str:
+        tier = dram_tier_request(self.env)
+        if tier is None:
+            return ""
+        b, hp, node, prefault = tier.fields()[1:]
+        return (
+            f", then mori's DRAM tier alloc({tier.size} bytes, backing {b}, hugepage_size "
+            f"{format_size(hp)}, numa_node {node}, prefault {'on' if prefault else 'off'})"
         )
 
     def engine_run(
@@ -229,9 +244,19 @@ class Request:
         says the check passed when the server started."""
         work: Alloc | SglangStartup
         if self.alloc is not None:
-            work = Alloc(self.alloc, host_check=host_check and self.sglang_raised, ranks=self.ranks)
+            work = Alloc(
+                self.alloc,
+                host_check=host_check and self.sglang_raised,
+                ranks=self.ranks,
+                dram_tier=dram_tier_request(self.env),
+            )
         else:
-            work = SglangStartup(dict(self.sglang), self.sglang_release, ranks=self.ranks)
+            work = SglangStartup(
+                dict(self.sglang),
+                self.sglang_release,
+                ranks=self.ranks,
+                dram_tier=dram_tier_request(self.env),
+            )
         return EngineRun(
             machine,
             work,
@@ -305,7 +330,7 @@ def _request_from_flags(args: argparse.Namespace) -> Request:
         )
     if raw_given:
         env = _env(flags["env"])
-        allocator_only = [k for k in env if k not in MORI_LOG_ENV]
+        allocator_only = [k for k in env if k not in (*MORI_LOG_ENV, *DRAM_VARIABLES)]
         if allocator_only:
             raise RequestError(
                 f"--env {allocator_only[0]}: applies to sglang requests only (raw requests take "
@@ -403,6 +428,10 @@ def _env(pairs: list[str]) -> dict[str, str]:
             raise RequestError(f"--env {key}: not one of {', '.join(ENV_VARIABLES)}")
         _check_env_int(key, value)
         out[key] = value
+    try:
+        dram_tier_request(out)
+    except DramTierError as e:
+        raise RequestError(f"--env {e}") from None
     return out
 
 

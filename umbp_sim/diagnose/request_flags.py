@@ -157,8 +157,9 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="K=V",
-        help="SGLANG_HICACHE_HOST_*, UMBP_STANDALONE_ADDRESS or MORI_*_LOG_LEVEL setting of "
-        "the server (repeatable; raw requests take only the MORI_* ones)",
+        help="SGLANG_HICACHE_HOST_*, UMBP_STANDALONE_ADDRESS, UMBP_DRAM_* (mori's DRAM tier: "
+        "one more allocation in each rank) or MORI_*_LOG_LEVEL setting of the server "
+        "(repeatable; raw requests take only the MORI_* and UMBP_DRAM_* ones)",
     )
 
 

@@ -126,7 +126,8 @@ def ranks_summary(ranks: list[dict[str, Any]]) -> str:
     for e in ranks:
         text = e["outcome"]
         if e["outcome"] in ("ok", "demoted") and e["actual_backing"]:
-            text += f" ({e['actual_backing']})"
+            text += f" ({e['actual_backing']}"
+            text += f", DRAM tier {e['dram_tier']})" if e.get("dram_tier") else ")"
         elif e["error"]:
             text += f": {e['error']}"
         if groups and groups[-1][1] == text:

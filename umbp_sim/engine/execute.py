@@ -116,10 +116,9 @@ def _free(run: Run, subject: Subject, rec: RunRecord, held: Held) -> None:
         return
     try:
         with subject.scope():
-            if held.startups:
-                for startup in held.startups:
-                    startup.close()
-            elif held.allocator is not None:
+            for startup in held.startups:
+                startup.close()
+            if held.allocator is not None:
                 for h in held.handles:
                     held.allocator.free(h)
                 if held.probe is not None:  # what Free left of its registration

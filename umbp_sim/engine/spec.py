@@ -58,6 +58,8 @@ class Alloc:
     # sglang's ranks on one host (tp/dp), each a process with its own pool of this request, in
     # the order they start: every rank checks and allocates on the host the ranks before it left.
     ranks: int = 1
+    # mori's DRAM tier: one more alloc in each rank's process after its pool (its UMBP store).
+    dram_tier: AllocRequest | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class SglangStartup:
     request: Mapping[str, Any]  # the [request] table (model, sizes, ...)
     release: str | None = None  # [scenario].sglang: how the startup's buffers are released
     ranks: int = 1  # ranks on the host, each starting its own pool in turn (``Alloc.ranks``)
+    dram_tier: AllocRequest | None = None  # each rank's DRAM tier after its pool (Alloc's)
 
 
 @dataclass(frozen=True)

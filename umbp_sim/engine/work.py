@@ -60,7 +60,7 @@ def _failed(rec: RunRecord, failure: str, error: str) -> None:
 
 
 def run_alloc(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held: Held) -> None:
-    if work.ranks > 1:
+    if work.ranks > 1 or work.dram_tier is not None:
         run_ranks(work, subject, host, rec, held)
         return
     req = work.request
@@ -129,13 +129,46 @@ def run_ranks(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held
                     one.mapped_size = int(h.mapped_size)
                     one.bound_node = subject.bound_node(host, h)
                     one.outcome = alloc_outcome(req.backing, one.actual_backing)
-        rec.ranks.append(_rank_entry(rank, one.outcome, one.error, one.actual_backing))
+        entry = _rank_entry(rank, one.outcome, one.error, one.actual_backing)
+        if work.dram_tier is not None and one.outcome in ("ok", "demoted"):
+            entry["dram_tier"] = dram_tier_alloc(work.dram_tier, subject, allocator, held, one)
+            entry.update(outcome=one.outcome, error=one.error)
+            if one.outcome == "failed":
+                one.actual_backing = one.mapped_size = one.bound_node = None
+        rec.ranks.append(entry)
         if worst is None or WORST_FIRST[one.outcome] < WORST_FIRST[worst.outcome]:
             worst = one
     assert worst is not None
     rec.outcome, rec.failure, rec.error = worst.outcome, worst.failure, worst.error
     rec.actual_backing, rec.mapped_size = worst.actual_backing, worst.mapped_size
     rec.bound_node, rec.budget = worst.bound_node, worst.budget
+
+
+def dram_tier_failed(size: int) -> str:
+    # What mori's UMBP store logs when its DRAM tier's buffer is not allocated; the server stops.
+    return f"DRAMTier: memory allocation failed for {size} bytes"
+
+
+def dram_tier_alloc(
+    req: AllocRequest, subject: Subject, allocator: Any, held: Held, rank: RunRecord
+) -> str:
+    """mori's DRAM tier in a rank's process, after its pool: its backing (or "failed"); a
+    failure is the rank's outcome (the store throws and the server stops)."""
+    try:
+        h = allocator.alloc(req)
+    except subject.harness_errors:
+        raise
+    except Exception as e:  # noqa: BLE001 - the allocator's exception is the outcome
+        _failed(rank, "raised", f"{dram_tier_failed(req.size)} ({raised(e)})")
+        return "failed"
+    held.handles.append(h)
+    if not h:
+        _failed(rank, "invalid", dram_tier_failed(req.size))
+        return "failed"
+    got = backing_name(h)
+    if alloc_outcome(req.backing, got) == "demoted":  # the rank did not get all it asked
+        rank.outcome = "demoted"
+    return got
 
 
 def passes_host_check(nbytes: int, host: SimHost, rec: RunRecord) -> bool:
@@ -272,7 +305,7 @@ def start_sglang(
         request = sglang_request_of(work.request)
     except (KeyError, ValueError, TypeError) as e:
         raise RunError(f"[request]: {e}") from None
-    worst: tuple[Any, dict[str, int]] | None = None
+    worst: tuple[str, str | None, Any, dict[str, int]] | None = None
     for rank in range(work.ranks):
         # Each rank's check reads the host the ranks before it left.
         meminfo = parse_meminfo(host.read("/proc/meminfo"), "/proc/meminfo")
@@ -289,20 +322,27 @@ def start_sglang(
                 watermark_low_pages=zoneinfo_low_pages(host),
             )
         held.startups.append(one)
-        outcome = "ok" if one.outcome == "fallback" else one.outcome
-        if work.ranks > 1:
-            backing = backing_name(one.handles[-1]) if one.handles else None
-            rec.ranks.append(_rank_entry(rank, outcome, one.error, backing))
-        if worst is None or WORST_FIRST[outcome] < WORST_FIRST[_outcome_of(worst[0])]:
-            worst = (one, budget)
+        outcome, error = _outcome_of(one), one.error
+        backing = backing_name(one.handles[-1]) if one.handles else None
+        entry = _rank_entry(rank, outcome, error, backing)
+        if work.dram_tier is not None and outcome in ("ok", "demoted"):
+            tier = RunRecord(outcome=outcome)
+            held.allocator = held.allocator or subject.allocator()
+            entry["dram_tier"] = dram_tier_alloc(
+                work.dram_tier, subject, held.allocator, held, tier
+            )
+            outcome, error = tier.outcome, tier.error
+            entry.update(outcome=outcome, error=error)
+        if work.ranks > 1 or work.dram_tier is not None:
+            rec.ranks.append(entry)
+        if worst is None or WORST_FIRST[outcome] < WORST_FIRST[worst[0]]:
+            worst = (outcome, error, one, budget)
         if outcome == "crashed":  # that process is dead; the ranks after it are not simulated
             break
     assert worst is not None
-    result, rec.budget = worst
-    rec.outcome = "ok" if result.outcome == "fallback" else result.outcome
+    rec.outcome, rec.error, result, rec.budget = worst
     if rec.outcome == "failed":
         rec.failure = "raised"  # sglang raised (its wrapper's RuntimeError on a null handle)
-    rec.error = result.error
     rec.signal, rec.crash_node = result.signal, result.crash_node
     if rec.outcome == "crashed":
         rec.stage, rec.simulated = "alloc", True
