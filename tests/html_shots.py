@@ -1,4 +1,4 @@
-"""Headless Chromium (Debian's `chromium`; `tox -e browser` installs it, tools/system_deps.sh) for the
+"""Headless Chromium (Debian's `chromium`, which `tox -e browser` installs) for the
 tests of the HTML pages: a screenshot, the DOM as Chromium parsed it, bars counted in pixels.
 
 Every node's bar has a frame of its own colour (``NODE_FRAME``) and all bars start at the same
