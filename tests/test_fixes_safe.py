@@ -299,3 +299,21 @@ def test_moris_dram_tier_is_one_more_allocation_in_each_rank() -> None:
 def test_a_dram_tier_value_mori_cannot_read_is_a_usage_error(pair: str, error: str, capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["preflight", "--size", "1GiB", "--env", pair]) == 64
     assert capsys.readouterr().err == f"umbp-sim preflight: {error}\n"
+
+
+def test_tp8_on_one_host_is_sized_for_eight_ranks() -> None:
+    """preflight --tp-size 8 of 10 GB per rank on a 24 GiB host: seven ranks fail sglang's
+    check; the fix sizes --hicache-size for eight pools, and holds for all eight."""
+    machine = HOSTS["one24"]()
+    table = {"layers": 32, "kv_heads": 8, "head_dim": 128, "hicache_size": 10,
+             "page_size": 64, "tp_size": 8}  # fmt: skip
+    d = diagnose(machine, None, Request(sglang=table, ranks=8))
+    outcomes = [r["outcome"] for r in d.run.observed.ranks]
+    assert outcomes[1:] == ["failed"] * 7
+    assert all(r["error"].startswith("ValueError: Not enough host memory available.")
+               for r in d.run.observed.ranks[1:])  # fmt: skip
+    assert d.fixes
+    assert d.fixes[0].commands[0] == "--hicache-size 1"
+    for f in d.fixes:
+        assert f.run is not None
+        assert [r["outcome"] for r in f.run.observed.ranks] == ["ok"] * 8, f.commands

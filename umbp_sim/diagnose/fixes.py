@@ -169,12 +169,22 @@ def _host_check_fixes(
     if h.nbytes <= room:
         return []
     out = []
-    largest = largest_hicache_size_that_fits(h.bytes_per_token, h.page_size, room)
+    # Several ranks: each rank's check sees the pools of the ranks before it, so the last of n
+    # passes only if n pools fit in what the host had available before the first.
+    n = request.ranks
+    first = host.numbers.mem_available - HICACHE_HOST_MEMORY_RESERVE_BYTES
+    fits = room if n == 1 else first // n
+    said = (
+        f"{room / 1e9:.2f} GB"
+        if n == 1
+        else f"{first / 1e9:.2f} GB before the first rank, shared by {n} ranks"
+    )
+    largest = largest_hicache_size_that_fits(h.bytes_per_token, h.page_size, fits)
     if largest is not None:
         out.append(
             Fix(
                 f"the largest --hicache-size that fits sglang's available - 10 GiB "
-                f"({room / 1e9:.2f} GB) is {largest}",
+                f"({said}) is {largest}",
                 [f"--hicache-size {largest}"],
                 "hicache",
                 request_change=_set_hicache(largest),
