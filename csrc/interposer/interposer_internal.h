@@ -33,6 +33,16 @@
 #define MREMAP_DONTUNMAP 4
 #endif
 
+// A function ThreadSanitizer's runtime reaches while it initializes (it is preloaded before this
+// library in the TSan tier, and calls sysconf and sigaction then): not instrumented, since an
+// instrumented function entered before the runtime is ready crashes. Such a function calls only
+// others marked so (or the C library) on that path, and reads shared state with __atomic builtins.
+#if defined(__SANITIZE_THREAD__)
+#define UMBP_NO_TSAN __attribute__((no_sanitize("thread")))
+#else
+#define UMBP_NO_TSAN
+#endif
+
 namespace umbp_interpose {
 
 // ---- real calls that never come back into this library (it defines syscall, mmap, close...) --
@@ -172,13 +182,13 @@ extern std::atomic<int> g_death_sig;
 void install_handler();
 void remove_handler();
 // sigaction(2) itself (the program's calls of sigaction reach ours, symbols.cpp).
-int real_sigaction(int sig, const struct sigaction* act, struct sigaction* old);
+UMBP_NO_TSAN int real_sigaction(int sig, const struct sigaction* act, struct sigaction* old);
 // Exec mode: the program's SIGSEGV handler goes behind ours (Python's faulthandler, which pytest
 // enables, would otherwise take every simulated page touch of the PROT_NONE path for a crash):
 // program_sigaction answers its sigaction(SIGSEGV) with the handler ours chains to (true), or
 // says it is not one of those (false: the real call).
 void keep_segv_handler_first();
-bool program_sigaction(int sig, const struct sigaction* act, struct sigaction* old);
+UMBP_NO_TSAN bool program_sigaction(int sig, const struct sigaction* act, struct sigaction* old);
 bool uffd_register(uintptr_t start, size_t len);
 // Real pages for the missing range [start, end) of a registered mapping.
 bool uffd_fill(uintptr_t start, uintptr_t end, bool write);
