@@ -9,7 +9,9 @@ exec_threads.c's 8 threads x 300 iterations, C or Python through ctypes, hung in
 run. The lock order is written in csrc/interposer/interposer_internal.h.
 
 Evidence is the program's exit status and exec's ``--json`` report: the calls the simulated
-host answered and the page faults it handled, counted by the interposer in the program.
+host answered and the page faults it handled, counted by the interposer in the program. Marked
+``threads``: ``tox -e tsan`` runs them with the TSan-built interposer in the program, where any
+report (a race, a lock-order inversion) fails the run.
 """
 
 from __future__ import annotations
