@@ -97,7 +97,7 @@ void start_exec_host() {
     setup_failed("UMBP_SIM_FAULT_PATH=uffd: userfaultfd does not work here", g_uffd_why);
   if (rc != 0) setup_failed("umbp_sim_interposer_activate", strerror(rc));
   keep_segv_handler_first();
-  route_whole_program();
+  route_whole_program(reinterpret_cast<const void*>(start));
   atexit(report_exit);
 }
 

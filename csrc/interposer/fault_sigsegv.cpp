@@ -12,7 +12,7 @@ struct sigaction g_old_segv;
 
 namespace {
 bool g_handler_installed = false;
-std::atomic<bool> g_segv_first{false};  // keep_segv_handler_first()
+bool g_segv_first = false;  // keep_segv_handler_first() (__atomic: read by UMBP_NO_TSAN code)
 
 using sigaction_fn = int (*)(int, const struct sigaction*, struct sigaction*);
 sigaction_fn g_real_sigaction = nullptr;  // looked up before any handler runs
@@ -75,16 +75,20 @@ void on_segv(int sig, siginfo_t* si, void* uc) {
 
 }  // namespace
 
-int real_sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
-  if (!g_real_sigaction)
-    g_real_sigaction = reinterpret_cast<sigaction_fn>(dlsym(RTLD_NEXT, "sigaction"));
-  return g_real_sigaction(sig, act, old);
+UMBP_NO_TSAN int real_sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  sigaction_fn f = __atomic_load_n(&g_real_sigaction, __ATOMIC_RELAXED);
+  if (!f) {
+    f = reinterpret_cast<sigaction_fn>(dlsym(RTLD_NEXT, "sigaction"));
+    __atomic_store_n(&g_real_sigaction, f, __ATOMIC_RELAXED);
+  }
+  return f(sig, act, old);
 }
 
-void keep_segv_handler_first() { g_segv_first.store(true); }
+void keep_segv_handler_first() { __atomic_store_n(&g_segv_first, true, __ATOMIC_RELEASE); }
 
-bool program_sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
-  if (sig != SIGSEGV || !g_segv_first.load() || !g_handler_installed) return false;
+UMBP_NO_TSAN bool program_sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  if (sig != SIGSEGV || !__atomic_load_n(&g_segv_first, __ATOMIC_ACQUIRE) || !g_handler_installed)
+    return false;
   const struct sigaction previous = g_old_segv;
   if (act) g_old_segv = *act;
   if (old) *old = previous;

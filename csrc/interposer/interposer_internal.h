@@ -33,6 +33,16 @@
 #define MREMAP_DONTUNMAP 4
 #endif
 
+// A function ThreadSanitizer's runtime reaches while it initializes (it is preloaded before this
+// library in the TSan tier, and calls sysconf and sigaction then): not instrumented, since an
+// instrumented function entered before the runtime is ready crashes. Such a function calls only
+// others marked so (or the C library) on that path, and reads shared state with __atomic builtins.
+#if defined(__SANITIZE_THREAD__)
+#define UMBP_NO_TSAN __attribute__((no_sanitize("thread")))
+#else
+#define UMBP_NO_TSAN
+#endif
+
 namespace umbp_interpose {
 
 // ---- real calls that never come back into this library (it defines syscall, mmap, close...) --
@@ -72,7 +82,18 @@ extern bool g_simulated;
 extern size_t g_page;
 extern __thread int t_scope;
 extern std::atomic<unsigned long> g_routed, g_faults, g_moved;
-extern std::mutex g_fd_mu;  // guards the simulated fds
+// Lock order, outermost first (a thread holding one may take those below it, never above):
+//   g_fd_mu             the simulated fds' writers (add_sim_fd, drop_sim_fd; fork() takes it)
+//   g_map_mu            the mapping and grant tables (mappings.cpp): held by a fault's resolver
+//                       (the SIGSEGV handler, the userfaultfd thread) across the Kernel's touch
+//   the Kernel's locks  TracingKernel, FaultyKernel, SimKernel::mu_ (a call through the C ABI)
+//   leaf locks          g_classify_mu, SimKernel's UnbackedSpace, memory_lifetimes
+// A Kernel holding its lock makes real calls (mmap, munmap, close: sim_address_space.cpp,
+// user_memory.cpp) that come back through this library: they must be decided without g_fd_mu or
+// g_map_mu. So routing asks whose call it is before whose memory (route_range), the Kernel's
+// object is classified before the program runs (route_whole_program), and is_sim_fd reads the
+// fd table without g_fd_mu. Nothing here calls the Kernel with a lock held but g_map_mu.
+extern std::mutex g_fd_mu;  // guards the simulated fds' writers (is_sim_fd takes no lock)
 extern std::atomic<int> g_nfds;
 
 bool is_sim_fd(int fd);
@@ -87,11 +108,13 @@ const umbp_sim_kernel* kernel_for_fd(int fd);
 // whoever calls.
 const umbp_sim_kernel* route_open(const char* path);
 // Exec mode: every call of the program is the Kernel's, on every thread, but the language
-// runtime's and umbp-sim's own (routing.cpp says which and why).
-void route_whole_program();
+// runtime's and umbp-sim's own (routing.cpp says which and why). `kernel_code`: an address in
+// the object that holds the Kernel (libumbp_sim_exec.so), classified now as the runtime's.
+void route_whole_program(const void* kernel_code);
 // The Kernel for a call on [addr, addr+len) (munmap, madvise, mbind): route()'s answer, but in
 // exec mode a range that meets no simulated mapping is real memory (the C library's malloc
-// gave it): the real kernel's, whoever calls.
+// gave it): the real kernel's, whoever calls. The caller is decided first: g_map_mu is taken
+// only for a call that is the program's.
 const umbp_sim_kernel* route_range(bool wrapped, void* ret, void* addr, size_t len);
 
 // ---- the simulated host's /proc and /sys in exec mode (sim_paths.cpp) ---------------------------
@@ -159,13 +182,13 @@ extern std::atomic<int> g_death_sig;
 void install_handler();
 void remove_handler();
 // sigaction(2) itself (the program's calls of sigaction reach ours, symbols.cpp).
-int real_sigaction(int sig, const struct sigaction* act, struct sigaction* old);
+UMBP_NO_TSAN int real_sigaction(int sig, const struct sigaction* act, struct sigaction* old);
 // Exec mode: the program's SIGSEGV handler goes behind ours (Python's faulthandler, which pytest
 // enables, would otherwise take every simulated page touch of the PROT_NONE path for a crash):
 // program_sigaction answers its sigaction(SIGSEGV) with the handler ours chains to (true), or
 // says it is not one of those (false: the real call).
 void keep_segv_handler_first();
-bool program_sigaction(int sig, const struct sigaction* act, struct sigaction* old);
+UMBP_NO_TSAN bool program_sigaction(int sig, const struct sigaction* act, struct sigaction* old);
 bool uffd_register(uintptr_t start, size_t len);
 // Real pages for the missing range [start, end) of a registered mapping.
 bool uffd_fill(uintptr_t start, uintptr_t end, bool write);

@@ -36,36 +36,41 @@ std::atomic<int> g_ncallers{0};
 
 std::atomic<unsigned long> g_routed{0}, g_faults{0}, g_moved{0};
 
-// Simulated fds (from the Kernel's memfd_create).
+// Simulated fds (from the Kernel's memfd_create). Writers hold g_fd_mu; is_sim_fd reads without
+// it: close() reaches it from anywhere, the Kernel's own real close() under its lock included
+// (user_memory.cpp's pipe), and a Kernel lock is never held while taking g_fd_mu. An fd keeps
+// its slot from add to drop (a dropped one leaves -1), so a reader never misses one by a move.
 namespace {
 constexpr int kMaxFds = 1024;
-int g_fds[kMaxFds];
+std::atomic<int> g_fds[kMaxFds];
+std::atomic<int> g_fd_slots{0};  // slots ever used: readers scan these
 }  // namespace
 std::mutex g_fd_mu;
-std::atomic<int> g_nfds{0};
+std::atomic<int> g_nfds{0};  // simulated fds open
 
 bool is_sim_fd(int fd) {
-  if (g_nfds.load(std::memory_order_relaxed) == 0) return false;
-  std::lock_guard<std::mutex> l(g_fd_mu);
-  for (int i = 0, n = g_nfds.load(); i < n; ++i)
-    if (g_fds[i] == fd) return true;
+  if (fd < 0) return false;
+  const int n = g_fd_slots.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i)
+    if (g_fds[i].load(std::memory_order_acquire) == fd) return true;
   return false;
 }
 void add_sim_fd(int fd) {
   std::lock_guard<std::mutex> l(g_fd_mu);
-  int n = g_nfds.load();
-  if (n < kMaxFds) {
-    g_fds[n] = fd;
-    g_nfds.store(n + 1);
-  }
+  const int n = g_fd_slots.load();
+  int i = 0;
+  while (i < n && g_fds[i].load() >= 0) ++i;
+  if (i == kMaxFds) return;
+  g_fds[i].store(fd, std::memory_order_release);
+  if (i == n) g_fd_slots.store(n + 1, std::memory_order_release);
+  g_nfds.fetch_add(1);
 }
 void drop_sim_fd(int fd) {
   std::lock_guard<std::mutex> l(g_fd_mu);
-  int n = g_nfds.load();
-  for (int i = 0; i < n; ++i)
-    if (g_fds[i] == fd) {
-      g_fds[i] = g_fds[n - 1];
-      g_nfds.store(n - 1);
+  for (int i = 0, n = g_fd_slots.load(); i < n; ++i)
+    if (g_fds[i].load() == fd) {
+      g_fds[i].store(-1, std::memory_order_release);
+      g_nfds.fetch_sub(1);
       return;
     }
 }
@@ -172,8 +177,10 @@ void find_forwarders() {
   }
 }
 
-// The Kernel when this call is the allocator's (wrapped: its object; preload: its caller).
-const umbp_sim_kernel* route(bool wrapped, void* ret) {
+namespace {
+// The Kernel when the caller is the allocator's (uncounted). Takes no lock once the caller's
+// object is classified: the Kernel's own real calls, made under its lock, come through here.
+const umbp_sim_kernel* caller_kernel(bool wrapped, void* ret) {
   const umbp_sim_kernel* k = g_kernel.load(std::memory_order_acquire);
   if (!k) return nullptr;
   if (g_program.load(std::memory_order_relaxed)) {
@@ -182,16 +189,29 @@ const umbp_sim_kernel* route(bool wrapped, void* ret) {
     if (t_scope <= 0) return nullptr;
     if (!wrapped && !caller_ok(ret)) return nullptr;
   }
-  g_routed.fetch_add(1, std::memory_order_relaxed);
+  return k;
+}
+}  // namespace
+
+// The Kernel when this call is the allocator's (wrapped: its object; preload: its caller).
+const umbp_sim_kernel* route(bool wrapped, void* ret) {
+  const umbp_sim_kernel* k = caller_kernel(wrapped, ret);
+  if (k) g_routed.fetch_add(1, std::memory_order_relaxed);
   return k;
 }
 
+// Whose call first, then whose memory: the Kernel's own real munmap (reserve_real trimming an
+// over-map, real_unmap), made while it holds its lock, is decided as the runtime's before the
+// mapping table is asked, so it never waits for g_map_mu (the lock order: interposer_internal.h).
 const umbp_sim_kernel* route_range(bool wrapped, void* ret, void* addr, size_t len) {
+  const umbp_sim_kernel* k = caller_kernel(wrapped, ret);
+  if (!k) return nullptr;
   if (g_program.load(std::memory_order_relaxed) && g_simulated) {
     const auto lo = reinterpret_cast<uintptr_t>(addr);
     if (!overlaps_sim_map(lo, lo + len)) return nullptr;
   }
-  return route(wrapped, ret);
+  g_routed.fetch_add(1, std::memory_order_relaxed);
+  return k;
 }
 
 const umbp_sim_kernel* kernel_for_fd(int fd) {
@@ -299,10 +319,13 @@ bool program_caller_at(uintptr_t r) {
 
 }  // namespace
 
-void route_whole_program() {
+void route_whole_program(const void* kernel_code) {
   find_forwarders();
   void* py = dlsym(RTLD_DEFAULT, "Py_IsInitialized");
   g_python_fn.store(reinterpret_cast<uintptr_t>(py));
+  // The Kernel's object classified now, before the program runs: its real calls, made under the
+  // Kernel's lock, then never take g_classify_mu and the loader's lock (dl_iterate_phdr).
+  program_caller_at(reinterpret_cast<uintptr_t>(kernel_code));
   g_program.store(true);
 }
 

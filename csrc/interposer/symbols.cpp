@@ -206,8 +206,26 @@ UMBP_DEFINE_BOTH(int, memfd_create, (const char* name, unsigned fl),
 UMBP_DEFINE_BOTH(int, ftruncate, (int fd, off_t n), ftruncate_impl(fd, n), ftruncate_impl(fd, n))
 UMBP_DEFINE_BOTH(int, ftruncate64, (int fd, off_t n), ftruncate_impl(fd, n), ftruncate_impl(fd, n))
 UMBP_DEFINE_BOTH(int, close, (int fd), close_impl(fd), close_impl(fd))
-UMBP_DEFINE_BOTH(long, sysconf, (int name), sysconf_impl(true, nullptr, name),
-                 sysconf_impl(false, UMBP_RET, name))
+// sysconf and sigaction are reached by ThreadSanitizer's runtime while it initializes
+// (UMBP_NO_TSAN): any other name than _SC_PAGESIZE goes to the real function without entering an
+// instrumented one (looked up with plain atomics).
+namespace {
+void* g_real_sysconf = nullptr;
+UMBP_NO_TSAN long real_sysconf(int name) {
+  void* f = __atomic_load_n(&g_real_sysconf, __ATOMIC_RELAXED);
+  if (!f) {
+    f = dlsym(RTLD_NEXT, "sysconf");
+    __atomic_store_n(&g_real_sysconf, f, __ATOMIC_RELAXED);
+  }
+  return reinterpret_cast<long (*)(int)>(f)(name);
+}
+}  // namespace
+UMBP_EXPORT UMBP_NO_TSAN long sysconf(int name) {
+  return name == _SC_PAGESIZE ? sysconf_impl(false, UMBP_RET, name) : real_sysconf(name);
+}
+UMBP_EXPORT UMBP_NO_TSAN long __wrap_sysconf(int name) {
+  return name == _SC_PAGESIZE ? sysconf_impl(true, nullptr, name) : real_sysconf(name);
+}
 namespace {
 std::atomic<void*> c_fopen{nullptr}, c_fopen64{nullptr}, c_open2{nullptr}, c_open64_2{nullptr},
     c_openat2{nullptr}, c_open{nullptr}, c_open64{nullptr}, c_openat{nullptr}, c_openat64{nullptr};
@@ -216,7 +234,8 @@ std::atomic<void*> c_fopen{nullptr}, c_fopen64{nullptr}, c_open2{nullptr}, c_ope
 UMBP_EXPORT DIR* opendir(const char* p) { return opendir_impl(p); }
 
 // A program's SIGSEGV handler (exec mode) goes behind the interposer's (fault_sigsegv.cpp).
-UMBP_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+UMBP_EXPORT UMBP_NO_TSAN int sigaction(int sig, const struct sigaction* act,
+                                       struct sigaction* old) {
   if (program_sigaction(sig, act, old)) return 0;
   return real_sigaction(sig, act, old);
 }

@@ -313,6 +313,10 @@ class SimKernel : public Kernel {
   SysResult do_ftruncate(int fd, off_t length);
   SysResult do_close(int fd);
 
+  // Held across each public call (syscall()). Under the interposer it comes after the
+  // interposer's mapping table lock (a fault's resolver holds that across touch()); the real
+  // mmap/munmap this kernel makes under it come back through the interposer, which decides
+  // them without that lock (csrc/interposer/interposer_internal.h: the lock order).
   std::mutex mu_;
   SimConfig cfg_;
   std::map<uint64_t, SimHState> hstates_;
