@@ -317,3 +317,22 @@ def test_tp8_on_one_host_is_sized_for_eight_ranks() -> None:
     for f in d.fixes:
         assert f.run is not None
         assert [r["outcome"] for r in f.run.observed.ranks] == ["ok"] * 8, f.commands
+
+
+def test_an_unsafe_fix_is_never_numbered_as_one_to_apply() -> None:
+    """Only unsafe fixes (the DRAM tier and the pool fill a 24 GiB host): no numbered fix;
+    the report says there is no safe change and lists them as not recommended."""
+    from umbp_sim.diagnose.report import render_text
+
+    machine = HOSTS["one24"]()
+    env = {"UMBP_DRAM_CAPACITY": str(8 << 30), "UMBP_DRAM_USE_HUGEPAGES": "1"}
+    d = diagnose(machine, None, Request(AllocRequest(8 << 30, "Anonymous"), env=env))
+    assert d.fixes and all(f.safety for f in d.fixes)
+    text = render_text(d)
+    what = text[text.index("3. what to change") :]
+    assert "\n   1. " not in what
+    assert what.splitlines()[1] == (
+        "   no safe change: each change that helps in simulation leaves the rest of the server "
+        "less than sglang keeps for it (below, not recommended)"
+    )
+    assert "\n   unsafe, not recommended (the figure says why):\n   - grow the 2048 kB pool" in what

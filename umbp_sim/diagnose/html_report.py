@@ -214,8 +214,12 @@ def render_diagnosis_html(s: Sections, pic: Picture | None, title: str = "umbp-s
     body += ["<h2>3. what to change</h2>"]
     if s.no_fix is not None:
         body.append(f"<p>{esc(s.no_fix)}</p>")
-    if s.fixes:
-        body.append(fixes(s.fixes, ordered=True))
+    safe = [f for f in s.fixes if not f.safety]
+    unsafe = [f for f in s.fixes if f.safety]
+    if safe:
+        body.append(fixes(safe, ordered=True))
+    if unsafe:
+        body += ["<h3>unsafe, not recommended (the figure says why)</h3>", fixes(unsafe, False)]
     if s.not_helping:
         body += ["<h3>tried in simulation, does not help</h3>", fixes(s.not_helping, False)]
     if s.with_fixes is not None:

@@ -107,6 +107,11 @@ def sections(d: Diagnosis, mode: str = "replay") -> Sections:
         no_fix = "no change tried in simulation makes it better" + (
             f"; the limit in the way: {d.limit}" if d.limit else ""
         )
+    elif all(f.safety for f in d.fixes):
+        no_fix = (
+            "no safe change: each change that helps in simulation leaves the rest of the "
+            "server less than sglang keeps for it (below, not recommended)"
+        )
 
     def fix_lines(fixes: list) -> list[FixLine]:  # type: ignore[type-arg]
         return [
@@ -192,6 +197,22 @@ def hypothesis_text(intro: str | None, hypotheses: list[HypothesisLine],
     return lines
 
 
+def _fix_text(bullet: str, f: FixLine) -> list[str]:
+    """One fix as the text report shows it: its action, commands and what the run left."""
+    lines = [f"   {bullet} {f.action}"]
+    lines += [f"        {c}" for c in f.commands]
+    lines += [f"      after a reboot too: {p}" for p in f.persistent]
+    lines.append(f"      simulated: {f.outcome_after}")
+    if f.margin:
+        lines.append(f"      leaves: {f.margin}")
+    if f.host_wide:
+        wide = "; ".join(f.host_wide)
+        lines.append(f"      host-wide, every workload on the host lives with: {wide}")
+    if f.safety:
+        lines.append(f"      {f.safety}")
+    return lines
+
+
 def render_text(d: Diagnosis, mode: str = "replay") -> str:
     """The report; ``mode`` "preflight" words it as a prediction for a server not started yet."""
     s = sections(d, mode)
@@ -208,18 +229,14 @@ def render_text(d: Diagnosis, mode: str = "replay") -> str:
     lines += ["", "3. what to change"]
     if s.no_fix is not None:
         lines.append(f"   {s.no_fix}")
-    for i, f in enumerate(s.fixes, 1):
-        lines.append(f"   {i}. {f.action}")
-        lines += [f"        {c}" for c in f.commands]
-        lines += [f"      after a reboot too: {p}" for p in f.persistent]
-        lines.append(f"      simulated: {f.outcome_after}")
-        if f.margin:
-            lines.append(f"      leaves: {f.margin}")
-        if f.host_wide:
-            wide = "; ".join(f.host_wide)
-            lines.append(f"      host-wide, every workload on the host lives with: {wide}")
-        if f.safety:
-            lines.append(f"      {f.safety}")
+    numbered = [f for f in s.fixes if not f.safety]
+    unsafe = [f for f in s.fixes if f.safety]
+    for i, f in enumerate(numbered, 1):
+        lines += _fix_text(f"{i}.", f)
+    if unsafe:
+        lines += ["", "   unsafe, not recommended (the figure says why):"]
+        for f in unsafe:
+            lines += _fix_text("-", f)
     if s.not_helping:
         lines += ["", "   tried in simulation, does not help:"]
         for f in s.not_helping:
