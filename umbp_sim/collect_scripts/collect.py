@@ -387,17 +387,19 @@ KINDS = (
 )
 
 
-def cannot_write(out, e):
-    return OSError("-o %s: cannot write: %s" % (out, e.strerror or type(e).__name__))
+def cannot_write(out, e, flag="-o"):
+    return OSError("%s %s: cannot write: %s" % (flag, out, e.strerror or type(e).__name__))
 
 
-def check_output(out):
+def check_output(out, flag="-o"):
     """Raise OSError (its one line) unless ``out`` may be written: ``-`` (stdout, not a
     terminal), a path that does not exist in a writable directory, or an existing regular file
     (replaced). A symbolic link, a directory, a device, a FIFO or a socket is never replaced
     (nor written through): run before any collecting work and again just before the write.
-    Returns the lstat of the existing regular file, or None."""
-    if out == "-":
+    Returns the lstat of the existing regular file, or None. ``flag`` is the option that named
+    ``out``, in the message (umbp-sim's other output files are checked here too); only ``-o``
+    takes ``-`` for stdout."""
+    if out == "-" and flag == "-o":
         if sys.stdout.isatty():
             raise OSError("-o -: stdout is a terminal; redirect it to a file (-o - > host.tar.gz)")
         return None
@@ -406,20 +408,21 @@ def check_output(out):
     except FileNotFoundError:
         st = None
     except OSError as e:
-        raise cannot_write(out, e) from None
+        raise cannot_write(out, e, flag) from None
     if st is not None:
         if stat.S_ISREG(st.st_mode):
             return st
         what = next((w for test, w in KINDS if test(st.st_mode)), "not a file")
-        raise OSError("-o %s: %s, %s" % (out, what, REFUSED))
+        refused = REFUSED if flag == "-o" else REFUSED.split(" (")[0]
+        raise OSError("%s %s: %s, %s" % (flag, out, what, refused))
     directory = os.path.dirname(out) or "."
     try:
         if not stat.S_ISDIR(os.stat(directory).st_mode):
             raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
     except OSError as e:
-        raise cannot_write(out, e) from None
+        raise cannot_write(out, e, flag) from None
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise cannot_write(out, OSError(errno.EACCES, os.strerror(errno.EACCES)))
+        raise cannot_write(out, OSError(errno.EACCES, os.strerror(errno.EACCES)), flag)
     return None
 
 
@@ -437,7 +440,7 @@ def write_output(out, data):
         raise cannot_write(out, e) from None
 
 
-def write_new(out, data):
+def write_new(out, data, flag="-o", keep_mode=False):
     """Write the regular file ``out`` through a fresh temporary file beside it, then move it
     into place; what is at ``out`` is replaced only when it is a regular file (check_output).
 
@@ -446,25 +449,29 @@ def write_new(out, data):
     runs as root, often into /tmp). A new ``out`` is made with link(2), which never replaces
     anything that appeared there meanwhile; an existing regular file is replaced by rename(2)
     after checking again that it still is one. The final mode is 0644 minus the umask, as
-    ``open()`` would make it. OSError "-o OUT: ..." (one line) when it cannot.
+    ``open()`` would make it (``keep_mode``: an existing file's own mode). OSError "-o OUT:
+    ..." (one line, ``flag`` for -o) when it cannot.
     """
-    check_output(out)
+    old = check_output(out, flag)
     directory = os.path.dirname(out) or "."
     try:
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(out) + ".", dir=directory)
     except OSError as e:
-        raise cannot_write(out, e) from None
+        raise cannot_write(out, e, flag) from None
     try:
         with os.fdopen(fd, "wb") as f:
             umask = os.umask(0)
             os.umask(umask)
-            os.fchmod(f.fileno(), 0o644 & ~umask)
+            mode = 0o644 & ~umask
+            if keep_mode and old is not None:
+                mode = stat.S_IMODE(old.st_mode)
+            os.fchmod(f.fileno(), mode)
             f.write(data)
-        if check_output(out) is None:
+        if check_output(out, flag) is None:
             try:
                 os.link(tmp, out)  # EEXIST when anything appeared at out meanwhile
             except FileExistsError:
-                check_output(out)  # names what it is; a regular file: replaced below
+                check_output(out, flag)  # names what it is; a regular file: replaced below
                 os.replace(tmp, out)
             except OSError as e:
                 if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK):
@@ -481,7 +488,7 @@ def write_new(out, data):
             pass
         if e.strerror is None:  # check_output's own line
             raise
-        raise cannot_write(out, e) from None
+        raise cannot_write(out, e, flag) from None
 
 
 def tar_bytes(out, name, files):

@@ -18,12 +18,8 @@ untrusted dumps and allocators). Each node is one ``div.node-bar`` (its segments
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import html
 import os
-import stat
-import tempfile
 from typing import TYPE_CHECKING
 
 from umbp_sim.diagnose.picture import (
@@ -36,8 +32,7 @@ from umbp_sim.diagnose.picture import (
     page_size_name,
     picture_of,
 )
-from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_CANTCREAT
+from umbp_sim.output_file import OutputFile, OutputFileError
 
 if TYPE_CHECKING:
     from umbp_sim.diagnose import Diagnosis
@@ -267,79 +262,16 @@ def render_fleet_html(report: FleetReport, title: str = "umbp-sim replay") -> st
     return page(f"{title}: {len(report.rows)} hosts", body)
 
 
-class ReportWriteError(UmbpSimError):
-    """The HTML report cannot be written (exit 73, like collect's output)."""
-
-    exit_code = EX_CANTCREAT
+# The --html page is an output file as every other (umbp_sim/output_file.py); the names stay.
+ReportWriteError = OutputFileError
 
 
-class PageFile:
-    """The ``--html FILE`` of a command, checked before the work so an unwritable path fails
-    first (:class:`ReportWriteError`, exit 73), and written only when there is a page: to a
-    fresh temporary file beside it, then moved into place (a symbolic link's target is
-    replaced), so an existing page is never emptied first and stays whole when the command
-    fails. A FIFO or a device (``--html /dev/stdout``) is written to directly. ``discard``
-    (nothing was created before ``write``) is kept for the callers' clean-up paths."""
+class PageFile(OutputFile):
+    """The ``--html FILE`` of a command (or ``--junit``'s): checked before the work, written
+    only when there is a page (:class:`umbp_sim.output_file.OutputFile`)."""
 
     def __init__(self, path: str, flag: str = "--html") -> None:
-        self.path = path
-        self.flag = flag  # the option that named the file, in errors
-        self.written = False
-        try:
-            st: os.stat_result | None = os.stat(path)
-        except FileNotFoundError:
-            st = None
-        except OSError as e:
-            raise self._error(e) from None
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            raise self._error(OSError(errno.EISDIR, os.strerror(errno.EISDIR)))
-        self._direct = st is not None and not stat.S_ISREG(st.st_mode)
-        self._mode = None if st is None or self._direct else stat.S_IMODE(st.st_mode)
-        self._target = os.path.realpath(path)
-        directory = os.path.dirname(self._target)
-        if st is not None and not os.access(path, os.W_OK):
-            raise self._error(OSError(errno.EACCES, os.strerror(errno.EACCES)))
-        if not self._direct:
-            if not os.path.isdir(directory):
-                raise self._error(OSError(errno.ENOENT, os.strerror(errno.ENOENT)))
-            if not os.access(directory, os.W_OK | os.X_OK):
-                raise self._error(OSError(errno.EACCES, os.strerror(errno.EACCES)))
-
-    def _error(self, e: OSError) -> ReportWriteError:
-        return ReportWriteError(f"{self.flag} {self.path}: cannot write: {e.strerror}")
-
-    def write(self, text: str) -> None:
-        data = text.encode("utf-8")
-        try:
-            if self._direct:
-                with open(self.path, "wb") as f:
-                    f.write(data)
-            else:
-                self._replace(data)
-        except OSError as e:
-            raise self._error(e) from None
-        self.written = True
-
-    def _replace(self, data: bytes) -> None:
-        directory, name = os.path.split(self._target)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                if self._mode is None:  # a new page: 0644 minus the umask, as open() makes it
-                    umask = os.umask(0)
-                    os.umask(umask)
-                    os.fchmod(f.fileno(), 0o644 & ~umask)
-                else:  # the old page's mode
-                    os.fchmod(f.fileno(), self._mode)
-                f.write(data)
-            os.replace(tmp, self._target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-
-    def discard(self) -> None:
-        """Nothing to undo: the page is only ever created by ``write``."""
+        super().__init__(path, flag)
 
 
 def write_html(d: Diagnosis, path: str | None) -> None:
