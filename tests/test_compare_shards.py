@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -224,3 +225,34 @@ def test_merged_report_bounds_and_escapes_what_it_echoes(
         "    A: ['\\x1b]0;owned\\x07 warned']",
         f"    B: {'y' * 40!r}... (100000 characters)",
     ]
+
+
+def test_control_characters_of_a_warning_are_escaped_in_junit(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """XML 1.0 forbids most C0 controls even as references: each is written \\xHH, visibly."""
+    paths = []
+    for k in (1, 2):
+        _, out, _ = run(capsys, *FEW, "--shard", f"{k}/2", "--json")
+        paths.append(tmp_path / f"{k}.json")
+        paths[-1].write_text(out)
+    doc = json.loads(paths[0].read_text())
+    doc["a"] = "umbp-sim\x1b]0;t\x07"
+    item = doc["differences"]["warning text"][0]
+    said = "error: \x1b[31mred\x00\x0c tab\there\nnext \udcff"
+    doc["differences"]["outcome"] = [{"run": item["run"], "index": item["index"], "a": said,
+                                      "b": "ok Anonymous"}]  # fmt: skip
+    paths[0].write_text(json.dumps(doc))
+    doc = json.loads(paths[1].read_text())
+    doc["a"] = "umbp-sim\x1b]0;t\x07"
+    paths[1].write_text(json.dumps(doc))
+    junit = tmp_path / "j.xml"
+    code, out, err = run(capsys, "compare", "--merge", *map(str, paths), "--junit", str(junit))
+    assert (code, err) == (1, "")
+    root = ET.parse(junit).getroot()
+    assert root[0].get("name") == "umbp-sim compare umbp-sim\\x1b]0;t\\x07 mori-624002c"
+    failure = next(root.iter("failure"))  # the outcome's
+    assert "  A: error: \\x1b[31mred\\x00\\x0c tab\there\nnext \\udcff\n" in failure.text
+    # the text report: the same escapes, a value in one line
+    assert out.startswith("compared umbp-sim\\x1b]0;t\\x07 (A) with mori-624002c (B) over 36")
+    assert "    A: error: \\x1b[31mred\\x00\\x0c tab\\x09here\\x0anext \\udcff\n" in out

@@ -33,6 +33,7 @@ from umbp_sim.diagnose.picture import (
     picture_of,
 )
 from umbp_sim.output_file import OutputFile, OutputFileError
+from umbp_sim.printable import markup
 
 if TYPE_CHECKING:
     from umbp_sim.diagnose import Diagnosis
@@ -85,15 +86,21 @@ def _pct(nbytes: int, scale: int) -> str:
     return f"{100.0 * nbytes / scale:.4f}%"
 
 
+def escaped(text: str) -> str:
+    """``text`` for a page: control characters visible (``markup``: an allocator's warning or a
+    dump's host name may hold any), then ``<&>"'`` escaped."""
+    return html.escape(markup(text))
+
+
 def page(title: str, body: str) -> str:
     """A self-contained page: ``title`` (escaped here) over ``body`` (HTML, escaped by the
     caller)."""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>{html.escape(title)}</title>
+<title>{escaped(title)}</title>
 <style>{_CSS}</style></head>
 <body>
-<h1>{html.escape(title)}</h1>
+<h1>{escaped(title)}</h1>
 {body}
 </body></html>
 """
@@ -101,7 +108,7 @@ def page(title: str, body: str) -> str:
 
 def bars_html(pic: Picture) -> str:
     """A ``div.row`` per node (its bar), the request's bar, the legend."""
-    esc = html.escape
+    esc = escaped
     size = page_size_name(pic.hugepage_size)
     rows = []
     for n in pic.nodes:
@@ -142,7 +149,7 @@ def bars_html(pic: Picture) -> str:
 def render_html(pic: Picture, details: str = "", title: str = "umbp-sim replay") -> str:
     """The bars alone: the request line, a bar per node, the request's bar, a legend, and
     ``details`` as preformatted text (a replay's page is :func:`render_diagnosis_html`)."""
-    esc = html.escape
+    esc = escaped
     pre = f"<pre>{esc(details)}</pre>" if details else ""
     body = f'<p class="summary">{esc(describe_request(pic))}</p>\n{bars_html(pic)}\n{pre}'
     return page(f"{title}: {pic.host}", body)
@@ -154,7 +161,7 @@ OUTCOME_COLORS = {"ok": "#2e7d32", "demoted": "#ef6c00", "failed": "#c62828", "c
 def render_diagnosis_html(s: Sections, pic: Picture | None, title: str = "umbp-sim replay") -> str:
     """A replay's (or preflight's) page: the sections of the text report as headed sections (the
     outcome coloured, each fix with its commands as code), the bars per node between them."""
-    esc = html.escape
+    esc = escaped
 
     def items(lines: list[str], cls: str = "") -> str:
         return f"<ul{cls}>" + "".join(f"<li>{esc(x)}</li>" for x in lines) + "</ul>"
@@ -218,7 +225,7 @@ FLEET_COLUMNS = ("host", "dump", "outcome", "backing", "cause", "smallest fix")
 def render_fleet_html(report: FleetReport, title: str = "umbp-sim replay") -> str:
     """A fleet replay: a row per host (``table.hosts``, ``tr.host``), the summary by outcome
     (``table.summary``), then each host's bars (``section.host-bars``)."""
-    esc = html.escape
+    esc = escaped
 
     def cell(text: str | None) -> str:
         return f"<td>{esc('-' if text is None else text)}</td>"
