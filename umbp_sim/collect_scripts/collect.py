@@ -83,6 +83,26 @@ class Usage(Exception):
     pass
 
 
+PF_KTHREAD = 0x00200000  # /proc/PID/stat's flags: a kernel thread (include/linux/sched.h)
+
+
+def process_stat(root, pid):
+    """(comm, flags, starttime) of /proc/PID/stat, or None when it cannot be read (the process
+    is gone, or a --root tree without the file)."""
+    try:
+        with open(os.path.join(root, "proc", str(pid), "stat"), "rb") as f:
+            text = f.read(4096).decode("utf-8", "replace")
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        return comm, int(fields[6]), int(fields[19])  # stat fields 9 and 22
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class ProcessGone(Exception):
+    """--pid's process exited (or another took its id) while it was collected."""
+
+
 class Collector:
     def __init__(self, root, name):
         self.root = root
@@ -337,6 +357,8 @@ def collect(out, name, root="/", pid=None):
     check_output(out)  # before any collecting work
     c = Collector(root, name)
     proc = "/proc/self" if pid is None else "/proc/%d" % pid
+    # its starttime: the process it was when collecting began (flags and comm change as it runs)
+    seen = None if pid is None else (process_stat(root, pid) or (None, None, None))[2]
     collect_cgroup(c, proc, collect_host(c, proc, pid))
     left_out = [
         "environment variables (/proc/*/environ): never read",
@@ -344,6 +366,10 @@ def collect(out, name, root="/", pid=None):
     ]
     if pid is not None:
         collect_server(c, pid)
+        if (process_stat(root, pid) or (None, None, None))[2] != seen:  # partly another's, none
+            raise ProcessGone(
+                "--pid %d: the process exited while it was collected; nothing written" % pid
+            )
         c.notes.append("cgroup limits: of /proc/%d/cgroup (the server process)" % pid)
         left_out += [
             "proc/%d/status: all but %s" % (pid, ", ".join(STATUS_KEYS + CREDENTIAL_KEYS)),
@@ -548,6 +574,12 @@ def parse_args(argv):
         pid = int(opts["pid"])
         if not os.path.isdir(os.path.join(opts["root"], "proc", str(pid))):
             raise Usage("--pid %d: no such process" % pid)
+        seen = process_stat(opts["root"], pid)
+        if seen is not None and seen[1] & PF_KTHREAD:
+            raise Usage(
+                "--pid %d: a kernel thread (%s), not a process that allocates; give the "
+                "server's process id" % (pid, seen[0].encode("unicode_escape").decode())
+            )
         opts["pid"] = pid
     opts["output"] = opts["output"] or name + ".tar.gz"
     return opts
@@ -564,6 +596,9 @@ def main(argv):
     except OSError as e:
         sys.stderr.write("%s: %s\n" % (PROG, e))
         return EX_CANTCREAT
+    except ProcessGone as e:
+        sys.stderr.write("%s: %s\n" % (PROG, e))
+        return EX_USAGE
     sys.stderr.write(
         "%s: %s/, %d files, %d missing (listed in %s/%s)\n"
         % (
