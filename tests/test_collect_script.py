@@ -14,6 +14,7 @@ import resource
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -398,3 +399,53 @@ def test_pid_records_the_servers_credentials_and_the_replay_uses_them(
     machine, facts = load_dump(plain)
     assert machine.root is True and facts.root is None
     assert any(n.code == "credentials-unknown" for n in facts.notes)
+
+
+def _stat(comm: str, flags: int, start: int) -> str:
+    """A /proc/PID/stat line: fields 9 (flags) and 22 (starttime) as given."""
+    after = ["S", "1", "1", "1", "0", "-1", str(flags)] + ["0"] * 12 + [str(start), "0", "0"]
+    return f"4242 ({comm}) " + " ".join(after) + "\n"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pid_of_a_kernel_thread_is_refused(tmp_path: Path, kind: str) -> None:
+    kthread = _stat("kworker/0:1 x)", 0x208040, 9)  # PF_KTHREAD; a ')' in its name
+    root = write_tree(tmp_path / "root", {**CGROUP_V2_HOST, "proc/4242/cgroup": "0::/\n",
+                                          "proc/4242/stat": kthread})  # fmt: skip
+    out = tmp_path / "k.tar"
+    done = run_script(tmp_path, kind, "--root", str(root), "-o", str(out), "--pid", "4242")
+    assert (done.returncode, done.stderr) == (
+        64,
+        f"collect.{kind}: --pid 4242: a kernel thread (kworker/0:1 x)), not a process that "
+        "allocates; give the server's process id\n"
+        f"usage: collect.{kind} [-o FILE.tar.gz] [--name NAME] [--pid PID]\n",
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pid_that_exits_while_collected_writes_nothing(tmp_path: Path, kind: str) -> None:
+    """Its numa_maps a FIFO: while the collector reads it, the process 'exits' and another takes
+    its id (another starttime): what was read is not one process's, so nothing is written."""
+    server = _stat("server", 0x400100, 9)
+    root = write_tree(tmp_path / "root", {**CGROUP_V2_HOST, "proc/4242/cgroup": "0::/\n",
+                                          "proc/4242/stat": server})  # fmt: skip
+    fifo = root / "proc/4242/numa_maps"
+    os.mkfifo(fifo)
+    out = tmp_path / "gone.tar"
+
+    def exit_meanwhile() -> None:
+        with open(fifo, "w") as f:  # the collector is reading it now
+            (root / "proc/4242/stat").write_text(_stat("other", 0x400100, 10))
+            f.write("7f0000000000 default anon=1\n")
+
+    writer = threading.Thread(target=exit_meanwhile, daemon=True)
+    writer.start()
+    done = run_script(tmp_path, kind, "--root", str(root), "-o", str(out), "--pid", "4242")
+    writer.join(5)
+    assert (done.returncode, done.stderr) == (
+        64, f"collect.{kind}: --pid 4242: the process exited while it was collected; nothing "
+        "written\n",
+    )  # fmt: skip
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"collect.{kind}", "root"]

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
 import shutil
+import signal
+import subprocess
+import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -333,3 +339,57 @@ def test_an_error_line_over_a_fleet_says_which_hosts_give_it(
     assert text[2].split()[:5] == ["host", "dump", "outcome", "error", "line"]
     assert "not reproduced; rlimit_as" in text[3]
     assert "<th>error line</th>" in page.read_text()
+
+
+def _group(pgid: int) -> list[int]:
+    """The processes still in process group ``pgid``."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(pid))
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_ends_a_fleet_replay_cleanly(tmp_path: Path, sig: int) -> None:
+    """SIGTERM or SIGHUP to a fleet replay: its workers end with it, one line, 128 + the signal
+    (not a death by the signal, the workers left to fail on the pool's pipes)."""
+    fleet = tmp_path / "fleet"
+    fleet.mkdir()
+    meminfo = (REPLAY / HOSTS[1] / "proc" / "meminfo").read_bytes()
+    for i in range(1000):
+        (fleet / f"host-{i:04d}-meminfo").write_bytes(meminfo)
+    env = {k: v for k, v in os.environ.items() if k != "UMBP_SIM_TRACEBACK"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "umbp_sim.cli", "replay", str(fleet), *REQUEST],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        # its workers started (one CPU: no workers, the hosts one after the other)
+        expected = 3 if (os.cpu_count() or 1) > 1 else 1
+        deadline = time.monotonic() + 60
+        while len(_group(proc.pid)) < expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_group(proc.pid)) >= expected and proc.poll() is None
+        time.sleep(0.3 if expected > 1 else 2)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    name = signal.Signals(sig).name
+    assert (proc.returncode, out) == (128 + sig, "")
+    assert re.fullmatch(
+        rf"umbp-sim replay: terminated by {name} after \d+ of 1000 hosts \(no report\)\n", err
+    ), err
+    deadline = time.monotonic() + 5
+    while _group(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _group(proc.pid) == []

@@ -1,6 +1,6 @@
 # ruff: noqa: E501  (the value and flag tables keep one kind per line)
-"""Fuzz scenario files, the command line and the Python API: bad input is one line, never a
-traceback or exit 70 (issue 26).
+"""Fuzz scenario files, the command line, compare --merge's shard files and the Python API: bad
+input is one line, never a traceback or exit 70 (issues 26, 43).
 
 Everything runs in this process: ``umbp-sim run FILE`` and ``umbp-sim replay``/``preflight
 --root`` through ``cli.main`` (argparse's usage errors caught as SystemExit), ``Machine.build``
@@ -458,3 +458,58 @@ def test_python_api(value: Any, build_keys: list[str], rule_keys: list[str]) -> 
             lambda key=key: FaultPlan.from_rules([dict(RULE, **{key: value})]), (FaultPlanError,)
         )
         api_input(lambda key=key: FaultRule(**dict(RULE, **{key: value})), (FaultPlanError,))
+
+
+# ---- compare --merge: shard files --------------------------------------------------------------
+
+MERGE_EXITS = {0, 1, 64, 65}
+# Where a value goes in shard 1 of 2: a path of keys and places; the last one is set.
+SHARD_SLOTS: list[tuple[Any, ...]] = [
+    (k,) for k in ("a", "b", "runs", "differing_runs", "same", "differences", "shard", "x")
+] + [("shard", k) for k in ("k", "n", "total", "digest", "x")] + [
+    ("differences", "warning text"), ("differences", "outcome"), ("differences", "x"),
+    ("differences", "warning text", 0),
+] + [("differences", "warning text", 0, k) for k in ("run", "index", "a", "b", "texts_a", "x")]  # fmt: skip
+
+
+def json_value(v: Any) -> str:
+    """JSON text of a drawn value (Raw as is: a 5,000-digit integer, arrays nested deep)."""
+    if isinstance(v, Raw):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(json_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {json_value(x)}" for k, x in v.items()) + "}"
+    return json.dumps(v)  # NaN and Infinity as Python writes them
+
+
+@pytest.fixture(scope="module")
+def shards(scratch: Path) -> dict[str, Any]:
+    """A valid pair of shards (2 of the runs of size 4096): shard 1's document, 2's path."""
+    argv = ["compare", "umbp-sim", "mori-624002c", "--no-scenarios", "-k", "*size=4096,*"]
+    docs = []
+    for k in (1, 2):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert cli.main([*argv, "--shard", f"{k}/2", "--json"]) == 1
+        docs.append(json.loads(out.getvalue()))
+    (scratch / "shard-2.json").write_text(json.dumps(docs[1]))
+    return {"doc": docs[0], "other": str(scratch / "shard-2.json")}
+
+
+@FUZZ
+@given(hostile, st.lists(st.sampled_from(SHARD_SLOTS), min_size=1, max_size=KEYS_PER_VALUE))
+def test_merged_shard_values(
+    scratch: Path, shards: dict[str, Any], value: Any, slots: list[tuple[Any, ...]]
+) -> None:
+    """A hostile value in several places of a shard (``compare --merge``): one line naming the
+    file and the field, or the comparison the shards make."""
+    path = scratch / "shard-1.json"
+    for slot in slots:
+        doc = json.loads(json.dumps(shards["doc"]))
+        where = doc
+        for key in slot[:-1]:
+            where = where[key]
+        where[slot[-1]] = "@@hostile@@"
+        path.write_text(json.dumps(doc).replace('"@@hostile@@"', json_value(value)))
+        answered(["compare", "--merge", str(path), shards["other"]], MERGE_EXITS)

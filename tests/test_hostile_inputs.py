@@ -399,8 +399,41 @@ def test_a_page_replaces_the_old_one_whole(
     assert (tmp_path / "second-name").read_text() == "old page\n"
     with pytest.raises(ReportWriteError, match=r"^--html .*/no/p.html: cannot write: No such"):
         PageFile(str(tmp_path / "no" / "p.html"))
-    with pytest.raises(ReportWriteError, match=r"^--html .*: cannot write: Is a directory$"):
+    with pytest.raises(ReportWriteError, match=r"^--html .*: a directory, not a regular file: "
+                       "refused$"):  # fmt: skip
         PageFile(str(tmp_path))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-full", "dangling-link", "link"])
+def test_an_output_file_is_checked_as_collect_checks_its_tarball(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """replay --html, compare --html and --junit: anything but a regular file (or a new one) is
+    refused before the work, in one line (exit 73), and a link's target is never written."""
+    dump = tmp_path / "meminfo"
+    dump.write_text(OK_MEMINFO)
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    target, what = str(tmp_path / "out"), "a symbolic link"
+    if kind == "fifo":
+        os.mkfifo(target)
+        what = "a FIFO"
+    elif kind == "dev-full":
+        target, what = "/dev/full", "a character device"
+    else:
+        Path(target).symlink_to(victim if kind == "link" else tmp_path / "gone")
+    replay = ["replay", str(dump), "--size", "1GiB", "--backing", "anonymous"]
+    compare = ["compare", "umbp-sim", "mori-624002c", "--no-scenarios", "-k", "*size=4096,*"]
+    for argv, flag in ((replay, "--html"), (compare, "--html"), (compare, "--junit")):
+        code = cli.main([*argv, flag, target])
+        out = capsys.readouterr()
+        assert (code, out.out) == (73, ""), argv
+        assert out.err == f"umbp-sim {argv[0]}: {flag} {target}: {what}, not a regular file: " \
+            "refused\n"  # fmt: skip
+    assert victim.read_text() == "keep\n"
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["meminfo", "victim", *(["out"] * (kind != "dev-full"))]
+    )
 
 
 @pytest.mark.parametrize(

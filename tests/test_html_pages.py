@@ -136,6 +136,23 @@ def test_hostile_texts_stay_text_and_nothing_is_fetched(tmp_path: Path) -> None:
         assert HOSTILE in body["text"]  # shown as the text it is
 
 
+def test_control_characters_are_visible_escapes_in_every_page() -> None:
+    """An allocator's warning or a dump's host name with control characters: each one is
+    written \\xHH (\\uXXXX for a lone surrogate), none reaches the page raw."""
+    said = "warn\x1b[2J\x00\x07\x9b \udcff end"
+    m = Machine.x86_64(nodes=2, mem_per_node="8GiB", hugepages={"2MiB": 16})
+    pic = picture(m, [1 << 30], "AnonymousHugetlb", 2 << 20, 0, "demoted")
+    request = Request(AllocRequest(1 << 30, "AnonymousHugetlb", numa_node=0))
+    row = HostRow(f"/d/{said}", said, "demoted", "Anonymous", said, said, 1, picture=pic)
+    result = Comparison("a", "b", 1, 1, by_class={"outcome": [{"run": "r", "a": said, "b": "x"}]})
+    for name, text in (
+        ("fleet", render_fleet_html(FleetReport(request, [row]))),
+        ("compare", render_compare_html(result, {"r": said}, {})),
+    ):
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]", text), name
+        assert "warn\\x1b[2J\\x00\\x07\\x9b \\udcff end" in text, name
+
+
 def test_an_unwritable_page_fails_before_the_work(
     fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -41,9 +41,8 @@ EXIT_CODES: dict[int, str] = {
     "the traceback); exec: the simulated host could not start in the program",
     EX_NOINPUT: "replay, inspect, preflight --root: a dump argument names no file (or, for a "
     "fleet, no dump)",
-    EX_CANTCREAT: "an output file cannot be written (collect's tarball, an --html page, exec's "
-    "--json) or is "
-    "refused (collect -o at a link, directory or device)",
+    EX_CANTCREAT: "an output file cannot be written (collect's tarball, an --html page, a "
+    "--junit file, exec's --json) or is refused (at a link, directory, FIFO or device)",
     EX_TEMPFAIL: "replay, preflight: an external --allocator's run (or its import) went past "
     "--run-timeout (one line names the stage), or could not run under umbp-sim's own ulimit -v "
     "(one line names it); exec: the program went past --run-timeout (it and what it started "

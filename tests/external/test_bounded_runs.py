@@ -239,6 +239,32 @@ def test_a_forged_message_is_refused_not_run(allocators: dict[str, str], tmp_pat
     assert len(r.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("first", "why"),
+    [
+        ("None", "None, not a dict"),
+        ("{'ready': True, 'mode': 'x'}", "its objects is None"),
+        ("{'stage': 7}", "its stage is 7"),
+    ],
+)
+def test_a_start_up_message_that_is_not_the_servers_is_one_line(
+    allocators: dict[str, str], first: str, why: str
+) -> None:
+    """A pickled value of the allocator's own on the protocol fd, read as the server's start-up
+    message: one line, the allocator could not run (not exit 70)."""
+    module = Path(allocators["dir"]) / "first.py"
+    module.write_text(
+        "import json, os, pickle, sys\n"
+        "from umbp_sim.external.procs import frame\n"
+        f"os.write(json.loads(sys.argv[1])['fds'][1], frame(pickle.dumps({first})))\n"
+    )
+    r = _umbp_sim(allocators, "compare", "umbp-sim", "first", "-k", "node-63")
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (
+        f"umbp-sim compare: first: its server's start-up message is not umbp-sim's ({why})\n"
+    )
+
+
 def test_a_blocking_import_is_bounded(allocators: dict[str, str]) -> None:
     r = _umbp_sim(allocators, "compare", "umbp-sim", "stuck", "--run-timeout", "2")
     assert (r.returncode, r.stdout) == (2, "")

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -317,7 +318,10 @@ def test_a_program_past_run_timeout_is_ended(tmp_path: Path) -> None:
         ([], "CMD: no command given"),
         (["--"], "CMD: no command given"),
         (["--", "./no-such-program"], "CMD ./no-such-program: No such file or directory"),
-        (["--json", "no/such/dir/r.json", "--", "true"], "--json no/such/dir/r.json: its direc"),
+        (
+            ["--json", "no/such/dir/r.json", "--", "true"],
+            "--json no/such/dir/r.json: cannot write: No such file or directory",
+        ),
     ],
 )
 def test_bad_input_is_named_and_leaves_nothing(
@@ -328,6 +332,31 @@ def test_bad_input_is_named_and_leaves_nothing(
     assert done.returncode == (73 if "--json" in args else 64), done.stderr
     assert done.stdout == ""
     assert done.stderr.startswith(f"umbp-sim exec: {message}"), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("make", "target", "what"),
+    [
+        (lambda p: os.mkfifo(p / "r.json"), "r.json", "a FIFO"),
+        (lambda p: None, "/dev/full", "a character device"),
+        (lambda p: (p / "r.json").symlink_to(p / "gone"), "r.json", "a symbolic link"),
+        (lambda p: (p / "r.json").symlink_to(p / "victim"), "r.json", "a symbolic link"),
+        (lambda p: (p / "r.json").mkdir(), "r.json", "a directory"),
+    ],
+    ids=["fifo", "dev-full", "dangling-link", "link", "directory"],
+)
+def test_a_bad_json_target_is_refused_before_the_run(
+    tmp_path: Path, make: Callable[[Path], None], target: str, what: str
+) -> None:
+    """As collect -o: anything but a regular file (or a new one) is refused in one line before
+    the program runs; a link's target is never written through."""
+    (tmp_path / "victim").write_text("keep\n")
+    make(tmp_path)
+    done = _exec(tmp_path, "--json", target, "--", "sh", "-c", "touch ran", timeout=20)
+    assert (done.returncode, done.stdout) == (73, "")
+    assert done.stderr == f"umbp-sim exec: --json {target}: {what}, not a regular file: refused\n"
+    assert not (tmp_path / "ran").exists()
+    assert (tmp_path / "victim").read_text() == "keep\n"
 
 
 @pytest.mark.parametrize(

@@ -83,6 +83,26 @@ class Usage(Exception):
     pass
 
 
+PF_KTHREAD = 0x00200000  # /proc/PID/stat's flags: a kernel thread (include/linux/sched.h)
+
+
+def process_stat(root, pid):
+    """(comm, flags, starttime) of /proc/PID/stat, or None when it cannot be read (the process
+    is gone, or a --root tree without the file)."""
+    try:
+        with open(os.path.join(root, "proc", str(pid), "stat"), "rb") as f:
+            text = f.read(4096).decode("utf-8", "replace")
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        return comm, int(fields[6]), int(fields[19])  # stat fields 9 and 22
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class ProcessGone(Exception):
+    """--pid's process exited (or another took its id) while it was collected."""
+
+
 class Collector:
     def __init__(self, root, name):
         self.root = root
@@ -337,6 +357,8 @@ def collect(out, name, root="/", pid=None):
     check_output(out)  # before any collecting work
     c = Collector(root, name)
     proc = "/proc/self" if pid is None else "/proc/%d" % pid
+    # its starttime: the process it was when collecting began (flags and comm change as it runs)
+    seen = None if pid is None else (process_stat(root, pid) or (None, None, None))[2]
     collect_cgroup(c, proc, collect_host(c, proc, pid))
     left_out = [
         "environment variables (/proc/*/environ): never read",
@@ -344,6 +366,10 @@ def collect(out, name, root="/", pid=None):
     ]
     if pid is not None:
         collect_server(c, pid)
+        if (process_stat(root, pid) or (None, None, None))[2] != seen:  # partly another's, none
+            raise ProcessGone(
+                "--pid %d: the process exited while it was collected; nothing written" % pid
+            )
         c.notes.append("cgroup limits: of /proc/%d/cgroup (the server process)" % pid)
         left_out += [
             "proc/%d/status: all but %s" % (pid, ", ".join(STATUS_KEYS + CREDENTIAL_KEYS)),
@@ -387,17 +413,19 @@ KINDS = (
 )
 
 
-def cannot_write(out, e):
-    return OSError("-o %s: cannot write: %s" % (out, e.strerror or type(e).__name__))
+def cannot_write(out, e, flag="-o"):
+    return OSError("%s %s: cannot write: %s" % (flag, out, e.strerror or type(e).__name__))
 
 
-def check_output(out):
+def check_output(out, flag="-o"):
     """Raise OSError (its one line) unless ``out`` may be written: ``-`` (stdout, not a
     terminal), a path that does not exist in a writable directory, or an existing regular file
     (replaced). A symbolic link, a directory, a device, a FIFO or a socket is never replaced
     (nor written through): run before any collecting work and again just before the write.
-    Returns the lstat of the existing regular file, or None."""
-    if out == "-":
+    Returns the lstat of the existing regular file, or None. ``flag`` is the option that named
+    ``out``, in the message (umbp-sim's other output files are checked here too); only ``-o``
+    takes ``-`` for stdout."""
+    if out == "-" and flag == "-o":
         if sys.stdout.isatty():
             raise OSError("-o -: stdout is a terminal; redirect it to a file (-o - > host.tar.gz)")
         return None
@@ -406,20 +434,21 @@ def check_output(out):
     except FileNotFoundError:
         st = None
     except OSError as e:
-        raise cannot_write(out, e) from None
+        raise cannot_write(out, e, flag) from None
     if st is not None:
         if stat.S_ISREG(st.st_mode):
             return st
         what = next((w for test, w in KINDS if test(st.st_mode)), "not a file")
-        raise OSError("-o %s: %s, %s" % (out, what, REFUSED))
+        refused = REFUSED if flag == "-o" else REFUSED.split(" (")[0]
+        raise OSError("%s %s: %s, %s" % (flag, out, what, refused))
     directory = os.path.dirname(out) or "."
     try:
         if not stat.S_ISDIR(os.stat(directory).st_mode):
             raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
     except OSError as e:
-        raise cannot_write(out, e) from None
+        raise cannot_write(out, e, flag) from None
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise cannot_write(out, OSError(errno.EACCES, os.strerror(errno.EACCES)))
+        raise cannot_write(out, OSError(errno.EACCES, os.strerror(errno.EACCES)), flag)
     return None
 
 
@@ -437,7 +466,7 @@ def write_output(out, data):
         raise cannot_write(out, e) from None
 
 
-def write_new(out, data):
+def write_new(out, data, flag="-o", keep_mode=False):
     """Write the regular file ``out`` through a fresh temporary file beside it, then move it
     into place; what is at ``out`` is replaced only when it is a regular file (check_output).
 
@@ -446,25 +475,29 @@ def write_new(out, data):
     runs as root, often into /tmp). A new ``out`` is made with link(2), which never replaces
     anything that appeared there meanwhile; an existing regular file is replaced by rename(2)
     after checking again that it still is one. The final mode is 0644 minus the umask, as
-    ``open()`` would make it. OSError "-o OUT: ..." (one line) when it cannot.
+    ``open()`` would make it (``keep_mode``: an existing file's own mode). OSError "-o OUT:
+    ..." (one line, ``flag`` for -o) when it cannot.
     """
-    check_output(out)
+    old = check_output(out, flag)
     directory = os.path.dirname(out) or "."
     try:
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(out) + ".", dir=directory)
     except OSError as e:
-        raise cannot_write(out, e) from None
+        raise cannot_write(out, e, flag) from None
     try:
         with os.fdopen(fd, "wb") as f:
             umask = os.umask(0)
             os.umask(umask)
-            os.fchmod(f.fileno(), 0o644 & ~umask)
+            mode = 0o644 & ~umask
+            if keep_mode and old is not None:
+                mode = stat.S_IMODE(old.st_mode)
+            os.fchmod(f.fileno(), mode)
             f.write(data)
-        if check_output(out) is None:
+        if check_output(out, flag) is None:
             try:
                 os.link(tmp, out)  # EEXIST when anything appeared at out meanwhile
             except FileExistsError:
-                check_output(out)  # names what it is; a regular file: replaced below
+                check_output(out, flag)  # names what it is; a regular file: replaced below
                 os.replace(tmp, out)
             except OSError as e:
                 if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK):
@@ -481,7 +514,7 @@ def write_new(out, data):
             pass
         if e.strerror is None:  # check_output's own line
             raise
-        raise cannot_write(out, e) from None
+        raise cannot_write(out, e, flag) from None
 
 
 def tar_bytes(out, name, files):
@@ -541,6 +574,12 @@ def parse_args(argv):
         pid = int(opts["pid"])
         if not os.path.isdir(os.path.join(opts["root"], "proc", str(pid))):
             raise Usage("--pid %d: no such process" % pid)
+        seen = process_stat(opts["root"], pid)
+        if seen is not None and seen[1] & PF_KTHREAD:
+            raise Usage(
+                "--pid %d: a kernel thread (%s), not a process that allocates; give the "
+                "server's process id" % (pid, seen[0].encode("unicode_escape").decode())
+            )
         opts["pid"] = pid
     opts["output"] = opts["output"] or name + ".tar.gz"
     return opts
@@ -557,6 +596,9 @@ def main(argv):
     except OSError as e:
         sys.stderr.write("%s: %s\n" % (PROG, e))
         return EX_CANTCREAT
+    except ProcessGone as e:
+        sys.stderr.write("%s: %s\n" % (PROG, e))
+        return EX_USAGE
     sys.stderr.write(
         "%s: %s/, %d files, %d missing (listed in %s/%s)\n"
         % (

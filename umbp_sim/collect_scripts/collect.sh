@@ -74,12 +74,26 @@ ROOT=${ROOT%/}
 case $NAME in
     */* | . | ..) usage "--name: '$NAME' is not a usable directory name" ;;
 esac
+pid_stat() {  # "FLAGS STARTTIME" of /proc/PID/stat (fields 9 and 22); empty when unreadable
+    line=$(cat "$ROOT/proc/$1/stat" 2>/dev/null) || return 0
+    set -f
+    # shellcheck disable=SC2086
+    set -- ${line##*) }
+    set +f
+    [ $# -ge 20 ] && printf '%s %s' "$7" "${20}"
+    return 0
+}
 if [ -n "$PID" ]; then
     case $PID in
         '' | *[!0-9]* | 0*) usage "--pid: '$PID' is not a process id" ;;
     esac
     [ ${#PID} -le 10 ] || usage "--pid: '$PID' is not a process id"
     [ -d "$ROOT/proc/$PID" ] || usage "--pid $PID: no such process"
+    PID_STAT=$(pid_stat "$PID")
+    if [ -n "$PID_STAT" ] && [ $((${PID_STAT%% *} & 2097152)) -ne 0 ]; then  # PF_KTHREAD
+        comm=$(sed -n 's/^[^(]*(\(.*\)).*$/\1/p' "$ROOT/proc/$PID/stat" 2>/dev/null)
+        usage "--pid $PID: a kernel thread ($comm), not a process that allocates; give the server's process id"
+    fi
     PROC=/proc/$PID
 else
     PROC=/proc/self
@@ -418,6 +432,12 @@ list() {  # JSON array body from lines on stdin
 } >"$DUMP/$MANIFEST"
 
 # ---- the tarball -------------------------------------------------------------------------------
+# its starttime (the flags change as it runs): the process it was when collecting began
+if [ -n "$PID" ] && [ "$(pid_stat "$PID" | sed 's/.* //')" != "${PID_STAT##* }" ]; then
+    printf '%s: --pid %s: the process exited while it was collected; nothing written\n' \
+        "$PROG" "$PID" >&2
+    exit "$EX_USAGE"
+fi
 case $OUT in
     *.gz | *.tgz) ZIP="gzip -c" ;;
     *.bz2 | *.tbz2) ZIP="bzip2 -c" ;;

@@ -67,14 +67,10 @@ def _run(args: argparse.Namespace) -> int:
     import sys
 
     from umbp_sim.capi import interposer_path
-    from umbp_sim.external.exec_host import (
-        ExecUsageError,
-        check_report_path,
-        load_machine,
-        load_plan,
-    )
+    from umbp_sim.external.exec_host import ExecUsageError, load_machine, load_plan
     from umbp_sim.external.exec_run import run_program
     from umbp_sim.external.interposer import Interposer
+    from umbp_sim.output_file import OutputFile
 
     command = list(args.program)
     if command and command[0] == "--":
@@ -83,15 +79,13 @@ def _run(args: argparse.Namespace) -> int:
         raise ExecUsageError("CMD: no command given (umbp-sim exec [options] -- CMD ARGS...)")
     machine, source = load_machine(args.machine)
     plan = load_plan(args.faults)
-    if args.json:
-        check_report_path(args.json)
+    # before the run: a link, a FIFO, a device or no directory is refused now, not after it
+    out = OutputFile(args.json, "--json") if args.json else None
     problem = Interposer(interposer_path()).fault_path_problem()
     if problem:
         raise ExecUsageError(problem)
     report = run_program(command, machine, source, plan, args.run_timeout, interposer_path())
     print(report.paragraph(), file=sys.stderr)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report.to_json(), f, indent=2)
-            f.write("\n")
+    if out is not None:
+        out.write(json.dumps(report.to_json(), indent=2) + "\n")
     return report.exit_status

@@ -116,6 +116,7 @@ def _line_hosts(args: argparse.Namespace, request) -> int:  # type: ignore[no-un
 
 def replay_fleet_command(args: list[str], request, as_json: bool, html: str | None = None) -> int:  # type: ignore[no-untyped-def]
     import json
+    import sys
 
     from umbp_sim.diagnose.fleet import (
         expand_dumps,
@@ -124,14 +125,32 @@ def replay_fleet_command(args: list[str], request, as_json: bool, html: str | No
         tty_progress,
     )
     from umbp_sim.diagnose.html_report import PageFile, render_fleet_html
+    from umbp_sim.errors import Terminated
+    from umbp_sim.external.procs import ended_by_signals
     from umbp_sim.printable import terminal
 
     paths = expand_dumps(args)
     page = PageFile(html) if html else None  # before the work: an unwritable FILE fails first
+    shown = tty_progress()
+    done = 0
+
+    def progress(count: int, total: int) -> None:
+        nonlocal done
+        done = count
+        if shown is not None:
+            shown(count, total)
+
     try:
-        report = replay_fleet(paths, request, progress=tty_progress())
+        # SIGTERM/SIGHUP: the workers end with the pool (not left to fail on its pipes), exit
+        # 143/129 as compare's
+        with ended_by_signals():
+            report = replay_fleet(paths, request, progress=progress)
         if page is not None:
             page.write(render_fleet_html(report))
+    except Terminated as e:
+        print(f"umbp-sim replay: {e} after {done} of {len(paths)} hosts (no report)",
+              file=sys.stderr)  # fmt: skip
+        return e.exit_code
     finally:
         if page is not None and not page.written:
             page.discard()

@@ -18,12 +18,8 @@ untrusted dumps and allocators). Each node is one ``div.node-bar`` (its segments
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import html
 import os
-import stat
-import tempfile
 from typing import TYPE_CHECKING
 
 from umbp_sim.diagnose.picture import (
@@ -36,8 +32,8 @@ from umbp_sim.diagnose.picture import (
     page_size_name,
     picture_of,
 )
-from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_CANTCREAT
+from umbp_sim.output_file import OutputFile, OutputFileError
+from umbp_sim.printable import markup
 
 if TYPE_CHECKING:
     from umbp_sim.diagnose import Diagnosis
@@ -90,15 +86,21 @@ def _pct(nbytes: int, scale: int) -> str:
     return f"{100.0 * nbytes / scale:.4f}%"
 
 
+def escaped(text: str) -> str:
+    """``text`` for a page: control characters visible (``markup``: an allocator's warning or a
+    dump's host name may hold any), then ``<&>"'`` escaped."""
+    return html.escape(markup(text))
+
+
 def page(title: str, body: str) -> str:
     """A self-contained page: ``title`` (escaped here) over ``body`` (HTML, escaped by the
     caller)."""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>{html.escape(title)}</title>
+<title>{escaped(title)}</title>
 <style>{_CSS}</style></head>
 <body>
-<h1>{html.escape(title)}</h1>
+<h1>{escaped(title)}</h1>
 {body}
 </body></html>
 """
@@ -106,7 +108,7 @@ def page(title: str, body: str) -> str:
 
 def bars_html(pic: Picture) -> str:
     """A ``div.row`` per node (its bar), the request's bar, the legend."""
-    esc = html.escape
+    esc = escaped
     size = page_size_name(pic.hugepage_size)
     rows = []
     for n in pic.nodes:
@@ -147,7 +149,7 @@ def bars_html(pic: Picture) -> str:
 def render_html(pic: Picture, details: str = "", title: str = "umbp-sim replay") -> str:
     """The bars alone: the request line, a bar per node, the request's bar, a legend, and
     ``details`` as preformatted text (a replay's page is :func:`render_diagnosis_html`)."""
-    esc = html.escape
+    esc = escaped
     pre = f"<pre>{esc(details)}</pre>" if details else ""
     body = f'<p class="summary">{esc(describe_request(pic))}</p>\n{bars_html(pic)}\n{pre}'
     return page(f"{title}: {pic.host}", body)
@@ -159,7 +161,7 @@ OUTCOME_COLORS = {"ok": "#2e7d32", "demoted": "#ef6c00", "failed": "#c62828", "c
 def render_diagnosis_html(s: Sections, pic: Picture | None, title: str = "umbp-sim replay") -> str:
     """A replay's (or preflight's) page: the sections of the text report as headed sections (the
     outcome coloured, each fix with its commands as code), the bars per node between them."""
-    esc = html.escape
+    esc = escaped
 
     def items(lines: list[str], cls: str = "") -> str:
         return f"<ul{cls}>" + "".join(f"<li>{esc(x)}</li>" for x in lines) + "</ul>"
@@ -234,7 +236,7 @@ FLEET_COLUMNS = ("host", "dump", "outcome", "backing", "cause", "smallest fix")
 def render_fleet_html(report: FleetReport, title: str = "umbp-sim replay") -> str:
     """A fleet replay: a row per host (``table.hosts``, ``tr.host``), the summary by outcome
     (``table.summary``), then each host's bars (``section.host-bars``)."""
-    esc = html.escape
+    esc = escaped
 
     def cell(text: str | None) -> str:
         return f"<td>{esc('-' if text is None else text)}</td>"
@@ -278,79 +280,16 @@ def render_fleet_html(report: FleetReport, title: str = "umbp-sim replay") -> st
     return page(f"{title}: {len(report.rows)} hosts", body)
 
 
-class ReportWriteError(UmbpSimError):
-    """The HTML report cannot be written (exit 73, like collect's output)."""
-
-    exit_code = EX_CANTCREAT
+# The --html page is an output file as every other (umbp_sim/output_file.py); the names stay.
+ReportWriteError = OutputFileError
 
 
-class PageFile:
-    """The ``--html FILE`` of a command, checked before the work so an unwritable path fails
-    first (:class:`ReportWriteError`, exit 73), and written only when there is a page: to a
-    fresh temporary file beside it, then moved into place (a symbolic link's target is
-    replaced), so an existing page is never emptied first and stays whole when the command
-    fails. A FIFO or a device (``--html /dev/stdout``) is written to directly. ``discard``
-    (nothing was created before ``write``) is kept for the callers' clean-up paths."""
+class PageFile(OutputFile):
+    """The ``--html FILE`` of a command (or ``--junit``'s): checked before the work, written
+    only when there is a page (:class:`umbp_sim.output_file.OutputFile`)."""
 
     def __init__(self, path: str, flag: str = "--html") -> None:
-        self.path = path
-        self.flag = flag  # the option that named the file, in errors
-        self.written = False
-        try:
-            st: os.stat_result | None = os.stat(path)
-        except FileNotFoundError:
-            st = None
-        except OSError as e:
-            raise self._error(e) from None
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            raise self._error(OSError(errno.EISDIR, os.strerror(errno.EISDIR)))
-        self._direct = st is not None and not stat.S_ISREG(st.st_mode)
-        self._mode = None if st is None or self._direct else stat.S_IMODE(st.st_mode)
-        self._target = os.path.realpath(path)
-        directory = os.path.dirname(self._target)
-        if st is not None and not os.access(path, os.W_OK):
-            raise self._error(OSError(errno.EACCES, os.strerror(errno.EACCES)))
-        if not self._direct:
-            if not os.path.isdir(directory):
-                raise self._error(OSError(errno.ENOENT, os.strerror(errno.ENOENT)))
-            if not os.access(directory, os.W_OK | os.X_OK):
-                raise self._error(OSError(errno.EACCES, os.strerror(errno.EACCES)))
-
-    def _error(self, e: OSError) -> ReportWriteError:
-        return ReportWriteError(f"{self.flag} {self.path}: cannot write: {e.strerror}")
-
-    def write(self, text: str) -> None:
-        data = text.encode("utf-8")
-        try:
-            if self._direct:
-                with open(self.path, "wb") as f:
-                    f.write(data)
-            else:
-                self._replace(data)
-        except OSError as e:
-            raise self._error(e) from None
-        self.written = True
-
-    def _replace(self, data: bytes) -> None:
-        directory, name = os.path.split(self._target)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                if self._mode is None:  # a new page: 0644 minus the umask, as open() makes it
-                    umask = os.umask(0)
-                    os.umask(umask)
-                    os.fchmod(f.fileno(), 0o644 & ~umask)
-                else:  # the old page's mode
-                    os.fchmod(f.fileno(), self._mode)
-                f.write(data)
-            os.replace(tmp, self._target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-
-    def discard(self) -> None:
-        """Nothing to undo: the page is only ever created by ``write``."""
+        super().__init__(path, flag)
 
 
 def write_html(d: Diagnosis, path: str | None, mode: str = "replay") -> None:

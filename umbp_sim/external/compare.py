@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from umbp_sim.bounded import shown
 from umbp_sim.engine.dispatch import OpenedAllocator
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.engine.spec import Run
+from umbp_sim.printable import printable
 
 # The classes of difference, in report order.
 CLASSES = (
@@ -162,7 +164,8 @@ class Comparison:
         return out
 
     def report(self, examples: int = 5) -> str:
-        lines = [f"compared {self.a} (A) with {self.b} (B) over {self.runs} runs"]
+        a, b = printable(self.a), printable(self.b)
+        lines = [f"compared {a} (A) with {b} (B) over {self.runs} runs"]
         if self.same:
             lines.append("no differences")
             return "\n".join(lines) + "\n"
@@ -173,13 +176,29 @@ class Comparison:
                 continue
             lines.append(f"\n{cls}: {len(items)} runs")
             for item in items[:examples]:
-                lines.append(f"  {item['run']}")
+                lines.append(f"  {_echoed(item['run'])}")
                 for side in ("a", "b"):
-                    lines.append(f"    {side.upper()}: {item[side]}")
-                    lines += [f"       {t}" for t in item.get(f"texts_{side}", ())]
+                    lines.append(f"    {side.upper()}: {_echoed(item[side])}")
+                    texts = item.get(f"texts_{side}", ())
+                    lines += [f"       {_echoed(t)}" for t in texts[:MAX_TEXTS_SHOWN]]
+                    if len(texts) > MAX_TEXTS_SHOWN:
+                        more = len(texts) - MAX_TEXTS_SHOWN
+                        lines.append(f"       ... {more:,} more (--json for all)")
             if len(items) > examples:
                 lines.append(f"  ... {len(items) - examples} more (--json for all)")
         return "\n".join(lines) + "\n"
+
+
+# A value the text report echoes: a label, an outcome line, a warning text, as it is up to this
+# many characters (a longer one, an allocator's runaway line or a merged shard's, bounded by
+# ``shown``), control characters escaped; at most this many texts of a warning count.
+MAX_ECHOED = 2000
+MAX_TEXTS_SHOWN = 50
+
+
+def _echoed(value: Any) -> str:
+    text = str(value)
+    return printable(text if len(text) <= MAX_ECHOED else shown(value))
 
 
 Compared = tuple[Run, dict[str, tuple[Any, Any]], str, str]  # run, differences, outcome lines

@@ -15,12 +15,11 @@ warning texts and error messages come from the allocators under test.
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Mapping
 from typing import Any
 
-from umbp_sim.diagnose.html_report import page
+from umbp_sim.diagnose.html_report import escaped, page
 from umbp_sim.external.compare import CLASSES, Comparison
 
 # Runs listed per class (a full matrix can differ in tens of thousands; --json has them all).
@@ -44,7 +43,7 @@ def render_compare_html(
 ) -> str:
     """The page of a comparison; ``outcomes_a``/``_b``: each run's outcome line by run label
     (``compare.summary``; a run missing there shows ``-``)."""
-    esc = html.escape
+    esc = escaped
     outcomes_a = outcomes_a or {}
     outcomes_b = outcomes_b or {}
     verdict = "no differences" if result.same else f"{result.differing_runs} of them differ"

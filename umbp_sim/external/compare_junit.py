@@ -19,9 +19,14 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from umbp_sim.external.compare import CLASSES, Comparison
+from umbp_sim.printable import markup
 
 # Runs listed in one failure's text (a full matrix can differ in thousands; --json has all).
 MAX_RUNS_PER_CASE = 200
+
+
+# Every text an allocator or a shard gave goes through ``markup``: a control character (an
+# allocator's warning may hold one) would make XML that does not parse.
 
 
 def _side(item: dict[str, Any], side: str) -> list[str]:
@@ -36,7 +41,7 @@ def render_junit(result: Comparison) -> str:
     suite = ET.SubElement(
         root,
         "testsuite",
-        name=f"umbp-sim compare {result.a} {result.b}",
+        name=markup(f"umbp-sim compare {result.a} {result.b}"),
         tests=str(len(CLASSES)),
         failures=str(len(failing)),
         errors="0",
@@ -57,6 +62,6 @@ def render_junit(result: Comparison) -> str:
             lines += [str(item["run"]), *_side(item, "a"), *_side(item, "b")]
         if len(items) > MAX_RUNS_PER_CASE:
             lines.append(f"... {len(items) - MAX_RUNS_PER_CASE} more (--json for all)")
-        failure.text = "\n".join(lines)
+        failure.text = markup("\n".join(lines))
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

@@ -60,20 +60,11 @@ class ReportNotWritable(UmbpSimError):
 
 
 def check_report_path(path: str) -> None:
-    """``--json FILE`` can be written: a file (or a new one) in a writable directory."""
-    target = Path(path)
-    parent = target.parent if str(target.parent) else Path(".")
-    problem = None
-    if target.is_dir():
-        problem = "is a directory"
-    elif not parent.is_dir():
-        problem = f"its directory {parent} does not exist"
-    elif target.exists() and not os.access(target, os.W_OK):
-        problem = "is not writable"
-    elif not target.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        problem = f"its directory {parent} is not writable"
-    if problem:
-        raise ReportNotWritable(f"--json {path}: {problem}")
+    """Deprecated: ``umbp_sim.output_file.OutputFile(path, "--json")`` checks exec's --json
+    FILE as every output file is checked (OutputFileError, exit 73)."""
+    from umbp_sim.output_file import OutputFile
+
+    OutputFile(path, "--json")
 
 
 def load_machine(arg: str | None) -> tuple[Machine, str]:

@@ -65,6 +65,26 @@ def seconds(t: float) -> str:
 SERVER_START_GRACE = 60.0  # seconds: umbp-sim's own start-up of an allocator server
 
 
+def _start_message_problem(hello: Any) -> str | None:
+    """Why ``hello`` is not one of the server's start-up messages (child.py's protocol:
+    {"stage": str}, {"error": str}, {"ready": True, "mode": str, "objects": [str],
+    "registry": bool}), or None."""
+    from umbp_sim.bounded import shown
+
+    if not isinstance(hello, dict):
+        return f"{shown(hello)}, not a dict"
+    if "stage" in hello or "error" in hello:
+        key = "stage" if "stage" in hello else "error"
+        return None if isinstance(hello[key], str) else f"its {key} is {shown(hello[key])}"
+    kinds = {"ready": bool, "mode": str, "objects": list, "registry": bool}
+    for key, kind in kinds.items():
+        if not isinstance(hello.get(key), kind):
+            return f"its {key} is {shown(hello.get(key))}"
+    if not all(isinstance(o, str) for o in hello["objects"]):
+        return f"its objects are {shown(hello['objects'])}"
+    return None
+
+
 class CouldNotRun(UmbpSimError):
     """The allocator could not be loaded or its server died (compare: exit 2)."""
 
@@ -177,6 +197,10 @@ class ExternalRunner:
                 own = stage != "import"
                 hello = self._recv(max(self.run_timeout, SERVER_START_GRACE) if own else
                                    self.run_timeout)  # fmt: skip
+                # not what the server says (a frame of the allocator's own on its fd): ended
+                problem = _start_message_problem(hello)
+                if problem:
+                    raise EOFError(f"its server's start-up message is not umbp-sim's ({problem})")
                 if "stage" not in hello:
                     break
                 stage = hello["stage"]  # each stage of its start gets the whole limit
