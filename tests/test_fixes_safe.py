@@ -336,3 +336,13 @@ def test_an_unsafe_fix_is_never_numbered_as_one_to_apply() -> None:
         "less than sglang keeps for it (below, not recommended)"
     )
     assert "\n   unsafe, not recommended (the figure says why):\n   - grow the 2048 kB pool" in what
+
+
+def test_preflight_refuses_a_bad_page_before_reading_the_host(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "dir").mkdir()
+    rc = main(["preflight", "--root", str(tmp_path / "no-such-dump"), "--size", "1GiB",
+               "--html", str(tmp_path / "dir")])  # fmt: skip
+    assert rc == 73
+    assert capsys.readouterr().err == (
+        f"umbp-sim preflight: --html {tmp_path / 'dir'}: a directory, not a regular file: refused\n"
+    )

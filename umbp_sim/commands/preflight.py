@@ -71,14 +71,15 @@ def _run(args: argparse.Namespace) -> int:
     request = request_from_args(args)
     if args.verify:
         return run_verify(args, request)
+    from umbp_sim.diagnose.html_report import PageFile, write_html
+
+    page = PageFile(args.html) if args.html else None  # before the work: a bad FILE fails first
     if args.root == STDIN:
         machine, facts = load_dump(stdin_source())
     else:
         machine, facts = load_dump(args.root) if args.root else live_host()
     d = diagnose(machine, facts, request)
-    from umbp_sim.diagnose.html_report import write_html
-
-    write_html(d, args.html, mode="preflight")  # first: an unwritable FILE fails before output
+    write_html(d, page, mode="preflight")
     print_diagnosis(d, args.json, mode="preflight")
     return d.exit_code
 

@@ -85,11 +85,12 @@ def _run(args: argparse.Namespace) -> int:
         return _line_hosts(args, request)
     if is_fleet(args.dump):
         return replay_fleet_command(args.dump, request, args.json, args.html)
+    from umbp_sim.diagnose.html_report import PageFile, write_html
+
+    page = PageFile(args.html) if args.html else None  # before the work: a bad FILE fails first
     machine, facts = load_dump(stdin_source() if args.dump[0] == STDIN else args.dump[0])
     d = diagnose(machine, facts, request)
-    from umbp_sim.diagnose.html_report import write_html
-
-    write_html(d, args.html)  # first: an unwritable FILE fails before any output
+    write_html(d, page)
     print_diagnosis(d, args.json)
     return 0
 

@@ -292,15 +292,16 @@ class PageFile(OutputFile):
         super().__init__(path, flag)
 
 
-def write_html(d: Diagnosis, path: str | None, mode: str = "replay") -> None:
-    """Write the HTML report of a diagnosis to ``path`` (nothing if ``path`` is None); ``mode``
-    heads it as a replay's or a preflight's."""
-    if path is None:
+def write_html(d: Diagnosis, page: PageFile | str | None, mode: str = "replay") -> None:
+    """Write the HTML report of a diagnosis to ``page`` (a PageFile checked before the work, or
+    a path; nothing if None); ``mode`` heads it as a replay's or a preflight's."""
+    if page is None:
         return
     from umbp_sim.diagnose.report import sections
 
-    page = PageFile(path)
+    if not isinstance(page, PageFile):
+        page = PageFile(page)
     pic = picture_of(d)
     if pic is None:
-        raise ReportWriteError(f"--html {path}: the request has no buffer sizes to draw")
+        raise ReportWriteError(f"--html {page.path}: the request has no buffer sizes to draw")
     page.write(render_diagnosis_html(sections(d, mode), pic))
