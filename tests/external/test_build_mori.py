@@ -276,3 +276,51 @@ def test_mori_binding_without_the_header_says_which(
     assert capsys.readouterr().err.endswith(
         "error: --mori-binding goes with SRC ... (--mori has the binding)\n"
     )
+
+
+def test_every_field_of_the_handle_is_compared_before_and_after_free(
+    checkout: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """issue 41: compare read valid, ptr and the sizes after Free; a Free that resets the whole
+    handle (its backing and alignment with it, which mori's keeps) differs in "after free" in
+    every run that frees a buffer, those whose Free's munmap or close fails included; an
+    invalid handle that still carries a backing and alignment (set before a mapping that
+    failed) differs in "handle"."""
+    builds = {"good": None, "reset": "FAKE_MORI_FREE_RESETS_HANDLE",
+              "stale": "FAKE_MORI_STALE_FAILED_HANDLE"}  # fmt: skip
+    out = {name: tmp_path / f"mori_{name}.so" for name in builds}
+    for name, define in builds.items():
+        argv = ["build-allocator", "--mori", str(checkout), "-o", str(out[name])]
+        assert main(argv + (["-D", define] if define else [])) == 0
+    pick = ["--no-scenarios", "-k", "[[]ample k6.8.0*] alloc(size=4194304, AnonymousShm,*"]
+    pick.append("--json")
+    capsys.readouterr()
+    assert main(["compare", str(out["good"]), str(out["good"]), *pick]) == 0
+    assert json.loads(capsys.readouterr().out)["differences"] == {}
+    assert main(["compare", str(out["good"]), str(out["reset"]), *pick]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["differences"]) == ["after free"]
+    freed = {d["run"]: (d["a"], d["b"]) for d in doc["differences"]["after free"]}
+    # every run that had a buffer to free: all but the three whose alloc failed
+    failed = {"mmap:ENOMEM", "memfd_create:EMFILE", "ftruncate:ENOSPC"}
+    assert len(freed) == doc["runs"] - len(failed)
+    faults = {r.split("] ")[0].removeprefix("[ample k6.8.0").strip() for r in freed}
+    assert faults == {"", "munmap:EINVAL", "madvise:EAGAIN", "mbind:EIO", "close:EIO"}
+    assert all(
+        v == ({"actual_backing": "AnonymousShm", "actual_alignment": 4096},
+              {"actual_backing": "Anonymous", "actual_alignment": 0})
+        for v in freed.values()
+    )  # fmt: skip
+    pick = ["--no-scenarios", "-k", "*mmap:ENOMEM] alloc(size=4194304,*", "--json"]
+    assert main(["compare", str(out["good"]), str(out["stale"]), *pick]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["differences"]) == ["handle"]
+    stale = {d["run"].split(", ")[1]: (d["a"], d["b"]) for d in doc["differences"]["handle"]}
+    assert stale == {
+        "Anonymous": ({"actual_alignment": 0}, {"actual_alignment": 4096}),
+        "AnonymousHugetlb": ({"actual_alignment": 0}, {"actual_alignment": 4096}),
+        "AnonymousShm": ({"actual_backing": "Anonymous", "actual_alignment": 0},
+                         {"actual_backing": "AnonymousShm", "actual_alignment": 4096}),
+        "AnonymousShmHugetlb": ({"actual_backing": "Anonymous", "actual_alignment": 0},
+                                {"actual_backing": "AnonymousShm", "actual_alignment": 4096}),
+    }  # fmt: skip

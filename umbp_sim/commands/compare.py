@@ -36,14 +36,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from umbp_sim.flag_types import seconds_flag
 
     p.epilog = (
-        "Classes of difference: outcome, backing, requested_size, mapped_size, alignment, numa "
-        "binding (the policy on the buffer's VMA and the nodes its hugepages came from), faulted "
+        "Classes of difference: outcome, backing, requested_size, mapped_size, alignment, handle "
+        "(every other field of the handle alloc returned: numa_node, fd, ...; all of an invalid "
+        "one's), numa binding (the policy on the buffer's VMA and the nodes its hugepages came "
+        "from), faulted "
         "(the buffer's pages faulted when alloc returned, by page size), mapping (its VMA: shared "
         "or private, anonymous or a file, protection, noreserve/populate, page size), crash, "
-        "leak, after free "
-        "(the handle as the first of a run's two frees left it), registry (what mori's shm "
-        "registry says of the buffer after alloc and after its free), steps (what each step of a "
-        "steps scenario came to), warning count, warning text; a "
+        "leak, after free (every field of the handle as the first of a run's two frees left "
+        "it), registry (what mori's shm registry says of the buffer after alloc and after its "
+        "free), steps (what each step of a steps scenario came to), warning count, warning "
+        "text; a "
         "run of an external build past --run-timeout differs in outcome (timed out after N s "
         "in alloc). Exit status: 0 no difference, 1 differences, 2 could "
         "not run (an allocator failed to load, a worker died, Ctrl-C), 64 bad usage or nothing "

@@ -25,6 +25,7 @@ CLASSES = (
     "requested_size",
     "mapped_size",
     "alignment",
+    "handle",
     "numa binding",
     "faulted",
     "mapping",
@@ -81,6 +82,25 @@ def _binding_key(o: RunRecord, other: RunRecord) -> str | None:
     return o.binding
 
 
+# The handle's fields that have a class of their own (a valid buffer's, compared as such): the
+# class "handle" holds the others.
+OWN_CLASS = ("requested_size", "mapped_size", "actual_backing", "actual_alignment")
+
+
+def field_differences(
+    a: dict[str, Any] | None, b: dict[str, Any] | None, skip: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The fields of two handle records (``engine.record.handle_record``) that differ, each
+    side's ``{field: value}`` in ``a``'s order; a field one build's handle does not have is not
+    compared. None: none differ (or a side has no record)."""
+    if a is None or b is None:
+        return None
+    keys = [k for k in a if k in b and k not in skip and a[k] != b[k]]
+    if not keys:
+        return None
+    return {k: a[k] for k in keys}, {k: b[k] for k in keys}
+
+
 def differences(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]]:
     """{class: (a's value, b's value)} for every class in which the two records differ."""
     out: dict[str, tuple[Any, Any]] = {}
@@ -100,14 +120,24 @@ def differences(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]]:
             out["faulted"] = (a.faulted, b.faulted)
         if a.mapping != b.mapping and ha["backing"] == hb["backing"]:
             out["mapping"] = (a.mapping, b.mapping)
+    if ra == rb:  # everything else the handle alloc returned carries (an invalid one too)
+        fields = field_differences(
+            a.handle_after_alloc, b.handle_after_alloc, OWN_CLASS if ra == "ok" else ()
+        )
+        if fields is not None:
+            out["handle"] = fields
     if ra == rb == "crash":
         ca, cb = (str(a.signal), str(a.stage)), (str(b.signal), str(b.stage))
         if ca != cb:
             out["crash"] = (" in ".join(ca), " in ".join(cb))
     if a.held != b.held:
         out["leak"] = (dict(a.held), dict(b.held))
-    if ra == rb and a.after_free != b.after_free:
-        out["after free"] = (a.after_free, b.after_free)
+    # Every field as the first Free left the handle, but one that differed already in what
+    # alloc returned (a backing both builds keep: its own class says so).
+    before = field_differences(a.handle_after_alloc, b.handle_after_alloc)
+    freed = field_differences(a.after_free, b.after_free, tuple(before[0]) if before else ())
+    if ra == rb and freed is not None:
+        out["after free"] = freed
     # Asked only where both builds have the registry, of the same backing (a demoted buffer is
     # no memfd: "backing" says why it is not registered) and to the same end (a free that
     # crashed or raised leaves no after-free answer: "outcome" says so).
