@@ -3,6 +3,9 @@ on outcomes built by hand: no allocator runs."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.external.compare import differences
 
@@ -163,3 +166,32 @@ def test_the_quick_matrix_fails_frees_own_munmap_and_close() -> None:
                 continue
             hit[op].add(f"{profile} {rec.handle['backing']}")
     assert len(hit["munmap"]) == 8 and len(hit["close"]) == 4, hit
+
+
+def test_runs_in_a_row_timed_out_in_one_stage_on_one_side_stop() -> None:
+    """Three runs in a row of one allocator timed out in the same stage stop the comparison
+    (``Stalled``, one line); another stage, the other side or a run between starts again."""
+    import pytest
+
+    from umbp_sim.external.compare import Stalled, stop_when_stalled
+
+    def items(*stalls: tuple[str | None, str | None]) -> Iterator[Any]:
+        yield from ((None, {}, "", "", s) for s in stalls)
+
+    a, b, alloc_b, free_b, free_a = (
+        ("alloc", None),
+        (None, "alloc"),
+        ("x", "alloc"),
+        (None, "free"),
+        ("free", None),
+    )
+    ok = (None, None)
+    fine = items(a, a, ok, a, a, free_a, a, b, b, free_b, alloc_b)
+    assert len(list(stop_when_stalled(fine, ("A", "B"), 11, 60.0))) == 11
+    stalled = stop_when_stalled(items(ok, b, alloc_b, b, ok), ("A", "B"), 5, 60.0)
+    with pytest.raises(Stalled) as e:
+        list(stalled)
+    assert str(e.value) == (
+        "B: 3 runs in a row timed out after 60 s in alloc; stopped after 4 of 5 runs "
+        "(--keep-going runs them all)"
+    )

@@ -17,6 +17,7 @@ from typing import Any
 from umbp_sim.engine.dispatch import OpenedAllocator
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.engine.spec import Run
+from umbp_sim.external.runner import CouldNotRun, seconds
 
 # The classes of difference, in report order.
 CLASSES = (
@@ -212,7 +213,17 @@ class Comparison:
         return "\n".join(lines) + "\n"
 
 
-Compared = tuple[Run, dict[str, tuple[Any, Any]], str, str]  # run, differences, outcome lines
+# run, differences, each record in one line, and the stage each side's run timed out in (None:
+# it did not time out).
+Compared = tuple[Run, dict[str, tuple[Any, Any]], str, str, tuple[str | None, str | None]]
+
+# Runs in a row that timed out in one stage on one allocator: compare stops there (an allocator
+# that hangs in every alloc would cost --run-timeout per run), unless --keep-going.
+STALLED_RUNS = 3
+
+
+class Stalled(CouldNotRun):
+    """``STALLED_RUNS`` runs in a row of one allocator timed out in the same stage."""
 
 
 def serial_differences(
@@ -225,7 +236,33 @@ def serial_differences(
 
 def compared(run: Run, oa: RunRecord, ob: RunRecord) -> Compared:
     """What the comparison keeps of one run: its differences and each record in one line."""
-    return run, differences(oa, ob), summary(oa), summary(ob)
+    timed_out = tuple(r.stage if r.outcome == "timeout" else None for r in (oa, ob))
+    return run, differences(oa, ob), summary(oa), summary(ob), timed_out  # type: ignore[return-value]
+
+
+def stop_when_stalled(
+    items: Iterator[Compared], names: tuple[str, str], total: int, run_timeout: float
+) -> Iterator[Compared]:
+    """``items`` until ``STALLED_RUNS`` runs in a row of one allocator (``names``: A's, B's) timed
+    out in the same stage: then ``Stalled``, in one line. ``items`` is closed either way (its
+    workers end)."""
+    streak: list[tuple[str | None, int]] = [(None, 0), (None, 0)]
+    done = 0
+    try:
+        for item in items:
+            done += 1
+            for side, stage in enumerate(item[4]):
+                last, count = streak[side]
+                streak[side] = (stage, count + 1 if stage is not None and stage == last else 1)
+                if stage is not None and streak[side][1] >= STALLED_RUNS:
+                    raise Stalled(
+                        f"{names[side]}: {STALLED_RUNS} runs in a row timed out after "
+                        f"{seconds(run_timeout)} in {stage}; stopped after {done} of {total} "
+                        "runs (--keep-going runs them all)"
+                    )
+            yield item
+    finally:
+        items.close()  # type: ignore[attr-defined]
 
 
 def _item(label: str, cls: str, va: Any, vb: Any) -> dict[str, Any]:
@@ -243,7 +280,7 @@ def compare_differences(
 ) -> Comparison:
     """The comparison of ``a`` and ``b`` over ``items`` (in run order)."""
     result = Comparison(a, b)
-    for i, (run, diff, _la, _lb) in enumerate(items, 1):
+    for i, (run, diff, *_rest) in enumerate(items, 1):
         result.runs += 1
         if diff:
             result.differing_runs += 1
