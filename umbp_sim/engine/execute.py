@@ -124,8 +124,9 @@ def _free(run: Run, subject: Subject, rec: RunRecord, held: Held) -> None:
                 if held.probe is not None:  # what Free left of its registration
                     after = registry_probe(subject, held.allocator, held.probe)
                     rec.registry = f"{rec.registry}; after free {after}"
+                if isinstance(run.work, Alloc) and held.handles:  # an Alloc's one buffer
+                    rec.after_free = handle_record(held.handles[-1])
                 if isinstance(run.work, Alloc) and run.work.free_twice:
-                    rec.after_free = handle_record(held.handles[-1])  # an Alloc's one buffer
                     for h in held.handles:  # a second free of the same handle: a no-op
                         held.allocator.free(h)
     except subject.harness_errors:

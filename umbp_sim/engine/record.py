@@ -130,8 +130,7 @@ class RunRecord:
     faulted: str | None = None  # the buffer's pages faulted when alloc returned ("1024 x 4KiB")
     mapping: str | None = None  # its VMA: "shared file rw, 4KiB pages" (engine.binding.mapping)
     handle_after_alloc: dict[str, Any] | None = None  # handle_record of what alloc returned
-    after_free: dict[str, Any] | None = None  # handle_record as the first Free left it
-    # (Alloc.free_twice)
+    after_free: dict[str, Any] | None = None  # handle_record as an Alloc's (first) Free left it
     # The shm registry's answer for the buffer after alloc and after its free ("found 4198400;
     # after free none"), where the allocator has the registry (engine.work.registry_probe).
     registry: str | None = None

@@ -9,7 +9,8 @@
 // Free clears the handle's ptr and sizes and keeps its backing and alignment, as mori's does;
 // -DFAKE_MORI_FREE_RESETS_HANDLE resets the whole handle instead (backing and alignment lost), and
 // -DFAKE_MORI_STALE_FAILED_HANDLE fills in the backing and alignment before mapping, so a failed
-// alloc returns an invalid handle that still carries them (stale: no buffer has them).
+// alloc returns an invalid handle that still carries them (stale: no buffer has them);
+// -DFAKE_MORI_LEAKS_FD keeps the memfd open when its mmap fails (a failure path's lost close).
 #include "umbp/local/host_mem_allocator.h"
 
 #include <sys/mman.h>
@@ -88,7 +89,9 @@ HostBufferHandle HostMemAllocator::Alloc(size_t size, const HostBufferOptions& o
   void* p = shm ? mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                 : mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
+#ifndef FAKE_MORI_LEAKS_FD
     if (fd >= 0) close(fd);
+#endif
     return h;
   }
 #ifdef FAKE_MORI_UNDEFINED
