@@ -70,6 +70,7 @@ class UMBPHostMemAllocator:
     def free(self, h):
         if HOSTILE and h.requested_size == 2**63:
             time.sleep(1e6)
+        h.ptr = h.requested_size = h.mapped_size = 0  # as mori's Free leaves a handle
 """.replace("{surface}", MORI_SURFACE)
 
 # An allocator that behaves under simulation and hangs in alloc on the real kernel (no

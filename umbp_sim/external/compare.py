@@ -236,8 +236,12 @@ def serial_differences(
 
 def compared(run: Run, oa: RunRecord, ob: RunRecord) -> Compared:
     """What the comparison keeps of one run: its differences and each record in one line."""
-    timed_out = tuple(r.stage if r.outcome == "timeout" else None for r in (oa, ob))
-    return run, differences(oa, ob), summary(oa), summary(ob), timed_out  # type: ignore[return-value]
+    return run, differences(oa, ob), summary(oa), summary(ob), (_timed_out(oa), _timed_out(ob))
+
+
+def _timed_out(r: RunRecord) -> str | None:
+    """The stage a run that timed out was in; None for any other outcome."""
+    return str(r.stage) if r.outcome == "timeout" else None
 
 
 def stop_when_stalled(
