@@ -226,5 +226,5 @@ class Handle:
         self.actual_alignment = 4096
 
     def __bool__(self):
-        return True
+        return self.ptr != 0
 """

@@ -3,6 +3,9 @@ on outcomes built by hand: no allocator runs."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.external.compare import differences
 
@@ -71,3 +74,124 @@ def test_the_registry_is_compared_where_both_runs_asked_it_to_the_same_end() -> 
     demoted = _ok("Anonymous", "default")
     demoted.registry = "none; after free none"
     assert set(differences(a, demoted)) == {"backing"}
+
+
+def test_a_run_records_every_field_of_the_handle_after_alloc_and_after_free() -> None:
+    """issue 41: what alloc returned and what the first Free left of it, every field the
+    binding's handle has (identities, whose values differ from process to process, as set or
+    their null value); Free clears ptr, the sizes, fd and serial and keeps the rest."""
+    from umbp_sim import _native
+    from umbp_sim.engine import run
+    from umbp_sim.engine.spec import Run
+    from umbp_sim.external.matrix import _life, machine
+    from umbp_sim.request import AllocRequest
+
+    fields = [n for n, v in vars(_native.UMBPHostBufferHandle).items() if isinstance(v, property)]
+    call = AllocRequest(4 << 20, "AnonymousShm", numa_node=1)
+    rec = run(Run(machine("ample"), _life(call), allocator="umbp-sim"))
+    assert rec.handle_after_alloc is not None and rec.after_free is not None
+    assert list(rec.handle_after_alloc) == ["valid", *fields] == list(rec.after_free)
+    assert rec.handle_after_alloc == {
+        "valid": True, "ptr": "set", "requested_size": 4 << 20, "mapped_size": 4 << 20,
+        "actual_backing": "AnonymousShm", "actual_alignment": 4096, "fd": "set", "numa_node": 1,
+        "serial": "set", "kernel_id": "set",
+    }  # fmt: skip
+    assert rec.after_free == rec.handle_after_alloc | {
+        "valid": False, "ptr": 0, "requested_size": 0, "mapped_size": 0, "fd": -1, "serial": 0,
+    }  # fmt: skip
+
+
+def _fields(**changes: object) -> dict[str, object]:
+    base = {"valid": True, "ptr": "set", "requested_size": 4 << 20, "mapped_size": 4 << 20,
+            "actual_backing": "AnonymousShm", "actual_alignment": 4096,
+            "numa_node": -1}  # fmt: skip
+    return base | changes
+
+
+def test_the_handle_is_compared_field_by_field_after_alloc_and_after_free() -> None:
+    """A Free that resets the whole handle differs in "after free" by the fields it lost; a
+    field that differed already after alloc is said there, not again after free; a field one
+    build's handle lacks is not compared; a valid handle's backing and sizes keep their own
+    classes ("handle" holds the other fields), an invalid handle's are all in "handle"."""
+    a, b = _ok("AnonymousShm", "default"), _ok("AnonymousShm", "default")
+    a.handle_after_alloc = b.handle_after_alloc = _fields()
+    freed = _fields(valid=False, ptr=0, requested_size=0, mapped_size=0)
+    a.after_free = freed
+    b.after_free = freed | {"actual_backing": "Anonymous", "actual_alignment": 0}
+    assert differences(a, b) == {
+        "after free": (
+            {"actual_backing": "AnonymousShm", "actual_alignment": 4096},
+            {"actual_backing": "Anonymous", "actual_alignment": 0},
+        )
+    }
+    b.handle_after_alloc = _fields(numa_node=1)
+    b.after_free = freed | {"numa_node": 1, "fd": "set"}  # fd: a field only B's handle has
+    assert differences(a, b) == {"handle": ({"numa_node": -1}, {"numa_node": 1})}
+    bad, stale = RunRecord("failed", failure="invalid"), RunRecord("failed", failure="invalid")
+    invalid = {"valid": False, "ptr": 0, "requested_size": 0, "mapped_size": 0,
+               "actual_backing": "Anonymous", "actual_alignment": 0}  # fmt: skip
+    bad.handle_after_alloc, bad.after_free = invalid, invalid
+    stale.handle_after_alloc = stale.after_free = invalid | {"actual_alignment": 4096}
+    assert differences(bad, stale) == {
+        "handle": ({"actual_alignment": 0}, {"actual_alignment": 4096})
+    }
+
+
+def test_the_quick_matrix_fails_frees_own_munmap_and_close() -> None:
+    """issue 41: the quick matrix's injected munmap and close errors land on Free's own calls
+    (the buffer's whole range, its memfd after that range is unmapped), on both built-in
+    allocators and every backing that makes the call."""
+    from umbp_sim.allocator_spec import AllocatorSpec
+    from umbp_sim.engine.dispatch import BuiltinAllocator
+    from umbp_sim.external import matrix
+
+    hit: dict[str, set[str]] = {"munmap": set(), "close": set()}
+    for profile in ("umbp-sim", "mori-624002c"):
+        opened = BuiltinAllocator(AllocatorSpec("builtin", profile))
+        for r in matrix.quick():
+            op = r.label.split("] ")[0].split(" ")[-1].split(":")[0]
+            if op not in hit:
+                continue
+            rec = opened.run(r)
+            assert rec.handle is not None and rec.handle["valid"], r.label
+            unmap = f"munmap({rec.handle['ptr']:#x}, {rec.handle['mapped_size']}) = "
+            injected = [i for i, t in enumerate(rec.trace) if t.endswith("(injected)")]
+            if op == "munmap":
+                assert [rec.trace[i] for i in injected] == [unmap + "-1 EINVAL (injected)"]
+            elif injected:
+                (i,) = injected
+                assert rec.trace[i - 1] == unmap + "0" and rec.trace[i].startswith("close(")
+            else:  # a buffer without an fd: no close to fail
+                assert rec.handle["backing"] in ("Anonymous", "AnonymousHugetlb"), r.label
+                continue
+            hit[op].add(f"{profile} {rec.handle['backing']}")
+    assert len(hit["munmap"]) == 8 and len(hit["close"]) == 4, hit
+
+
+def test_runs_in_a_row_timed_out_in_one_stage_on_one_side_stop() -> None:
+    """Three runs in a row of one allocator timed out in the same stage stop the comparison
+    (``Stalled``, one line); another stage, the other side or a run between starts again."""
+    import pytest
+
+    from umbp_sim.external.compare import Stalled, stop_when_stalled
+
+    def items(*stalls: tuple[str | None, str | None]) -> Iterator[Any]:
+        yield from ((None, {}, "", "", s) for s in stalls)
+
+    a, b, alloc_b, free_b, free_a = (
+        ("alloc", None),
+        (None, "alloc"),
+        ("x", "alloc"),
+        (None, "free"),
+        ("free", None),
+    )
+    ok = (None, None)
+    fine = items(a, a, ok, a, a, free_a, a, b, b, free_b, alloc_b)
+    assert len(list(stop_when_stalled(fine, ("A", "B"), 11, 60.0))) == 11
+    stalled = stop_when_stalled(items(ok, b, alloc_b, b, ok), ("A", "B"), 5, 60.0)
+    with pytest.raises(Stalled) as e:
+        list(stalled)
+    assert str(e.value) == (
+        "B: 3 runs in a row timed out after 60 s in alloc; stopped after 4 of 5 runs "
+        "(--keep-going runs them all)"
+    )

@@ -6,7 +6,11 @@ A SPEC is one of
 - a path to a built shared object: a Python extension module with mori's API
   (``UMBPHostMemAllocator``, ``UMBPHostBufferBacking``), prebuilt (run with the interposer
   preloaded) or built with ``umbp-sim build-allocator`` (linked against it);
-- the name of an importable module with mori's Python API, e.g. ``mori.umbp``.
+- the name of an importable module with mori's Python API, e.g. ``mori.umbp``, found as
+  ``python -m`` finds it: in the working directory first (the allocator's process then has that
+  directory first on ``sys.path``), then on the path;
+- a path to such a module's file, ``./mod.py``: the module ``mod`` imported with the file's
+  directory first on ``sys.path`` (as ``python ./mod.py`` has it).
 """
 
 from __future__ import annotations
@@ -34,8 +38,18 @@ class AllocatorSpec:
     kind: str  # "builtin" | "module" | "shared-object"
     name: str  # profile name, module name, or the path as given
     path: str | None = None  # absolute path of a shared object
+    # A module's: the directory its process puts first on sys.path (the working directory the
+    # module was found in, a .py file's own directory); None: found on the path.
+    directory: str | None = None
 
     def __str__(self) -> str:
+        return self.name
+
+    @property
+    def import_name(self) -> str:
+        """The module a ``module`` spec imports (a ``.py`` file's: its stem)."""
+        if self.name.endswith(".py"):
+            return os.path.basename(self.name)[: -len(".py")]
         return self.name
 
 
@@ -47,6 +61,8 @@ def parse_allocator_spec(text: str, arg: str = "--allocator") -> AllocatorSpec:
         return AllocatorSpec("builtin", t)
     if t in ALIASES:
         return AllocatorSpec("builtin", ALIASES[t])
+    if t.endswith(".py"):
+        return _python_file(t, text, arg)
     looks_like_path = "/" in t or t.endswith(".so") or ".so." in t
     if looks_like_path:
         if not os.path.isfile(t):
@@ -56,7 +72,7 @@ def parse_allocator_spec(text: str, arg: str = "--allocator") -> AllocatorSpec:
                 raise AllocatorSpecError(f"{arg} {shown_path(text)}: not a shared object (ELF)")
         return AllocatorSpec("shared-object", t, os.path.abspath(t))
     if _MODULE_NAME.match(t):
-        return AllocatorSpec("module", t)
+        return AllocatorSpec("module", t, directory=_in_working_directory(t))
     known = ", ".join(PROFILES + tuple(ALIASES))
     raise AllocatorSpecError(
         f"{arg} {shown(text)}: not a built-in profile ({known}), a module name or a path to a "
@@ -64,18 +80,50 @@ def parse_allocator_spec(text: str, arg: str = "--allocator") -> AllocatorSpec:
     )
 
 
-def module_location(name: str) -> str | None:
+def _python_file(t: str, text: str, arg: str) -> AllocatorSpec:
+    """A ``.py`` path: the module its stem names, imported from the file's directory."""
+    if not os.path.isfile(t):
+        raise AllocatorSpecError(f"{arg} {shown_path(text)}: no such file")
+    stem = os.path.basename(t)[: -len(".py")]
+    if not _MODULE_NAME.match(stem) or "." in stem:
+        fixed = re.sub(r"[^A-Za-z0-9_]", "_", stem)
+        fixed = fixed if fixed[:1].isalpha() or fixed[:1] == "_" else f"_{fixed}"
+        raise AllocatorSpecError(
+            f"{arg} {shown_path(text)}: {shown(stem)} is not a Python module name (rename the "
+            f"file like {fixed}.py)"
+        )
+    return AllocatorSpec("module", t, directory=os.path.dirname(os.path.abspath(t)))
+
+
+def _in_working_directory(name: str) -> str | None:
+    """The working directory, when the top-level part of the module ``name`` is there (a
+    module, an extension or a package with its ``__init__``: what ``python -m`` imports from
+    it first); None otherwise."""
+    import importlib.machinery
+
+    cwd = os.getcwd()
+    try:
+        spec = importlib.machinery.PathFinder.find_spec(name.split(".")[0], [cwd])
+    except (ImportError, ValueError):
+        return None
+    return cwd if spec is not None and spec.origin is not None else None
+
+
+def module_location(name: str, directory: str | None = None) -> str | None:
     """Where the module ``name`` (``pkg.sub.mod``) would be imported from, found without
-    importing anything: the top-level name through ``sys.meta_path``'s finders (which import
-    nothing for a top-level name), each further part in its package's directories
-    (``PathFinder``), so no package's ``__init__`` runs in this process. None: not found (or a
-    package whose ``__init__`` would have to run to tell)."""
+    importing anything: the top-level name in ``directory`` first (a spec's), then through
+    ``sys.meta_path``'s finders (which import nothing for a top-level name), each further part
+    in its package's directories (``PathFinder``), so no package's ``__init__`` runs in this
+    process. None: not found (or a package whose ``__init__`` would have to run to tell)."""
     import importlib.machinery
     import importlib.util
 
     parts = name.split(".")
     try:
-        spec = importlib.util.find_spec(parts[0])
+        spec = None
+        if directory:
+            spec = importlib.machinery.PathFinder.find_spec(parts[0], [directory])
+        spec = spec or importlib.util.find_spec(parts[0])
     except (ImportError, ValueError):
         return None
     for i in range(1, len(parts)):

@@ -70,6 +70,7 @@ class UMBPHostMemAllocator:
     def free(self, h):
         if HOSTILE and h.requested_size == 2**63:
             time.sleep(1e6)
+        h.ptr = h.requested_size = h.mapped_size = 0  # as mori's Free leaves a handle
 """.replace("{surface}", MORI_SURFACE)
 
 # An allocator that behaves under simulation and hangs in alloc on the real kernel (no
@@ -91,6 +92,15 @@ def _alloc_or_hang(self, *args, **kwargs):
 UMBPHostMemAllocator.alloc = _alloc_or_hang
 """
 
+# An allocator that hangs in every alloc.
+HANG_ALL = """
+def _hang(self, *args, **kwargs):
+    time.sleep(1e6)
+
+
+UMBPHostMemAllocator.alloc = _hang
+"""
+
 # One run per behaviour: the sizes misbehave() looks at, on one host.
 RUNS = (
     "[[]ample k6.8.0] alloc(size=*, Anonymous, hugepage_size=2097152, numa_node=-1, prefault=True)"
@@ -109,6 +119,7 @@ def allocators(tmp_path: Path) -> dict[str, str]:
     )
     (tmp_path / "stuck.py").write_text("import time\ntime.sleep(1e6)\n")
     (tmp_path / "hang_real.py").write_text(ALLOCATOR.format(HOSTILE=False) + HANG_REAL)
+    (tmp_path / "hang_all.py").write_text(ALLOCATOR.format(HOSTILE=False) + HANG_ALL)
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text(
         "import os\n"
@@ -434,3 +445,22 @@ def test_sigterm_to_replay_ends_its_allocator(allocators: dict[str, str]) -> Non
     out, err = proc.communicate(timeout=30)
     assert (proc.returncode, out, err) == (143, "", "umbp-sim replay: terminated by SIGTERM\n")
     _assert_nothing_left(proc.pid)
+
+
+def test_runs_in_a_row_timed_out_in_one_stage_stop_compare(allocators: dict[str, str]) -> None:
+    """issue 41: an allocator that hangs in every alloc cost the run limit per run; 3 runs in a
+    row timed out in the same stage stop compare (exit 2, one line), with --jobs 1 and 2;
+    --keep-going runs them all. Nothing is left running."""
+    argv = ["compare", "good", "hang_all", "--matrix", "quick", "--no-scenarios", "-k", RUNS]
+    argv += ["--run-timeout", "1"]
+    for jobs in ("1", "2"):
+        done = _umbp_sim(allocators, *argv, "--jobs", jobs)
+        assert (done.returncode, done.stdout) == (2, ""), done.stderr
+        assert done.stderr == (
+            "umbp-sim compare: hang_all: 3 runs in a row timed out after 1 s in alloc; stopped "
+            "after 3 of 13 runs (--keep-going runs them all)\n"
+        )
+    every = _umbp_sim(allocators, *argv, "--jobs", "2", "--keep-going", "--json")
+    assert (every.returncode, every.stderr) == (1, "")
+    outcome = json.loads(every.stdout)["differences"]["outcome"]
+    assert [d["b"] for d in outcome] == ["timed out after 1 s in alloc"] * 13

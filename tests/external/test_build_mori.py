@@ -276,3 +276,105 @@ def test_mori_binding_without_the_header_says_which(
     assert capsys.readouterr().err.endswith(
         "error: --mori-binding goes with SRC ... (--mori has the binding)\n"
     )
+
+
+def test_every_field_of_the_handle_is_compared_before_and_after_free(
+    checkout: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """issue 41: compare read valid, ptr and the sizes after Free; a Free that resets the whole
+    handle (its backing and alignment with it, which mori's keeps) differs in "after free" in
+    every run that frees a buffer, those whose Free's munmap or close fails included; an
+    invalid handle that still carries a backing and alignment (set before a mapping that
+    failed) differs in "handle"."""
+    builds = {"good": None, "reset": "FAKE_MORI_FREE_RESETS_HANDLE",
+              "stale": "FAKE_MORI_STALE_FAILED_HANDLE"}  # fmt: skip
+    out = {name: tmp_path / f"mori_{name}.so" for name in builds}
+    for name, define in builds.items():
+        argv = ["build-allocator", "--mori", str(checkout), "-o", str(out[name])]
+        assert main(argv + (["-D", define] if define else [])) == 0
+    pick = ["--no-scenarios", "-k", "[[]ample k6.8.0*] alloc(size=4194304, AnonymousShm,*"]
+    pick.append("--json")
+    capsys.readouterr()
+    assert main(["compare", str(out["good"]), str(out["good"]), *pick]) == 0
+    assert json.loads(capsys.readouterr().out)["differences"] == {}
+    assert main(["compare", str(out["good"]), str(out["reset"]), *pick]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["differences"]) == ["after free"]
+    freed = {d["run"]: (d["a"], d["b"]) for d in doc["differences"]["after free"]}
+    # every run that had a buffer to free: all but the three whose alloc failed
+    failed = {"mmap:ENOMEM", "memfd_create:EMFILE", "ftruncate:ENOSPC"}
+    assert len(freed) == doc["runs"] - len(failed)
+    faults = {r.split("] ")[0].removeprefix("[ample k6.8.0").strip() for r in freed}
+    assert faults == {"", "munmap:EINVAL", "madvise:EAGAIN", "mbind:EIO", "close:EIO"}
+    assert all(
+        v == ({"actual_backing": "AnonymousShm", "actual_alignment": 4096},
+              {"actual_backing": "Anonymous", "actual_alignment": 0})
+        for v in freed.values()
+    )  # fmt: skip
+    pick = ["--no-scenarios", "-k", "*mmap:ENOMEM] alloc(size=4194304,*", "--json"]
+    assert main(["compare", str(out["good"]), str(out["stale"]), *pick]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["differences"]) == ["handle"]
+    stale = {d["run"].split(", ")[1]: (d["a"], d["b"]) for d in doc["differences"]["handle"]}
+    assert stale == {
+        "Anonymous": ({"actual_alignment": 0}, {"actual_alignment": 4096}),
+        "AnonymousHugetlb": ({"actual_alignment": 0}, {"actual_alignment": 4096}),
+        "AnonymousShm": ({"actual_backing": "Anonymous", "actual_alignment": 0},
+                         {"actual_backing": "AnonymousShm", "actual_alignment": 4096}),
+        "AnonymousShmHugetlb": ({"actual_backing": "Anonymous", "actual_alignment": 0},
+                                {"actual_backing": "AnonymousShm", "actual_alignment": 4096}),
+    }  # fmt: skip
+
+
+SHM_ALLOC = """umbp_sim_scenario = 1
+[scenario]
+name = "{name}"
+description = "a shm buffer of 64 KiB{why}"
+
+[machine]
+nodes = 1
+mem_per_node = "16GiB"
+
+[request]
+size = "64KiB"
+backing = "AnonymousShm"
+{faults}
+[expect]
+outcome = "{outcome}"
+"""
+
+
+def test_run_checks_leaks_and_the_freed_handle_after_every_scenario(
+    checkout: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """issue 41: ``run --allocator BUILD`` passed a build that leaks an fd on a failure path
+    and one whose Free resets the whole handle, where the scenario's [expect] said nothing of
+    either; every scenario run on an external build is checked for both now."""
+    builds = {"good": None, "reset": "FAKE_MORI_FREE_RESETS_HANDLE", "leaky": "FAKE_MORI_LEAKS_FD"}
+    out = {name: tmp_path / f"mori_{name}.so" for name in builds}
+    for name, define in builds.items():
+        argv = ["build-allocator", "--mori", str(checkout), "-o", str(out[name])]
+        assert main(argv + (["-D", define] if define else [])) == 0
+    freed = tmp_path / "freed.toml"
+    freed.write_text(SHM_ALLOC.format(name="freed", why="", faults="", outcome="ok"))
+    failed = tmp_path / "failed.toml"
+    fault = '[[faults]]\nop = "mmap"\nerrno = "ENOMEM"\n'
+    failed.write_text(SHM_ALLOC.format(name="failed", why=": mmap fails", faults=fault,
+                                       outcome="failed"))  # fmt: skip
+    capsys.readouterr()
+    assert main(["run", "--allocator", str(out["good"]), str(freed), str(failed)]) == 0
+    assert capsys.readouterr().out.endswith("\n2 passed, 0 failed\n")
+    assert main(["run", "--allocator", str(out["reset"]), str(freed), str(failed)]) == 1
+    report = capsys.readouterr().out
+    assert report.endswith("\n1 passed, 1 failed\n")
+    assert (
+        f"{freed}: freed\n  handle after free: expected actual_backing 'AnonymousShm', "
+        "actual_alignment 4096; got actual_backing 'Anonymous', actual_alignment 0\n" in report
+    )
+    assert main(["run", "--allocator", str(out["leaky"]), str(freed), str(failed)]) == 1
+    report = capsys.readouterr().out
+    assert report.endswith("\n1 passed, 1 failed\n")
+    assert (
+        f"{failed}: failed\n  leaks: simulated fd 1000000 still open; fd 1000000 still open (an "
+        "external build's run leaves nothing held unless [expect].no_leaks = false)\n" in report
+    )

@@ -184,7 +184,11 @@ class Allocator {
 #endif
     }
     if (h.fd >= 0) close(h.fd);
-    h = Handle{};
+    // As mori's Free: the address, sizes and fd cleared, the backing and alignment kept.
+    h.ptr = 0;
+    h.requested_size = 0;
+    h.mapped_size = 0;
+    h.fd = -1;
   }
 };
 

@@ -36,18 +36,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from umbp_sim.flag_types import seconds_flag
 
     p.epilog = (
-        "Classes of difference: outcome, backing, requested_size, mapped_size, alignment, numa "
-        "binding (the policy on the buffer's VMA and the nodes its hugepages came from), faulted "
+        "Classes of difference: outcome, backing, requested_size, mapped_size, alignment, handle "
+        "(every other field of the handle alloc returned: numa_node, fd, ...; all of an invalid "
+        "one's), numa binding (the policy on the buffer's VMA and the nodes its hugepages came "
+        "from), faulted "
         "(the buffer's pages faulted when alloc returned, by page size), mapping (its VMA: shared "
         "or private, anonymous or a file, protection, noreserve/populate, page size), crash, "
-        "leak, after free "
-        "(the handle as the first of a run's two frees left it), registry (what mori's shm "
-        "registry says of the buffer after alloc and after its free), steps (what each step of a "
-        "steps scenario came to), warning count, warning text; a "
+        "leak, after free (every field of the handle as the first of a run's two frees left "
+        "it), registry (what mori's shm registry says of the buffer after alloc and after its "
+        "free), steps (what each step of a steps scenario came to), warning count, warning "
+        "text; a "
         "run of an external build past --run-timeout differs in outcome (timed out after N s "
-        "in alloc). Exit status: 0 no difference, 1 differences, 2 could "
-        "not run (an allocator failed to load, a worker died, Ctrl-C), 64 bad usage or nothing "
-        "to compare, 143/129 SIGTERM/SIGHUP."
+        "in alloc); 3 runs in a row of one allocator timed out in the same stage stop compare "
+        "(exit 2) unless --keep-going. Exit status: 0 no difference, 1 differences, 2 could "
+        "not run (an allocator failed to load, a worker died, Ctrl-C, runs in a row timed "
+        "out), 64 bad usage or nothing to compare, 143/129 SIGTERM/SIGHUP."
     )
     p.add_argument("spec_a", metavar="SPEC_A", nargs="?",
                    help="umbp-sim | mori | MODULE | PATH.so")  # fmt: skip
@@ -91,6 +94,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "a run past it is the outcome 'timed out after N s in STAGE', the next run goes on",
     )  # fmt: skip
     p.add_argument(
+        "--keep-going", action="store_true",
+        help="run every run even when 3 runs in a row of one allocator timed out in the same "
+        "stage (by default compare stops there, exit 2: an allocator that hangs in every alloc "
+        "would cost --run-timeout per run)",
+    )  # fmt: skip
+    p.add_argument(
         "--env", action="append", default=[], metavar="NAME=VALUE",
         help="set in an external allocator's process for every run; repeatable. External "
         "allocators run with MORI_UMBP_LOG_LEVEL=warn unless --env or the environment sets "
@@ -120,9 +129,9 @@ def _recorded(
     items: Iterable[Compared], lines_a: dict[str, str], lines_b: dict[str, str]
 ) -> Iterator[Compared]:
     """``items``, keeping each run's outcome in one line per allocator (for --html)."""
-    for run, diff, line_a, line_b in items:
-        lines_a[run.label], lines_b[run.label] = line_a, line_b
-        yield run, diff, line_a, line_b
+    for item in items:
+        lines_a[item[0].label], lines_b[item[0].label] = item[2], item[3]
+        yield item
 
 
 def run(args: argparse.Namespace) -> int:
@@ -180,7 +189,11 @@ def _run(args: argparse.Namespace) -> int:
     from umbp_sim.engine.dispatch import open_allocator
     from umbp_sim.errors import Terminated
     from umbp_sim.external import matrix
-    from umbp_sim.external.compare import compare_differences, serial_differences
+    from umbp_sim.external.compare import (
+        compare_differences,
+        serial_differences,
+        stop_when_stalled,
+    )
     from umbp_sim.external.parallel import parallel_differences
     from umbp_sim.external.runner import DEFAULT_RUN_TIMEOUT, CouldNotRun
     from umbp_sim.profiles import with_mori_warnings
@@ -249,6 +262,9 @@ def _run(args: argparse.Namespace) -> int:
                     spec_a, spec_b, runs, jobs, env, progress.advance, timeout
                 )
                 count = None
+            if not args.keep_going:
+                names = (str(spec_a), str(spec_b))
+                outcomes = stop_when_stalled(outcomes, names, len(runs), timeout)
             if page is not None:
                 outcomes = _recorded(outcomes, lines_a, lines_b)
             result = compare_differences(str(spec_a), str(spec_b), outcomes, count)

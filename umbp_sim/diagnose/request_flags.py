@@ -56,10 +56,10 @@ def _profile_arg(value: str) -> str:
                 str(e) if "/" not in value and ".so" not in value else str(spec_error)
             ) from None
         # Found without importing it (nor its package) here: the allocator's process does.
-        if spec.kind == "module" and module_location(spec.name) is None:
+        if spec.kind == "module" and module_location(spec.import_name, spec.directory) is None:
             raise argparse.ArgumentTypeError(
                 f"{e}, a path to a built .so, or an importable module (no module named "
-                f"{shown(spec.name)})"
+                f"{shown(spec.import_name)})"
             ) from None
         return spec.path or spec.name
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from umbp_sim import _native
 from umbp_sim.engine.counters import read_counters
-from umbp_sim.engine.record import RunRecord, handle_state
+from umbp_sim.engine.record import RunRecord, handle_record
 from umbp_sim.engine.spec import Alloc, Run, SglangStartup, Steps
 from umbp_sim.engine.subject import Subject
 from umbp_sim.engine.work import Held, raised, registry_probe, run_alloc, run_steps, start_sglang
@@ -124,8 +124,9 @@ def _free(run: Run, subject: Subject, rec: RunRecord, held: Held) -> None:
                 if held.probe is not None:  # what Free left of its registration
                     after = registry_probe(subject, held.allocator, held.probe)
                     rec.registry = f"{rec.registry}; after free {after}"
+                if isinstance(run.work, Alloc) and held.handles:  # an Alloc's one buffer
+                    rec.after_free = handle_record(held.handles[-1])
                 if isinstance(run.work, Alloc) and run.work.free_twice:
-                    rec.after_free = "; ".join(handle_state(h) for h in held.handles)
                     for h in held.handles:  # a second free of the same handle: a no-op
                         held.allocator.free(h)
     except subject.harness_errors:

@@ -27,7 +27,7 @@ from typing import Any
 
 from umbp_sim.log_capture import LogEntry
 
-__all__ = ["OUTCOMES", "RunRecord", "handle_fields", "handle_state"]
+__all__ = ["OUTCOMES", "RunRecord", "handle_fields", "handle_record", "handle_state"]
 
 OUTCOMES = ("ok", "demoted", "failed", "crashed", "timeout", "could-not-run")
 # What a record shows in JSON output (replay, compare, run --json), in this order.
@@ -62,6 +62,49 @@ def handle_fields(h: Any) -> dict[str, Any]:
     }
 
 
+# Fields that name one process's objects (an address, an allocation's serial, a kernel's id, an
+# fd's number): a record says whether each is set (not its null value), never the value, which
+# differs from process to process and not between allocators.
+IDENTITIES = {"ptr": 0, "serial": 0, "kernel_id": 0, "fd": -1}
+
+
+def _field_names(h: Any) -> list[str]:
+    """The fields a handle carries: the properties of its type (a pybind11 binding's, in the
+    order it declares them), then the public attributes of the object itself (a handle written
+    in Python)."""
+    names: dict[str, None] = {}
+    for cls in reversed(type(h).__mro__):
+        names.update((n, None) for n, v in vars(cls).items() if isinstance(v, property))
+    names.update((n, None) for n in getattr(h, "__dict__", {}) if not n.startswith("_"))
+    return [n for n in names if not n.startswith("_")]
+
+
+def _field_value(value: Any) -> Any:
+    if hasattr(type(value), "__members__"):  # an enum (Python's or pybind11's): its name
+        return str(getattr(value, "name", value)).rsplit(".", 1)[-1]
+    if isinstance(value, bool | int | str | float) or value is None:
+        return value
+    return str(value)
+
+
+def handle_record(h: Any) -> dict[str, Any]:
+    """Everything a handle carries, as data: ``valid`` (its truth), then every field of the
+    handle's type (either built-in allocator's handle: ptr, requested_size, mapped_size,
+    actual_backing, actual_alignment, fd, numa_node, serial, kernel_id; an external build's:
+    what its binding exposes), a backing by name, the ``IDENTITIES`` as ``"set"`` or their null
+    value. compare reads it after alloc and after Free, field by field."""
+    out: dict[str, Any] = {"valid": bool(h)}
+    for name in _field_names(h):
+        try:
+            value = _field_value(getattr(h, name))
+        except Exception as e:  # noqa: BLE001 - a field that cannot be read says so
+            value = f"raised {type(e).__name__}"
+        if name in IDENTITIES and isinstance(value, int):
+            value = value if value == IDENTITIES[name] else "set"
+        out[name] = value
+    return out
+
+
 def handle_state(h: Any) -> str:
     """A handle as Free left it, without its address (it differs from process to process):
     ``"invalid, ptr 0, mapped_size 0, requested_size 0"``."""
@@ -86,7 +129,8 @@ class RunRecord:
     binding: str | None = None
     faulted: str | None = None  # the buffer's pages faulted when alloc returned ("1024 x 4KiB")
     mapping: str | None = None  # its VMA: "shared file rw, 4KiB pages" (engine.binding.mapping)
-    after_free: str | None = None  # the handle as the first Free left it (Alloc.free_twice)
+    handle_after_alloc: dict[str, Any] | None = None  # handle_record of what alloc returned
+    after_free: dict[str, Any] | None = None  # handle_record as an Alloc's (first) Free left it
     # The shm registry's answer for the buffer after alloc and after its free ("found 4198400;
     # after free none"), where the allocator has the registry (engine.work.registry_probe).
     registry: str | None = None

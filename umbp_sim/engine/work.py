@@ -10,7 +10,7 @@ from typing import Any
 
 from umbp_sim.backing import alloc_outcome, is_demoted
 from umbp_sim.engine.binding import binding, faulted, mapping, pools_free
-from umbp_sim.engine.record import RunRecord, handle_fields
+from umbp_sim.engine.record import RunRecord, handle_fields, handle_record
 from umbp_sim.engine.spec import Alloc, RunError, SglangStartup, Steps
 from umbp_sim.engine.subject import Subject
 from umbp_sim.request import AllocRequest
@@ -79,6 +79,7 @@ def run_alloc(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held
         return
     held.handles.append(h)
     rec.handle = handle_fields(h)
+    rec.handle_after_alloc = handle_record(h)
     if not h:
         _failed(rec, "invalid", null_handle_error(req.size, req.backing, req.numa_node))
         return

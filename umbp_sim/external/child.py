@@ -109,7 +109,9 @@ def loaded_objects() -> list[str]:
 def load_allocator(spec: dict[str, str]) -> Any:
     """The module holding UMBPHostMemAllocator / UMBPHostBufferBacking."""
     if spec["kind"] == "module":
-        return importlib.import_module(spec["name"])
+        if spec.get("directory"):  # first, as `python -m` has the working directory
+            sys.path.insert(0, spec["directory"])
+        return importlib.import_module(spec.get("module") or spec["name"])
     path = spec["path"]
     base = os.path.basename(path).split(".")[0]
     names = [base] + ([base[3:]] if base.startswith("lib") else [])

@@ -18,6 +18,7 @@ from umbp_sim.bounded import shown
 from umbp_sim.engine.dispatch import OpenedAllocator
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.engine.spec import Run
+from umbp_sim.external.runner import CouldNotRun, seconds
 from umbp_sim.printable import printable
 
 # The classes of difference, in report order.
@@ -27,6 +28,7 @@ CLASSES = (
     "requested_size",
     "mapped_size",
     "alignment",
+    "handle",
     "numa binding",
     "faulted",
     "mapping",
@@ -83,6 +85,25 @@ def _binding_key(o: RunRecord, other: RunRecord) -> str | None:
     return o.binding
 
 
+# The handle's fields that have a class of their own (a valid buffer's, compared as such): the
+# class "handle" holds the others.
+OWN_CLASS = ("requested_size", "mapped_size", "actual_backing", "actual_alignment")
+
+
+def field_differences(
+    a: dict[str, Any] | None, b: dict[str, Any] | None, skip: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The fields of two handle records (``engine.record.handle_record``) that differ, each
+    side's ``{field: value}`` in ``a``'s order; a field one build's handle does not have is not
+    compared. None: none differ (or a side has no record)."""
+    if a is None or b is None:
+        return None
+    keys = [k for k in a if k in b and k not in skip and a[k] != b[k]]
+    if not keys:
+        return None
+    return {k: a[k] for k in keys}, {k: b[k] for k in keys}
+
+
 def differences(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]]:
     """{class: (a's value, b's value)} for every class in which the two records differ."""
     out: dict[str, tuple[Any, Any]] = {}
@@ -102,14 +123,24 @@ def differences(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]]:
             out["faulted"] = (a.faulted, b.faulted)
         if a.mapping != b.mapping and ha["backing"] == hb["backing"]:
             out["mapping"] = (a.mapping, b.mapping)
+    if ra == rb:  # everything else the handle alloc returned carries (an invalid one too)
+        fields = field_differences(
+            a.handle_after_alloc, b.handle_after_alloc, OWN_CLASS if ra == "ok" else ()
+        )
+        if fields is not None:
+            out["handle"] = fields
     if ra == rb == "crash":
         ca, cb = (str(a.signal), str(a.stage)), (str(b.signal), str(b.stage))
         if ca != cb:
             out["crash"] = (" in ".join(ca), " in ".join(cb))
     if a.held != b.held:
         out["leak"] = (dict(a.held), dict(b.held))
-    if ra == rb and a.after_free != b.after_free:
-        out["after free"] = (a.after_free, b.after_free)
+    # Every field as the first Free left the handle, but one that differed already in what
+    # alloc returned (a backing both builds keep: its own class says so).
+    before = field_differences(a.handle_after_alloc, b.handle_after_alloc)
+    freed = field_differences(a.after_free, b.after_free, tuple(before[0]) if before else ())
+    if ra == rb and freed is not None:
+        out["after free"] = freed
     # Asked only where both builds have the registry, of the same backing (a demoted buffer is
     # no memfd: "backing" says why it is not registered) and to the same end (a free that
     # crashed or raised leaves no after-free answer: "outcome" says so).
@@ -201,7 +232,17 @@ def _echoed(value: Any) -> str:
     return printable(text if len(text) <= MAX_ECHOED else shown(value))
 
 
-Compared = tuple[Run, dict[str, tuple[Any, Any]], str, str]  # run, differences, outcome lines
+# run, differences, each record in one line, and the stage each side's run timed out in (None:
+# it did not time out).
+Compared = tuple[Run, dict[str, tuple[Any, Any]], str, str, tuple[str | None, str | None]]
+
+# Runs in a row that timed out in one stage on one allocator: compare stops there (an allocator
+# that hangs in every alloc would cost --run-timeout per run), unless --keep-going.
+STALLED_RUNS = 3
+
+
+class Stalled(CouldNotRun):
+    """``STALLED_RUNS`` runs in a row of one allocator timed out in the same stage."""
 
 
 def serial_differences(
@@ -214,7 +255,37 @@ def serial_differences(
 
 def compared(run: Run, oa: RunRecord, ob: RunRecord) -> Compared:
     """What the comparison keeps of one run: its differences and each record in one line."""
-    return run, differences(oa, ob), summary(oa), summary(ob)
+    return run, differences(oa, ob), summary(oa), summary(ob), (_timed_out(oa), _timed_out(ob))
+
+
+def _timed_out(r: RunRecord) -> str | None:
+    """The stage a run that timed out was in; None for any other outcome."""
+    return str(r.stage) if r.outcome == "timeout" else None
+
+
+def stop_when_stalled(
+    items: Iterator[Compared], names: tuple[str, str], total: int, run_timeout: float
+) -> Iterator[Compared]:
+    """``items`` until ``STALLED_RUNS`` runs in a row of one allocator (``names``: A's, B's) timed
+    out in the same stage: then ``Stalled``, in one line. ``items`` is closed either way (its
+    workers end)."""
+    streak: list[tuple[str | None, int]] = [(None, 0), (None, 0)]
+    done = 0
+    try:
+        for item in items:
+            done += 1
+            for side, stage in enumerate(item[4]):
+                last, count = streak[side]
+                streak[side] = (stage, count + 1 if stage is not None and stage == last else 1)
+                if stage is not None and streak[side][1] >= STALLED_RUNS:
+                    raise Stalled(
+                        f"{names[side]}: {STALLED_RUNS} runs in a row timed out after "
+                        f"{seconds(run_timeout)} in {stage}; stopped after {done} of {total} "
+                        "runs (--keep-going runs them all)"
+                    )
+            yield item
+    finally:
+        items.close()  # type: ignore[attr-defined]
 
 
 def _item(label: str, cls: str, va: Any, vb: Any) -> dict[str, Any]:
@@ -232,7 +303,7 @@ def compare_differences(
 ) -> Comparison:
     """The comparison of ``a`` and ``b`` over ``items`` (in run order)."""
     result = Comparison(a, b)
-    for i, (run, diff, _la, _lb) in enumerate(items, 1):
+    for i, (run, diff, *_rest) in enumerate(items, 1):
         result.runs += 1
         if diff:
             result.differing_runs += 1

@@ -71,9 +71,11 @@ def _worker(
         a, b = opened
         conn.send(("idle",))
         while (chunk := conn.recv()) is not None:
-            # The differences, not the outcomes: far less to pickle than two traces.
-            done = [(i, *compared(runs[i], a.run(runs[i]), b.run(runs[i]))[1:]) for i in chunk]
-            conn.send(("done", done))
+            # The differences, not the outcomes: far less to pickle than two traces; each run's
+            # as it ends (compare may stop at the runs after it: runs in a row timed out).
+            for i in chunk:
+                conn.send(("ran", [(i, *compared(runs[i], a.run(runs[i]), b.run(runs[i]))[1:])]))
+            conn.send(("done", []))
     except CouldNotRun as e:
         conn.send(("error", str(e)))
     except (EOFError, BrokenPipeError):
@@ -140,7 +142,7 @@ def _collect(
                 raise _died(busy[conn]) from None
             if msg[0] == "error":
                 raise CouldNotRun(msg[1])
-            if msg[0] == "done":  # a chunk's runs; the worker is idle again
+            if msg[0] in ("ran", "done"):  # a run's outcome; "done": the worker is idle again
                 for i, *compared_run in msg[1]:
                     ready[i] = compared_run
                     if on_done:
@@ -158,8 +160,7 @@ def _collect(
                     conn.close()
                     del busy[conn]
         while following in ready:
-            diff, line_a, line_b = ready.pop(following)
-            yield runs[following], diff, line_a, line_b
+            yield (runs[following], *ready.pop(following))  # type: ignore[misc]
             following += 1
     for conn in busy:  # every run is done: the workers still waiting for work stop
         try:

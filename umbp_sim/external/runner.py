@@ -159,6 +159,7 @@ class ExternalRunner:
         self._from, from_server = os.pipe()
         payload = {
             "kind": spec.kind, "name": spec.name, "path": spec.path or "",
+            "module": spec.import_name, "directory": spec.directory or "",
             "fds": [to_server, from_server], "owner": os.getpid(), "timeout": self.run_timeout,
             "fork_ahead": self.fork_ahead,
         }  # fmt: skip

@@ -17,6 +17,11 @@ alloc" (the stage it was in; the outcome ``timeout``); one that could not run in
 process (its RLIMIT_AS left the buffer no real address space: ``runner.NoRoom``) fails it with
 that line (the outcome ``could-not-run``); the next scenario runs.
 
+Besides ``[expect]``, every scenario run on an external build is checked for what a build must
+not do anywhere (``after_run_checks``): hold a mapping or fd after its cleanup (unless the
+scenario says ``no_leaks = false``: the leak is what it describes), and leave a freed handle
+otherwise than mori's Free does (ptr and sizes cleared, the backing and alignment kept).
+
 mori prints its warnings only at log level warn, so a run sets ``MORI_UMBP_LOG_LEVEL=warn``
 unless the scenario's ``[env]`` or the environment sets a mori level
 (``profiles.with_mori_warnings``).
@@ -79,4 +84,36 @@ def run_scenario_external(scn: Scenario, spec: str) -> ScenarioResult:
             f"counters: not read: the allocator's process was killed by {rec.signal} "
             "(its simulated host died with it)"
         )
-    return ScenarioResult(scn, rec, compare(expect, rec, scn.path) + mismatches)
+    checked = compare(expect, rec, scn.path) + mismatches + after_run_checks(scn, rec)
+    return ScenarioResult(scn, rec, checked)
+
+
+# What mori's Free leaves of a handle, field by field (engine.record.handle_record's fields; a
+# field the build's handle lacks is not checked); every other field stays as alloc returned it.
+FREED = {"valid": False, "ptr": 0, "requested_size": 0, "mapped_size": 0, "fd": -1, "serial": 0}
+
+
+def after_run_checks(scn: Scenario, rec: RunRecord) -> list[str]:
+    """What every run on an external build is checked for, whatever its ``[expect]`` says:
+    nothing held after cleanup (``[expect].no_leaks`` given either way says it), and a valid
+    handle freed as mori's Free leaves one. A crashed run is not checked (its process died)."""
+    if rec.outcome == "crashed":
+        return []
+    out = []
+    if "no_leaks" not in scn.expect and rec.leaks:
+        out.append(
+            f"leaks: {'; '.join(rec.leaks)} (an external build's run leaves nothing held unless "
+            "[expect].no_leaks = false)"
+        )
+    before, after = rec.handle_after_alloc, rec.after_free
+    if before and after and before.get("valid"):
+        want = {k: FREED.get(k, v) for k, v in before.items() if k in after}
+        wrong = [k for k in want if after[k] != want[k]]
+        if wrong:
+            out.append(
+                "handle after free: expected "
+                + ", ".join(f"{k} {want[k]!r}" for k in wrong)
+                + "; got "
+                + ", ".join(f"{k} {after[k]!r}" for k in wrong)
+            )
+    return out

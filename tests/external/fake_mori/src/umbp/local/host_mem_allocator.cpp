@@ -6,6 +6,11 @@
 // registry bug umbp-sim's steps must catch); -DFAKE_MORI_RECORDS_REQUESTED_SIZE registers the
 // requested size, not the mapped one (a bug every compared run of an unaligned shm size shows),
 // -DFAKE_MORI_RECORDS_NO_FD registers no fd (-1: the memfd a registration hands out is lost).
+// Free clears the handle's ptr and sizes and keeps its backing and alignment, as mori's does;
+// -DFAKE_MORI_FREE_RESETS_HANDLE resets the whole handle instead (backing and alignment lost), and
+// -DFAKE_MORI_STALE_FAILED_HANDLE fills in the backing and alignment before mapping, so a failed
+// alloc returns an invalid handle that still carries them (stale: no buffer has them);
+// -DFAKE_MORI_LEAKS_FD keeps the memfd open when its mmap fails (a failure path's lost close).
 #include "umbp/local/host_mem_allocator.h"
 
 #include <sys/mman.h>
@@ -46,6 +51,17 @@ std::map<uintptr_t, Record>::iterator Containing(uintptr_t ptr, size_t size) {
   return it;
 }
 
+// What Free leaves of a handle.
+void Invalidate(HostBufferHandle& h) {
+#ifdef FAKE_MORI_FREE_RESETS_HANDLE
+  h = HostBufferHandle{};
+#else
+  h.ptr = nullptr;
+  h.requested_size = 0;
+  h.mapped_size = 0;
+#endif
+}
+
 bool IsShm(HostBufferBacking b) {
   return b == HostBufferBacking::kAnonymousShm || b == HostBufferBacking::kAnonymousShmHugetlb;
 }
@@ -58,6 +74,10 @@ HostBufferHandle HostMemAllocator::Alloc(size_t size, const HostBufferOptions& o
   const size_t mapped = (size + 4095) / 4096 * 4096;
   const bool shm = IsShm(opts.backing);
   int fd = -1;
+#ifdef FAKE_MORI_STALE_FAILED_HANDLE
+  h.actual_backing = shm ? HostBufferBacking::kAnonymousShm : HostBufferBacking::kAnonymous;
+  h.actual_alignment = 4096;
+#endif
   if (shm) {
     fd = memfd_create("fake-mori", MFD_CLOEXEC);
     if (fd < 0) return h;
@@ -69,7 +89,9 @@ HostBufferHandle HostMemAllocator::Alloc(size_t size, const HostBufferOptions& o
   void* p = shm ? mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                 : mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
+#ifndef FAKE_MORI_LEAKS_FD
     if (fd >= 0) close(fd);
+#endif
     return h;
   }
 #ifdef FAKE_MORI_UNDEFINED
@@ -104,16 +126,18 @@ void HostMemAllocator::Free(HostBufferHandle& handle) {
     if (it != registry.end()) {
       if (it->second.holders > 0) {
         it->second.freed = true;  // the last release unmaps and closes
-        handle = HostBufferHandle{};
+        Invalidate(handle);
         return;
       }
       fd = it->second.fd;
       registry.erase(it);
     }
   }
-  munmap(handle.ptr, handle.mapped_size);
+  void* const ptr = handle.ptr;
+  const size_t len = handle.mapped_size;
+  Invalidate(handle);
+  munmap(ptr, len);
   if (fd >= 0) close(fd);
-  handle = HostBufferHandle{};
 }
 
 std::optional<HostMemAllocator::ShmAllocation> HostMemAllocator::LookupShmAllocation(uintptr_t ptr,
