@@ -129,8 +129,8 @@ def test_help_lists_every_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
     assert listed == list(EXIT_CODES)
 
 
-def test_readme_documents_the_same_exit_codes() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_command_reference_documents_the_same_exit_codes() -> None:
+    readme = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
     table = readme.split("<!-- exit-codes -->")[1].split("\n\n")[1]
     codes = [int(m) for m in re.findall(r"^\| (\d+) \|", table, re.M)]
     assert codes == list(EXIT_CODES)

@@ -7,7 +7,7 @@ usage error or a command's ``--help`` load neither the compiled extension nor to
 (tests/test_cli_imports.py, bench/bench_cli_startup.py).
 
 Exit codes follow sysexits; ``EXIT_CODES`` lists every one (``umbp-sim --help`` prints it,
-the README has the same table).
+docs/commands.md has the same table).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from umbp_sim.exit_codes import (
 )
 
 # Every exit status of every command: declared in umbp_sim/exit_codes.py (tests/test_package_fit.py
-# checks that the code uses no other and that the README's table says the same).
+# checks that the code uses no other and that docs/commands.md's table says the same).
 
 
 def _epilog() -> str:

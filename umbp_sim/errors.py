@@ -57,7 +57,7 @@ class Terminated(BaseException):
         import signal
 
         self.signal = sig
-        # 128 + the signal, as a shell reports a death by it (the two README's table lists)
+        # 128 + the signal, as a shell reports a death by it (docs/commands.md lists both)
         self.exit_code = {int(signal.SIGTERM): EX_SIGTERM, int(signal.SIGHUP): EX_SIGHUP}.get(
             sig, 128 + sig
         )

@@ -1,6 +1,6 @@
 """Every exit status of every command, declared once: a name for each and what it means.
 
-The command line's ``--help`` lists ``EXIT_CODES`` (cli.py), the README's table lists the same
+The command line's ``--help`` lists ``EXIT_CODES`` (cli.py), docs/commands.md's table lists the same
 codes (tests/test_package_fit.py), and every error class and command takes its status from a
 name here (tests/test_package_fit.py lists the files that still spell one as a number). The
 stand-alone collectors cannot import umbp_sim: collect.py keeps its two
