@@ -204,7 +204,7 @@ def test_one_rank_fix_is_not_offered_for_eight(tmp_path, capsys) -> None:  # typ
         assert [r["outcome"] for r in f.run.observed.ranks] == ["ok"] * 8, f.commands
 
 
-@pytest.mark.parametrize("value", ["0", "257", "x"])
+@pytest.mark.parametrize("value", ["0", "65", "x"])
 def test_ranks_out_of_range_is_a_usage_error(value: str, capsys) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(SystemExit) as e:
         main(["replay", "--size", "1GiB", "--ranks", value])
@@ -345,4 +345,14 @@ def test_preflight_refuses_a_bad_page_before_reading_the_host(tmp_path, capsys) 
     assert rc == 73
     assert capsys.readouterr().err == (
         f"umbp-sim preflight: --html {tmp_path / 'dir'}: a directory, not a regular file: refused\n"
+    )
+
+
+def test_a_tp_size_beyond_one_host_needs_ranks(capsys) -> None:  # type: ignore[no-untyped-def]
+    argv = ["preflight", "--model-layers", "2", "--kv-heads", "2", "--head-dim", "64",
+            "--hicache-size", "1", "--tp-size", "2147483647"]  # fmt: skip
+    assert main(argv) == 64
+    assert capsys.readouterr().err == (
+        "umbp-sim preflight: --tp-size 2147483647: more ranks than one host runs (at most 64); "
+        "give --ranks N for the ranks on this host\n"
     )

@@ -362,7 +362,7 @@ FLAG_VALUES = st.one_of(
 FLAGS = ["--size", "--backing", "--hugepage-size", "--numa-node", "--model-layers", "--kv-heads",
          "--head-dim", "--kv-lora-rank", "--qk-rope-head-dim", "--index-head-dim", "--dtype",
          "--hicache-size", "--hicache-ratio", "--device-pool-tokens", "--page-size", "--layout",
-         "--tp-size", "--env", "--error", "--sglang"]  # fmt: skip
+         "--tp-size", "--ranks", "--env", "--error", "--sglang"]  # fmt: skip
 ERROR_LINE = (
     "RuntimeError: UMBPHostMemAllocator.alloc({}) failed (requested_backing={}, numa_node={})."
 )

@@ -31,6 +31,7 @@ from umbp_sim.diagnose.error_line import (
 from umbp_sim.diagnose.request_flags import (
     _FLAG_OF,
     BACKINGS as BACKINGS,  # re-exported
+    MAX_RANKS,
     _flag,
     add_request_arguments as add_request_arguments,
 )
@@ -273,6 +274,11 @@ def request_from_args(args: argparse.Namespace) -> Request:
     sglang = getattr(args, "sglang", None) or default_sglang_release()
     # The tp ranks of an sglang request share this host unless --ranks says how many do.
     ranks = getattr(args, "ranks", None) or request.sglang.get("tp_size") or 1
+    if ranks > MAX_RANKS:
+        raise RequestError(
+            f"--tp-size {ranks}: more ranks than one host runs (at most {MAX_RANKS}); give "
+            "--ranks N for the ranks on this host"
+        )
     return dataclasses.replace(
         request,
         allocator=getattr(args, "allocator", None) or FIELD_PROFILE,

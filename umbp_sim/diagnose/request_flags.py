@@ -64,7 +64,7 @@ def _profile_arg(value: str) -> str:
         return spec.path or spec.name
 
 
-MAX_RANKS = 256  # ranks on one host: 8 GPUs a node today, a bound on the simulation's work
+MAX_RANKS = 64  # ranks on one host: 8 GPUs a node today; a bound on the simulation's work
 
 
 def _ranks_arg(value: str) -> int:
@@ -116,7 +116,7 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         type=_ranks_arg,
         default=None,
         metavar="N",
-        help="sglang ranks on this host, each allocating its own pool of the request in turn "
+        help="sglang ranks on this host (1 to 64), each allocating its own pool of the request in turn "
         "from the same hugepage pools and MemAvailable, each running sglang's host check "
         "(default: --tp-size for an sglang request, else 1)",
     )
