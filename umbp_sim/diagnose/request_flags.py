@@ -116,9 +116,9 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         type=_ranks_arg,
         default=None,
         metavar="N",
-        help="sglang ranks on this host (1 to 64), each allocating its own pool of the request in turn "
-        "from the same hugepage pools and MemAvailable, each running sglang's host check "
-        "(default: --tp-size for an sglang request, else 1)",
+        help="sglang ranks on this host (1 to 64), each allocating its own pool of the request "
+        "in turn from the same hugepage pools and MemAvailable, each running sglang's host "
+        "check (default: --tp-size for an sglang request, else 1)",
     )
     model.add_argument(
         "--error",
