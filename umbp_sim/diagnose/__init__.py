@@ -106,6 +106,7 @@ class Diagnosis:
             "reproduces_error_line": (
                 self.request.error_line.matches(o.error) if self.request.error_line else None
             ),
+            "symptom": _symptom_json(self),
             "hypotheses": self.hypotheses.to_json() if self.hypotheses else None,
             # every guess the dump reader made (the causes keep those that change the answer),
             # and a paste's values with their lines (umbp_sim/dump/paste.py)
@@ -123,6 +124,12 @@ class Diagnosis:
                 else None
             ),
         }
+
+
+def _symptom_json(d: Diagnosis) -> dict[str, Any] | None:
+    """The symptom asked about, and whether the replay on the host as dumped gives it."""
+    symptom = d.request.symptom
+    return None if symptom is None else {**symptom.to_json(), "reproduced": symptom.seen(d.run)}
 
 
 def log_lines(d: Diagnosis) -> list[str]:
@@ -175,4 +182,6 @@ def diagnose(
     d.with_fixes = _with_fixes(machine, request, run)
     if request.error_line is not None and not request.error_line.matches(run.observed.error):
         d.hypotheses = search(machine, facts, request, run.outcome, profile)
+    if request.symptom is not None and not request.symptom.seen(run):  # the host as dumped
+        d.hypotheses = search(machine, facts, request, run.outcome, profile)  # is fine, too
     return d

@@ -203,12 +203,14 @@ def render_diagnosis_html(s: Sections, pic: Picture | None, title: str = "umbp-s
             f"<li>{esc(h.cause)}<div class='after'>simulated: {esc(h.verified)}</div>"
             + (f"<div class='after'>just past it: {esc(h.beyond)}</div>" if h.beyond else "")
             + "".join(f"<div class='boot'>to confirm: {esc(c)}</div>" for c in h.collect)
+            + "".join(f"<div class='boot'>to fix: {esc(c)}</div>" for c in h.fix)
             + "</li>"
             for h in s.hypotheses
         )
         body.append(f"<ol class='hypotheses'>{rows}</ol>" if rows else "")
         if s.ruled_out:
-            body += ["<h3>does not give the line (simulated)</h3>", items(s.ruled_out)]
+            body += [f"<h3>does not give {esc(s.ruled_out_of)} (simulated)</h3>",
+                     items(s.ruled_out)]  # fmt: skip
         body.append("<h3>on the host as dumped</h3>")
     body.append(items(s.causes or ["nothing to explain"]))
     body += ["<h2>3. what to change</h2>"]

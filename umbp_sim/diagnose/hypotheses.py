@@ -62,7 +62,8 @@ class Tried:
     fields: dict[str, Any]  # the Machine fields it set
     outcome: str  # the run's outcome word
     summary: str  # Run.summary(): the outcome and what made it
-    reproduces: bool  # the run's error is the given line, exactly
+    reproduces: bool  # the run gives the question: the given line exactly, or the symptom
+    asked: str = "error_line"  # the question: "error_line" or "symptom"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,7 +71,7 @@ class Tried:
             "machine": {k: _plain(v) for k, v in self.fields.items()},
             "outcome": self.outcome,
             "simulated": self.summary,
-            "reproduces_error_line": self.reproduces,
+            f"reproduces_{self.asked}": self.reproduces,
         }
 
 
@@ -90,6 +91,7 @@ class Hypothesis:
     verified: Tried  # the run at the change: it reproduces the line
     beyond: Tried | None  # the run just past the edge: what the server would have seen
     collect: tuple[str, ...]  # what to collect to confirm it
+    fix: tuple[str, ...] = ()  # what to change if it is confirmed (a symptom's hidden causes)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,6 +100,7 @@ class Hypothesis:
             "verified": self.verified.to_json(),
             "beyond": self.beyond.to_json() if self.beyond else None,
             "collect": list(self.collect),
+            "fix": list(self.fix),
         }
 
 
@@ -106,9 +109,14 @@ class HypothesisSearch:
     hypotheses: list[Hypothesis] = field(default_factory=list)
     ruled_out: list[Tried] = field(default_factory=list)  # changes that do not give the line
     tried: list[Tried] = field(default_factory=list)  # every simulation, in order
+    # The question in words: what the host as searched does not give, and what a run that
+    # reproduces it gives ("the error line", "the line, exactly"; a symptom's own).
+    asked: str = "the error line"
+    got: str = "the line, exactly"
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "question": self.asked,
             "hypotheses": [h.to_json() for h in self.hypotheses],
             "ruled_out": [t.to_json() for t in self.ruled_out],
             "simulations": len(self.tried),
@@ -118,27 +126,31 @@ class HypothesisSearch:
 class _Searcher:
     def __init__(self, machine: Machine, request: Request, profile: str | None,
                  shows: str = "the dump shows") -> None:  # fmt: skip
-        assert request.error_line is not None
+        assert (request.error_line is None) != (request.symptom is None)
         self.machine, self.request, self.profile = machine, request, profile
         self.shows = shows  # how a cause refers to the host searched from
         self.found = HypothesisSearch()
+        if request.symptom is not None:
+            self.found.asked = request.symptom.short
+            self.found.got = request.symptom.short
+
+    def gives(self, run: Run) -> bool:
+        """Whether ``run`` gives the question: the exact error line, or the symptom."""
+        if self.request.symptom is not None:
+            return self.request.symptom.seen(run)
+        assert self.request.error_line is not None
+        return self.request.error_line.matches(run.observed.error)
 
     def run(self, change: str, **fields: Any) -> tuple[Tried, Run]:
         run = simulate_request(replace(self.machine, **fields), self.request, profile=self.profile)
-        assert self.request.error_line is not None
-        tried = Tried(
-            change,
-            fields,
-            run.outcome,
-            run.summary(),
-            self.request.error_line.matches(run.observed.error),
-        )
+        asked = "symptom" if self.request.symptom is not None else "error_line"
+        tried = Tried(change, fields, run.outcome, run.summary(), self.gives(run), asked)
         self.found.tried.append(tried)
         return tried, run
 
     def keep(self, kind: str, cause: str, verified: Tried, beyond: Tried | None,
-             collect: tuple[str, ...]) -> None:  # fmt: skip
-        self.found.hypotheses.append(Hypothesis(kind, cause, verified, beyond, collect))
+             collect: tuple[str, ...], fix: tuple[str, ...] = ()) -> None:  # fmt: skip
+        self.found.hypotheses.append(Hypothesis(kind, cause, verified, beyond, collect, fix))
 
 
 def _last(run: Run, rule: str) -> dict[str, int] | None:
@@ -338,7 +350,14 @@ def search(
     """The changes a dump cannot show that reproduce ``request.error_line`` on ``machine``,
     most likely first: under the dump's overcommit_memory 2, what others had committed; the
     server's RLIMIT_AS; then overcommit_memory changed to 2 since the failure. ``baseline``:
-    the outcome of the request on ``machine`` as dumped (the replay's run)."""
+    the outcome of the request on ``machine`` as dumped (the replay's run).
+
+    With ``request.symptom`` (SIGBUS, an OOM kill, the demotion) instead of an error line, the
+    hidden causes of that symptom are searched (``umbp_sim.diagnose.symptom_causes``)."""
+    if request.symptom is not None:
+        from umbp_sim.diagnose.symptom_causes import symptom_search
+
+        return symptom_search(_Searcher(machine, request, profile), facts, baseline)
     s = _Searcher(machine, request, profile)
     if machine.overcommit_memory == 2:
         _committed(s)
