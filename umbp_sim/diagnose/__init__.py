@@ -126,6 +126,13 @@ class Diagnosis:
         }
 
 
+def _pod(facts: DumpFacts | None) -> bool:
+    """The dump's hugetlb limits are a Kubernetes pod's (its fixes are in the pod spec)."""
+    from umbp_sim.dump.paste import pod_hugetlb_limits
+
+    return facts is not None and pod_hugetlb_limits(facts)
+
+
 def _symptom_json(d: Diagnosis) -> dict[str, Any] | None:
     """The symptom asked about, and whether the replay on the host as dumped gives it."""
     symptom = d.request.symptom
@@ -176,7 +183,7 @@ def diagnose(
     causes += other_sides(machine, facts, request, run, profile)  # a paste's unknown kernel
     d = Diagnosis(machine, facts, request, run, causes)
     if run.rank < 3:
-        found = propose(machine, request, run, profile)
+        found = propose(machine, request, run, profile, pod=_pod(facts))
         d.fixes, d.not_helping, d.limit = found.fixes, found.not_helping, found.limit
         d.behind = blockers_behind(run, found.singles)
     d.with_fixes = _with_fixes(machine, request, run)

@@ -78,7 +78,8 @@ _LINES = (
         "oom-kill",
         re.compile(
             r"out of memory: kill(?:ed)? process|memory cgroup out of memory|\boom-kill\b|"
-            r"\boomkilled\b|invoked oom-killer|exit (?:code|status):? 137\b|(?:^|\s)Killed\s*$",
+            r"\boomkilled\b|invoked oom-killer|exit (?:code|status):? 137\b|(?:^|\s)Killed\s*$|"
+            r"\b[0-9]+ Killed\s",
             re.I,
         ),
     ),

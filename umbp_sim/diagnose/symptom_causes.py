@@ -33,7 +33,7 @@ from umbp_sim.backing import HUGETLB_BACKINGS
 from umbp_sim.diagnose.explain import pages_needed
 from umbp_sim.diagnose.hypotheses import HypothesisSearch, Tried, _moment_changes, _Searcher, _size
 from umbp_sim.host_nodes import HugePool
-from umbp_sim.units import cgroup_hugetlb_name, spaced_size
+from umbp_sim.units import cgroup_hugetlb_name, pod_hugepages_limit, spaced_size
 
 if TYPE_CHECKING:
     from umbp_sim.dump import DumpFacts
@@ -77,15 +77,6 @@ def _from_pod(facts: DumpFacts | None) -> bool:
     from umbp_sim.dump.paste import pod_hugetlb_limits
 
     return facts is not None and pod_hugetlb_limits(facts)
-
-
-def pod_hugepages_limit(size: int, nbytes: int) -> str:
-    """The pod spec's line that lets the server fault ``nbytes`` of ``size`` pages."""
-    unit = "Gi" if size >= 1 << 30 else "Mi"
-    shift = 30 if unit == "Gi" else 20
-    name = f"hugepages-{size >> shift}{unit}"
-    amount = -(-nbytes // MiB)
-    return f"resources.limits.{name}: {amount}Mi"
 
 
 def _hugetlb_cgroup(s: _Searcher, facts: DumpFacts | None, size: int, need: int) -> _Candidate:
