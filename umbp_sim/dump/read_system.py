@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from umbp_sim import _native
 from umbp_sim.bounded import shown
-from umbp_sim.collect_scripts.collect import NODE_LISTS
+from umbp_sim.collect_scripts.collect import NODE_LISTS, V1_UNLIMITED
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.host_facts import (
     _NODE_DIR_RE,
@@ -250,17 +250,41 @@ def _read_limits(r: _Reader) -> None:
                 "rlimit-as-unknown",
                 "proc/self/limits has no 'Max address space' line: RLIMIT_AS unknown",
             )
-    t = r.text("sys/fs/cgroup/memory.max")
-    if t is not None:
-        v = parse_cgroup_max(t, r.src.where("sys/fs/cgroup/memory.max"))
-        f.memcg_max = "max" if v is None else v
+    v = _cgroup_limit(r, "memory", "memory.max", "memory.limit_in_bytes", record=True)
+    if v is not None:
+        f.memcg_max = v
     for size in f.hugepage_sizes:
-        for suffix, by_size in (
-            ("max", f.hugetlb_cgroup_max),
-            ("rsvd.max", f.hugetlb_cgroup_rsvd_max),
-        ):
-            rel = f"sys/fs/cgroup/hugetlb.{cgroup_hugetlb_name(size)}.{suffix}"
+        name = cgroup_hugetlb_name(size)
+        for kind, by_size in (("", f.hugetlb_cgroup_max), ("rsvd.", f.hugetlb_cgroup_rsvd_max)):
+            v = _cgroup_limit(
+                r, "hugetlb", f"hugetlb.{name}.{kind}max", f"hugetlb.{name}.{kind}limit_in_bytes"
+            )
+            if v is not None:
+                by_size[size] = v
+
+
+def _cgroup_limit(
+    r: _Reader, controller: str, v2: str, v1: str, record: bool = False
+) -> int | str | None:
+    """A cgroup limit: ``sys/fs/cgroup/<v2>`` (cgroup v2, and both collectors, which write a v1
+    limit under its v2 name), else cgroup v1's file: ``sys/fs/cgroup/<controller>/<v1>`` (a
+    container's own cgroup, where v1 mounts each controller) or ``sys/fs/cgroup/<v1>`` (copied
+    flat). Bytes, "max" (v1's PAGE_COUNTER_MAX pages, 9223372036854771712 with 4 KiB pages,
+    is v2's max), or None: the dump has neither."""
+    f = r.facts
+    rel = f"sys/fs/cgroup/{v2}"
+    t = r.text(rel, record=False)
+    if t is None:
+        for rel in (f"sys/fs/cgroup/{controller}/{v1}", f"sys/fs/cgroup/{v1}"):
             t = r.text(rel, record=False)
             if t is not None:
                 v = parse_cgroup_max(t, r.src.where(rel))
-                by_size[size] = "max" if v is None else v
+                limit: int | str = "max" if v is None or v >= V1_UNLIMITED else v
+                f.note("cgroup-v1-limit", f"{rel}: cgroup v1's {v1}, read as v2's {v2} "
+                       f"({limit})")  # fmt: skip
+                return limit
+        if record:
+            r.text(f"sys/fs/cgroup/{v2}")  # listed as missing, as before
+        return None
+    v = parse_cgroup_max(t, r.src.where(rel))
+    return "max" if v is None else v
