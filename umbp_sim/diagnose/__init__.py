@@ -136,7 +136,9 @@ def _pod(facts: DumpFacts | None) -> bool:
 def _symptom_json(d: Diagnosis) -> dict[str, Any] | None:
     """The symptom asked about, and whether the replay on the host as dumped gives it."""
     symptom = d.request.symptom
-    return None if symptom is None else {**symptom.to_json(), "reproduced": symptom.seen(d.run)}
+    if symptom is None:
+        return None
+    return {**symptom.to_json(), "reproduced": symptom.seen(d.run.observed)}
 
 
 def log_lines(d: Diagnosis) -> list[str]:
@@ -173,6 +175,7 @@ def diagnose(
     from umbp_sim.diagnose.fix_search import propose
     from umbp_sim.diagnose.hypotheses import search
     from umbp_sim.diagnose.run import simulate_request
+    from umbp_sim.diagnose.symptom_causes import symptom_search
     from umbp_sim.diagnose.unknowns import other_sides
 
     if profile is not None:
@@ -189,6 +192,7 @@ def diagnose(
     d.with_fixes = _with_fixes(machine, request, run)
     if request.error_line is not None and not request.error_line.matches(run.observed.error):
         d.hypotheses = search(machine, facts, request, run.outcome, profile)
-    if request.symptom is not None and not request.symptom.seen(run):  # the host as dumped
-        d.hypotheses = search(machine, facts, request, run.outcome, profile)  # is fine, too
+    # A symptom the host as dumped does not give (an "ok" host too): its hidden causes.
+    if request.symptom is not None and not request.symptom.seen(run.observed):
+        d.hypotheses = symptom_search(machine, facts, request, run.outcome, profile)
     return d

@@ -137,7 +137,7 @@ class _Searcher:
     def gives(self, run: Run) -> bool:
         """Whether ``run`` gives the question: the exact error line, or the symptom."""
         if self.request.symptom is not None:
-            return self.request.symptom.seen(run)
+            return self.request.symptom.seen(run.observed)
         assert self.request.error_line is not None
         return self.request.error_line.matches(run.observed.error)
 
@@ -352,12 +352,9 @@ def search(
     server's RLIMIT_AS; then overcommit_memory changed to 2 since the failure. ``baseline``:
     the outcome of the request on ``machine`` as dumped (the replay's run).
 
-    With ``request.symptom`` (SIGBUS, an OOM kill, the demotion) instead of an error line, the
-    hidden causes of that symptom are searched (``umbp_sim.diagnose.symptom_causes``)."""
-    if request.symptom is not None:
-        from umbp_sim.diagnose.symptom_causes import symptom_search
-
-        return symptom_search(_Searcher(machine, request, profile), facts, baseline)
+    A symptom (SIGBUS, an OOM kill, the demotion) instead of an error line is searched by
+    ``umbp_sim.diagnose.symptom_causes.symptom_search`` with this module's searcher."""
+    assert request.symptom is None, "a symptom's search: symptom_causes.symptom_search"
     s = _Searcher(machine, request, profile)
     if machine.overcommit_memory == 2:
         _committed(s)

@@ -98,7 +98,7 @@ def sections(d: Diagnosis, mode: str = "replay") -> Sections:
             saw_lines.append(f"  given: {line.text}")
     if d.request.symptom is not None:
         symptom = d.request.symptom
-        seen = "reproduced" if symptom.seen(d.run) else "NOT reproduced"
+        seen = "reproduced" if symptom.seen(d.run.observed) else "NOT reproduced"
         saw_lines.append(f"the symptom given: {symptom.said}: {seen}")
     if len(o.ranks) > 1:
         saw_lines.append(f"{len(o.ranks)} ranks on this host, in the order they start: "

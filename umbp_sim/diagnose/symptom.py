@@ -13,8 +13,8 @@ Three symptoms are read (docs/symptoms.md), each by a word or by the line as it 
   ``... falling back to 4 KiB pages``; matched against the warning catalogue,
   ``umbp_sim.warning_ids``).
 
-Anything else is a one-line usage error listing these forms (exit 64). ``Symptom.seen(run)``
-says whether a simulated run shows it: the replay's run (reproduced) or a hypothesis's
+Anything else is a one-line usage error listing these forms (exit 64). ``Symptom.seen(record)``
+says whether a simulated run's record shows it: the replay's run (reproduced) or a hypothesis's
 (``diagnose/hypotheses.py``).
 """
 
@@ -29,7 +29,7 @@ from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_USAGE
 
 if TYPE_CHECKING:
-    from umbp_sim.diagnose.run import Run
+    from umbp_sim.engine.record import RunRecord
 
 KINDS = ("sigbus", "oom-kill", "demoted")
 # What each symptom is, in a sentence's words.
@@ -114,14 +114,13 @@ class Symptom:
     def short(self) -> str:
         return SHORT[self.kind]
 
-    def seen(self, run: Run) -> bool:
-        """Whether ``run`` (any of its ranks) shows this symptom."""
-        o = run.observed
+    def seen(self, o: RunRecord) -> bool:
+        """Whether a run's record ``o`` (any of its ranks) shows this symptom."""
         if self.kind == "demoted":  # any rank; or demoted, then killed
             return (
                 o.outcome == "demoted"
                 or any(e["outcome"] == "demoted" for e in o.ranks)
-                or (_logged_demotion(run))
+                or (_logged_demotion(o))
             )
         # A crashed rank ends the run and is its worst: the record's signal is that rank's.
         return o.outcome == "crashed" and o.signal == _SIGNAL[self.kind]
@@ -130,9 +129,9 @@ class Symptom:
         return {"kind": self.kind, "given": self.text, "means": self.said}
 
 
-def _logged_demotion(run: Run) -> bool:
+def _logged_demotion(o: RunRecord) -> bool:
     """A demotion warning in the run's log (a buffer demoted, then the process killed)."""
-    return any(wid in DEMOTION_IDS for _, wid, _ in run.observed.log)
+    return any(wid in DEMOTION_IDS for _, wid, _ in o.log)
 
 
 def parse_symptom(text: str, where: str = "--symptom") -> Symptom:

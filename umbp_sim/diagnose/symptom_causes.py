@@ -36,6 +36,7 @@ from umbp_sim.host_nodes import HugePool
 from umbp_sim.units import cgroup_hugetlb_name, pod_hugepages_limit, spaced_size
 
 if TYPE_CHECKING:
+    from umbp_sim.diagnose.request import Request
     from umbp_sim.dump import DumpFacts
     from umbp_sim.machine import Machine
 
@@ -268,10 +269,17 @@ def _try(s: _Searcher, c: _Candidate, before: tuple[str, str, dict[str, Any]] | 
     return tried
 
 
-def symptom_search(s: _Searcher, facts: DumpFacts | None, baseline: str) -> HypothesisSearch:
-    """The hidden causes of ``s.request.symptom`` on ``s.machine`` (``baseline``: the replay's
-    outcome there), each at its edge and verified."""
-    request, m = s.request, s.machine
+def symptom_search(
+    machine: Machine,
+    facts: DumpFacts | None,
+    request: Request,
+    baseline: str,
+    profile: str | None = None,
+) -> HypothesisSearch:
+    """The hidden causes of ``request.symptom`` on ``machine`` (``baseline``: the replay's
+    outcome there), each at its edge and verified (hypotheses.search's searcher and records)."""
+    s = _Searcher(machine, request, profile)
+    m = machine
     assert request.symptom is not None
     backing, hp, node, _prefault = request.settings()
     size = hp if hp in m.hugepage_sizes else m.default_hugepage_size
