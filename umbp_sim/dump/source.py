@@ -52,7 +52,7 @@ RELEVANT = re.compile(
     r"|sys/fs/cgroup/(?:memory\.max|hugetlb\.[^/]+\.max"
     r"|(?:memory/|hugetlb/)?(?:memory|hugetlb\.[^/]+)\.limit_in_bytes)"
     r"|sos_commands/(?:kernel/(?:sysctl_-a|uname_-a)|host/hostname)"  # sosreport.py
-    r"|umbp-sim-collect\.json)$"
+    r"|umbp-sim-collect\.json|umbp-sim-hugetlbfs\.tsv)$"
 )
 
 
