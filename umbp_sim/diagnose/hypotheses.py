@@ -11,7 +11,9 @@ line. Where the kernel's reason for the failed mmap carries the numbers (SimKern
 largest limit, or the least committed memory, that still gives the line, verified by its own
 run, and the run just past that edge says what the server would have seen instead. The changes
 that do not give the line are kept too, with what they give (a memory cgroup limit kills the
-server instead): they answer "could it have been ...".
+server instead): they answer "could it have been ...". Hugepages others reserved, or files left
+in a hugetlbfs mount holding pages, send the allocator to its 4 KiB fallback: each is tried
+again under overcommit_memory 2.
 
 ``line_hosts`` answers ``replay --error LINE`` without a dump: the same search on a reference
 host, plus the host facts a dump would show (RAM + swap below the request).
@@ -47,6 +49,10 @@ _HUGEPAGES_HISTORY = (
     "HugePages_Free and HugePages_Rsvd around the time of the failure (a monitoring history: "
     "node_exporter's node_memory_HugePages_Free and node_memory_HugePages_Rsvd), and which "
     "other processes map hugepages (grep huge /proc/*/numa_maps)"
+)
+_HUGETLBFS = (
+    "grep hugetlbfs /proc/mounts, then ls -la each mount point (/dev/hugepages, DPDK's "
+    "--huge-dir): a file there holds its pages until it is removed"
 )
 _SYSCTL_AT_START = (
     "vm.overcommit_memory, vm.overcommit_ratio and vm.overcommit_kbytes as the server "
@@ -292,7 +298,7 @@ def _committed(s: _Searcher, first: tuple[str, str, dict[str, Any]] | None = Non
     collect: tuple[str, ...] = (_COMMIT_HISTORY, _SYSCTL_AT_START)
     if first is not None:
         cause = f"{first[1]} (so the allocator falls back to 4 KiB pages), and {cause}"
-        collect = (*collect, _HUGEPAGES_HISTORY)
+        collect = (*collect, _HUGETLBFS if first[0] == "hugetlbfs_files" else _HUGEPAGES_HISTORY)
     s.keep(kind, cause, verified, beyond, collect)
 
 
@@ -323,7 +329,45 @@ def _moment_changes(s: _Searcher) -> list[tuple[str, str, dict[str, Any]]]:
                 f"other processes held {taken[size]} of the {free} free {_size(size)} hugepages "
                 f"(HugePages_Rsvd; {s.shows} {held}), leaving {need - 1} of the {need} needed"
             ), {"hugepages_reserved": taken}))  # fmt: skip
+            files = _held(m, size, need - 1, -1)
+            if files is not None:  # in use, not reserved: no process maps them
+                out.append(("hugetlbfs_files", (
+                    f"files left in a hugetlbfs mount (e.g. /dev/hugepages, DPDK's rte map "
+                    f"files) held {files[1]} of the {free} free {_size(size)} hugepages, "
+                    f"leaving {need - 1} of the {need} needed"
+                ), files[0]))  # fmt: skip
     return out
+
+
+def _held(m: Machine, size: int, keep: int, node: int) -> tuple[dict[str, Any], int] | None:
+    """The Machine fields with the free ``size`` pages cut to ``keep`` (on ``node``, or
+    host-wide from the last node back), the pages counted as in use: (fields, pages held)."""
+    nodes = [replace(n, hugepages=dict(n.hugepages)) for n in m.nodes]
+    held = 0
+    left = keep if node >= 0 else keep - sum(
+        n.hugepages[size].free_pages() for n in nodes if size in n.hugepages and n.id != node
+    )  # fmt: skip
+    for n in reversed(nodes):
+        if (node >= 0 and n.id != node) or size not in n.hugepages:
+            continue
+        pool = n.hugepages[size]
+        free = pool.free_pages()
+        if node < 0:
+            others = sum(x.hugepages[size].free_pages() for x in nodes
+                         if size in x.hugepages and x.id < n.id)  # fmt: skip
+            target = max(0, keep - others)
+        else:
+            target = max(0, left)
+        if free > target:
+            held += free - target
+            n.hugepages[size] = replace(pool, free=target)
+    if held == 0:
+        return None
+    free_now = sum(n.hugepages[size].free_pages() for n in nodes if size in n.hugepages)
+    reserved = {**m.hugepages_reserved}
+    if reserved.get(size, 0) > free_now:
+        reserved[size] = free_now
+    return {"nodes": nodes, "hugepages_reserved": reserved}, held
 
 
 def _moments(s: _Searcher, baseline: str) -> None:

@@ -31,7 +31,15 @@ from typing import TYPE_CHECKING, Any
 
 from umbp_sim.backing import HUGETLB_BACKINGS
 from umbp_sim.diagnose.explain import pages_needed
-from umbp_sim.diagnose.hypotheses import HypothesisSearch, Tried, _moment_changes, _Searcher, _size
+from umbp_sim.diagnose.hypotheses import (
+    _HUGETLBFS,
+    HypothesisSearch,
+    Tried,
+    _held,
+    _moment_changes,
+    _Searcher,
+    _size,
+)
 from umbp_sim.host_nodes import HugePool
 from umbp_sim.units import cgroup_hugetlb_name, pod_hugepages_limit, spaced_size
 
@@ -48,10 +56,6 @@ _CGROUP_OF_SERVER = (
     "(cgroup v1: /sys/fs/cgroup/hugetlb/hugetlb.*.limit_in_bytes and hugetlb.*.failcnt)"
 )
 _POD = "a pod: kubectl get pod POD -o yaml (resources.limits: hugepages-2Mi, memory)"
-_HUGETLBFS = (
-    "grep hugetlbfs /proc/mounts, then ls -la each mount point (/dev/hugepages, DPDK's "
-    "--huge-dir): a file there holds its pages until it is removed"
-)
 _MAPPED = (
     "HugePages_Total - HugePages_Free against what processes map: grep -h huge "
     "/proc/[0-9]*/numa_maps (N<node>=<pages> per mapping)"
@@ -120,37 +124,6 @@ def _rsvd_cgroup(s: _Searcher, size: int, need: int) -> _Candidate:
         (_CGROUP_OF_SERVER,),
         (f"echo max > /sys/fs/cgroup/<server cgroup>/hugetlb.{name}.rsvd.max",),
     )  # fmt: skip
-
-
-def _held(m: Machine, size: int, keep: int, node: int) -> tuple[dict[str, Any], int] | None:
-    """The Machine fields with the free ``size`` pages cut to ``keep`` (on ``node``, or
-    host-wide from the last node back), the pages counted as in use: (fields, pages held)."""
-    nodes = [replace(n, hugepages=dict(n.hugepages)) for n in m.nodes]
-    held = 0
-    left = keep if node >= 0 else keep - sum(
-        n.hugepages[size].free_pages() for n in nodes if size in n.hugepages and n.id != node
-    )  # fmt: skip
-    for n in reversed(nodes):
-        if (node >= 0 and n.id != node) or size not in n.hugepages:
-            continue
-        pool = n.hugepages[size]
-        free = pool.free_pages()
-        if node < 0:
-            others = sum(x.hugepages[size].free_pages() for x in nodes
-                         if size in x.hugepages and x.id < n.id)  # fmt: skip
-            target = max(0, keep - others)
-        else:
-            target = max(0, left)
-        if free > target:
-            held += free - target
-            n.hugepages[size] = replace(pool, free=target)
-    if held == 0:
-        return None
-    free_now = sum(n.hugepages[size].free_pages() for n in nodes if size in n.hugepages)
-    reserved = {**m.hugepages_reserved}
-    if reserved.get(size, 0) > free_now:
-        reserved[size] = free_now
-    return {"nodes": nodes, "hugepages_reserved": reserved}, held
 
 
 def _hugetlbfs_files(s: _Searcher, size: int, need: int, node: int) -> _Candidate | None:
@@ -301,8 +274,8 @@ def symptom_search(
             if tried.outcome == "demoted" and baseline != "demoted":
                 demoting.append((c.kind, c.edge[0], c.edge[1]))
         for kind, change, fields in _moment_changes(s):
-            if kind == "memcg":
-                continue  # tried below, at its edge
+            if kind in ("memcg", "hugetlbfs_files"):
+                continue  # tried at its edge, with its own collect and fix
             tried, _ = s.run(change, **fields)
             if tried.reproduces:
                 s.keep(kind, change, tried, None, (_MAPPED,))
