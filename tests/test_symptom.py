@@ -108,6 +108,15 @@ def test_bad_symptom_flags_are_one_line_exit_64(capsys, tmp_path, argv, text) ->
     assert text in err and err.count("\n") == 1
 
 
+def test_no_dump_with_a_symptom_is_one_line(capsys) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = _run(capsys, ["replay", "--size", "4GiB", "--symptom", "SIGBUS"])
+    assert (code, out) == (64, "")
+    assert err == (
+        "umbp-sim replay: DUMP: --symptom is asked of a host: give its dump (umbp-sim collect) "
+        "or what was pasted of it (docs/pastes.md)\n"
+    )
+
+
 def _replay(capsys, tmp_path, *argv: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     host = tmp_path / "host.txt"
     host.write_text(PASTE)
