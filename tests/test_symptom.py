@@ -272,3 +272,16 @@ def test_text_report_names_the_symptom(capsys, tmp_path) -> None:  # type: ignor
         "   nothing on the host as dumped: the request gets what it asks for on it; what to "
         "change is each hypothesis's above, once collecting confirms it"
     ) in out
+
+
+def test_the_html_page_carries_the_search(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    host = tmp_path / "host.txt"
+    host.write_text(PASTE)
+    page = tmp_path / "page.html"
+    code, _, _ = _run(capsys, ["replay", str(host), "--size", "4GiB", "--numa-node", "1",
+                               "--symptom", "SIGBUS", "--html", str(page)])  # fmt: skip
+    assert code == 0
+    html = page.read_text()
+    assert "the symptom given: the process died of SIGBUS (Bus error): NOT reproduced" in html
+    assert "<h3>does not give SIGBUS (simulated)</h3>" in html
+    assert "to fix: remove the files: rm /dev/hugepages/rtemap_*" in html
