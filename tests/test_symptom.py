@@ -285,3 +285,21 @@ def test_the_html_page_carries_the_search(capsys, tmp_path) -> None:  # type: ig
     assert "the symptom given: the process died of SIGBUS (Bus error): NOT reproduced" in html
     assert "<h3>does not give SIGBUS (simulated)</h3>" in html
     assert "to fix: remove the files: rm /dev/hugepages/rtemap_*" in html
+
+
+def test_a_fleet_says_which_hosts_give_the_symptom(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    fine, pod = tmp_path / "fine.txt", tmp_path / "pod.txt"
+    fine.write_text(PASTE)
+    pod.write_text(PASTE + "$ kubectl describe pod sglang-0\n" + POD)
+    code, out, _ = _run(capsys, ["replay", str(fine), str(pod), "--size", "4GiB", "--symptom",
+                                 "SIGBUS", "--json"])  # fmt: skip
+    rows = {r["dump"].rsplit("/", 1)[-1]: r for r in json.loads(out)["hosts"]}
+    assert code == 2  # the worst host crashed
+    assert (rows["fine.txt"]["reproduces_symptom"], rows["fine.txt"]["hypotheses"]) == (
+        False, ["hugetlb_cgroup"])  # fmt: skip
+    assert rows["pod.txt"]["reproduces_symptom"] is True
+    assert rows["pod.txt"]["reproduces_error_line"] is None
+    page = tmp_path / "fleet.html"
+    _run(capsys, ["replay", str(fine), str(pod), "--size", "4GiB", "--symptom", "SIGBUS",
+                  "--html", str(page)])  # fmt: skip
+    assert "<th>symptom</th>" in page.read_text()

@@ -237,8 +237,10 @@ def render_fleet_html(report: FleetReport, title: str = "umbp-sim replay") -> st
     def cell(text: str | None) -> str:
         return f"<td>{esc('-' if text is None else text)}</td>"
 
-    with_line = report.request.error_line is not None  # as the text table: which give the line
-    columns = FLEET_COLUMNS[:3] + ("error line",) * with_line + FLEET_COLUMNS[3:]
+    # as the text table: which give the line (the symptom)
+    asked = "error line" if report.request.error_line is not None else "symptom"
+    with_line = report.request.error_line is not None or report.request.symptom is not None
+    columns = FLEET_COLUMNS[:3] + (asked,) * with_line + FLEET_COLUMNS[3:]
     head = "".join(f"<th>{esc(c)}</th>" for c in columns)
     rows = []
     for r in report.rows:
