@@ -303,3 +303,11 @@ def test_a_fleet_says_which_hosts_give_the_symptom(capsys, tmp_path) -> None:  #
     _run(capsys, ["replay", str(fine), str(pod), "--size", "4GiB", "--symptom", "SIGBUS",
                   "--html", str(page)])  # fmt: skip
     assert "<th>symptom</th>" in page.read_text()
+
+
+def test_oom_kill_bound_to_a_node_combines_with_the_pool_short(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # bound to node 1, files there give SIGBUS, not the demotion: others' reservations (the
+    # pool short) come before the reservation limit as what sent the buffer to base pages
+    doc = _replay(capsys, tmp_path, "--size", "4GiB", "--numa-node", "1", "--symptom", "oom-kill")
+    kinds = [h["kind"] for h in doc["hypotheses"]["hypotheses"]]
+    assert kinds == ["hugepages_taken+memcg", "hugepages_taken+host_memory"]

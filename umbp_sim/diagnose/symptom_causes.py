@@ -67,6 +67,10 @@ _OOM_LOG = (
 )
 
 
+# For an OOM kill of a hugepage request: which change sends the allocator to base pages first.
+_DEMOTION_FIRST = ("hugetlbfs_files", "hugepages_taken", "node_pool", "hugetlb_cgroup")
+
+
 @dataclass(frozen=True)
 class _Candidate:
     kind: str
@@ -286,7 +290,10 @@ def symptom_search(
     for c in (_memcg(s, total), _host_memory(m, total)):
         _try(s, c)
     if request.symptom.kind == "oom-kill" and demoting:
-        first = demoting[0]  # its nodes (pools) under the memory change's
+        # the pool short (the field's usual demotion) before a reservation limit
+        first = min(demoting, key=lambda d: _DEMOTION_FIRST.index(d[0]) if d[0] in
+                    _DEMOTION_FIRST else len(_DEMOTION_FIRST))  # fmt: skip
+        # its nodes (pools) under the memory change's
         for c in (_memcg(s, total), _host_memory(replace(m, **first[2]), total)):
             _try(s, c, first)
     return s.found
