@@ -241,3 +241,25 @@ def test_a_request_of_less_than_a_page_still_finds_its_rlimit_edge() -> None:
     rlimit = next(h for h in found.hypotheses if h.kind == "rlimit_as")
     assert rlimit.verified.fields == {"rlimit_as": 3072}  # the 4 KiB mmap: 3 KiB still fails
     assert rerun(machine, request_for(text), {"rlimit_as": 4096}) != text
+
+
+def test_files_left_in_a_hugetlbfs_mount_are_a_moment_of_the_search(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # two nodes of 4096 free 2 MiB pages: the line needs the pool short and a strict commit
+    host = tmp_path / "host.txt"
+    host.write_text(
+        "Node 0 HugePages_Total: 4096\nNode 0 HugePages_Free: 4096\n"
+        "Node 1 HugePages_Total: 4096\nNode 1 HugePages_Free: 4096\n$ uname -r\n6.8.0\n"
+    )
+    doc = replay_json(capsys, host, "--error", line(4 << 30))
+    by = {h["kind"]: h for h in doc["hypotheses"]["hypotheses"]}
+    files = by["hugetlbfs_files+overcommit_mode"]
+    assert files["cause"].startswith(
+        "files left in a hugetlbfs mount (e.g. /dev/hugepages, DPDK's rte map files) held 6145 "
+        "of the 8192 free 2 MiB hugepages, leaving 2047 of the 2048 needed (so the allocator "
+        "falls back to 4 KiB pages), and vm.overcommit_memory was 2"
+    )
+    assert files["verified"]["reproduces_error_line"] is True
+    assert files["collect"][-1].startswith("grep hugetlbfs /proc/mounts, then ls -la each mount")
+    # the pages are in use (free below total), not reserved
+    pools = [n["hugepages"][str(2 << 20)] for n in files["verified"]["machine"]["nodes"]]
+    assert sum(p["free"] for p in pools) == 2047 and sum(p["total"] for p in pools) == 8192

@@ -11,8 +11,8 @@ fails when a block is not what this tool writes.
 
 - ``umbp_sim/collect_scripts/collect.sh``: its exit statuses (``umbp_sim/exit_codes.py``) and
   the lists of files a dump carries, declared in ``collect.py`` (``PROC_FILES``, ``VM_SYSCTLS``,
-  ``NODE_LISTS``, ``NODE_FILES``). collect.sh is a stand-alone POSIX script users copy to a
-  server, so it holds a copy, written here.
+  ``NODE_LISTS``, ``NODE_FILES``; ``HUGETLBFS``, ``HUGETLBFS_MAX``). collect.sh is a
+  stand-alone POSIX script users copy to a server, so it holds a copy, written here.
 - ``umbp_sim/_native.pyi``: the fields of ``SimConfig``, from ``MACHINE_FIELDS`` (the ones with a
   ``cxx`` name) and ``SIM_CONFIG_DERIVED`` (umbp_sim/machine.py); the binding itself
   (csrc/python/bind_sim.cpp) is checked against the same declaration by
@@ -38,7 +38,8 @@ def collect_sh_lists() -> str:
 
     codes = "".join(f"{n}={getattr(exit_codes, n)}\n" for n in ("EX_USAGE", "EX_CANTCREAT"))
     lists = ("PROC_FILES", "VM_SYSCTLS", "NODE_LISTS", "NODE_FILES")
-    return codes + "".join(f'{n}="{" ".join(getattr(collect, n))}"\n' for n in lists)
+    values = "".join(f"{n}={getattr(collect, n)}\n" for n in ("HUGETLBFS", "HUGETLBFS_MAX"))
+    return codes + "".join(f'{n}="{" ".join(getattr(collect, n))}"\n' for n in lists) + values
 
 
 def sim_config_stub() -> str:

@@ -174,6 +174,14 @@ def size_key(size: int) -> str:
     return text if re.fullmatch(r"[0-9]+[A-Za-z]+", text) else str(size)
 
 
+def pod_hugepages_limit(size: int, nbytes: int) -> str:
+    """A Kubernetes pod spec's limit that lets its container fault ``nbytes`` of ``size``
+    hugepages (Kubernetes sets the container's hugetlb cgroup limit from it):
+    ``resources.limits.hugepages-2Mi: 4096Mi``."""
+    unit, shift = ("Gi", 30) if size >= 1 << 30 else ("Mi", 20)
+    return f"resources.limits.hugepages-{size >> shift}{unit}: {-(-nbytes // (1 << 20))}Mi"
+
+
 def cgroup_hugetlb_name(size: int) -> str:
     """The kernel's name for a hugetlb cgroup size (mm/hugetlb_cgroup.c mem_fmt): 2MB, 1GB, 64KB."""
     for unit, shift in (("GB", 30), ("MB", 20)):

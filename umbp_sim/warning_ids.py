@@ -31,3 +31,12 @@ def warning_id(text: str) -> str | None:
         if pattern.fullmatch(text):
             return wid
     return None
+
+
+def warning_id_in(line: str, among: frozenset[str] | None = None) -> str | None:
+    """The id of the catalogue warning (of the ids ``among``, default any) found in ``line`` (a
+    log line: a timestamp, a level or a logger's name before it), else None."""
+    for wid, pattern in _patterns():
+        if (among is None or wid in among) and pattern.search(line):
+            return wid
+    return None

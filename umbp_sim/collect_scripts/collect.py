@@ -4,8 +4,9 @@
     python3 collect.py [-o FILE.tar.gz] [--name NAME] [--pid PID]
 
 Writes the tarball ``umbp-sim collect`` writes (``umbp-sim replay FILE`` reads it): /proc/meminfo,
-the vm sysctls, the kernel release, the limits, /sys/kernel/mm/hugepages, the NUMA nodes and the
-effective cgroup limits, under ``NAME/``, with ``NAME/umbp-sim-collect.json`` listing what was
+the vm sysctls, the kernel release, the limits, /sys/kernel/mm/hugepages, the NUMA nodes, the
+effective cgroup limits and the files left in hugetlbfs mounts (``umbp-sim-hugetlbfs.tsv``: each
+with the kB it holds), under ``NAME/``, with ``NAME/umbp-sim-collect.json`` listing what was
 collected, what was missing and why, and what was left out, and recording the architecture
 (``machine``: ``uname -m``) and the base page size (``page_size``: ``sysconf(_SC_PAGESIZE)``).
 
@@ -77,6 +78,12 @@ VM_SYSCTLS = (  # /proc/sys/vm/
 )
 NODE_LISTS = ("online", "possible", "has_memory")  # /sys/devices/system/node/
 NODE_FILES = ("meminfo", "cpulist", "distance")  # /sys/devices/system/node/nodeN/
+# Files left in a hugetlbfs mount hold their pages (HugePages_Free stays low with no process
+# mapping them): each mount of /proc/self/mountinfo and the regular files directly in it, one
+# "MOUNT<TAB>PAGESIZE<TAB>NAME<TAB>KB" line each (PAGESIZE: the mount's pagesize= option, or
+# empty; KB: the pages it holds, du -k), names sorted bytewise, at most HUGETLBFS_MAX a mount.
+HUGETLBFS = "umbp-sim-hugetlbfs.tsv"
+HUGETLBFS_MAX = 256
 
 
 class Usage(Exception):
@@ -331,6 +338,7 @@ def collect_host(c, proc, pid=None):
             for key in NODE_FILES:
                 c.copy("%s/%s/%s" % (node, entry, key))
             c.copy_tree("%s/%s/hugepages" % (node, entry))
+    collect_hugetlbfs(c)
     hp = c.host("/sys/kernel/mm/hugepages")
     sizes = []
     for d in os.listdir(hp) if os.path.isdir(hp) else []:
@@ -338,6 +346,50 @@ def collect_host(c, proc, pid=None):
         if m:
             sizes.append(int(m.group(1)) * 1024)
     return sorted(sizes)
+
+
+def hugetlbfs_mounts(text):
+    """[(mount point, pagesize option or "")] of the hugetlbfs mounts in a mountinfo."""
+    out = []
+    for line in text.splitlines():
+        left, _, right = line.partition(" - ")
+        parts, rparts = left.split(), right.split()
+        if len(parts) < 5 or len(rparts) < 3 or rparts[0] != "hugetlbfs":
+            continue
+        opts = [o[len("pagesize=") :] for o in rparts[2].split(",") if o.startswith("pagesize=")]
+        if "\\" not in parts[4]:  # an escaped space, tab or newline: not listed
+            out.append((parts[4], opts[0] if opts else ""))
+    return out
+
+
+def collect_hugetlbfs(c):
+    """HUGETLBFS: the files in each hugetlbfs mount and the kB each holds (none: not written)."""
+    try:
+        with open(c.host("/proc/self/mountinfo"), "rb") as f:
+            text = f.read(MAX_READ).decode("utf-8", "replace")
+    except OSError:
+        return
+    lines = []
+    for mnt, pagesize in hugetlbfs_mounts(text):
+        try:
+            names = sorted(os.listdir(c.host(mnt)), key=os.fsencode)  # as LC_ALL=C sort
+        except OSError:
+            continue
+        kept = 0
+        for name in names:
+            if kept >= HUGETLBFS_MAX:
+                break
+            if "\t" in name or "\n" in name:
+                continue
+            try:
+                st = os.lstat(os.path.join(c.host(mnt), name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                lines.append("%s\t%s\t%s\t%d\n" % (mnt, pagesize, name, (st.st_blocks + 1) // 2))
+                kept += 1
+    if lines:
+        c.add(HUGETLBFS, "".join(lines).encode())
 
 
 def host_arch(c):

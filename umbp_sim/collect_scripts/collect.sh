@@ -5,8 +5,9 @@
 #     sh collect.sh [-o FILE.tar.gz] [--name NAME] [--pid PID]
 #
 # Writes the tarball `umbp-sim collect` writes (`umbp-sim replay FILE` reads it): /proc/meminfo,
-# the vm sysctls, the kernel release, the limits, /sys/kernel/mm/hugepages, the NUMA nodes and
-# the effective cgroup limits, under NAME/, with NAME/umbp-sim-collect.json listing what was
+# the vm sysctls, the kernel release, the limits, /sys/kernel/mm/hugepages, the NUMA nodes,
+# the effective cgroup limits and the files left in hugetlbfs mounts (umbp-sim-hugetlbfs.tsv: each
+# with the kB it holds), under NAME/, with NAME/umbp-sim-collect.json listing what was
 # collected, what was missing and why, and what was left out, and recording the architecture
 # ("machine": uname -m) and the base page size ("page_size": getconf PAGESIZE).
 #
@@ -36,6 +37,8 @@ PROC_FILES="meminfo zoneinfo"
 VM_SYSCTLS="min_free_kbytes nr_hugepages nr_overcommit_hugepages overcommit_memory overcommit_ratio overcommit_kbytes admin_reserve_kbytes user_reserve_kbytes"
 NODE_LISTS="online possible has_memory"
 NODE_FILES="meminfo cpulist distance"
+HUGETLBFS=umbp-sim-hugetlbfs.tsv
+HUGETLBFS_MAX=256
 # END generated
 
 usage() {
@@ -229,6 +232,31 @@ if [ -d "$ROOT$NODE" ]; then
     done
 else
     missing "${NODE#/}" "$(why "$ROOT$NODE")"
+fi
+
+# ---- files left in hugetlbfs mounts hold their pages (collect.py: HUGETLBFS) ---------------
+if [ -r "$ROOT/proc/self/mountinfo" ]; then
+    awk '{
+        split($0, lr, " - "); n = split(lr[1], l, " "); m = split(lr[2], r, " ")
+        if (n < 5 || m < 3 || r[1] != "hugetlbfs" || index(l[5], "\\")) next
+        ps = ""; k = split(r[3], o, ",")
+        for (i = 1; i <= k; i++) if (o[i] ~ /^pagesize=/) { ps = substr(o[i], 10); break }
+        print l[5] "\t" ps
+    }' "$ROOT/proc/self/mountinfo" | while IFS="$TAB" read -r mnt ps; do
+        [ -d "$ROOT$mnt" ] || continue
+        kept=0
+        ls -A "$ROOT$mnt" 2>/dev/null | LC_ALL=C sort | while IFS= read -r f; do
+            [ "$kept" -lt "$HUGETLBFS_MAX" ] || break
+            case $f in *"$TAB"*) continue ;; esac
+            p=$ROOT$mnt/$f
+            [ -f "$p" ] && [ ! -L "$p" ] || continue
+            kb=$(du -k "$p" 2>/dev/null | awk '{ print $1; exit }')
+            [ -n "$kb" ] || continue
+            printf '%s\t%s\t%s\t%s\n' "$mnt" "$ps" "$f" "$kb"
+            kept=$((kept + 1))
+        done
+    done >"$TMP/hugetlbfs"
+    [ ! -s "$TMP/hugetlbfs" ] || add "$HUGETLBFS" <"$TMP/hugetlbfs"
 fi
 
 # ---- cgroup limits: the smallest along the path from the process's cgroup to the root -------

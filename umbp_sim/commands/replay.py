@@ -75,6 +75,11 @@ def _run(args: argparse.Namespace) -> int:
     from umbp_sim.dump.stdin import STDIN, check_one_reader, stdin_source
 
     check_one_reader(args.dump, getattr(args, "error", None), "DUMP")
+    if not args.dump and getattr(args, "symptom", None) is not None:
+        raise RequestError(
+            "DUMP: --symptom is asked of a host: give its dump (umbp-sim collect) or what was "
+            "pasted of it (docs/pastes.md)"
+        )
     if not args.dump and getattr(args, "error", None) is None:
         raise RequestError(
             "DUMP: give the host's dump (umbp-sim collect), or --error LINE alone for the kinds "

@@ -106,6 +106,7 @@ class Diagnosis:
             "reproduces_error_line": (
                 self.request.error_line.matches(o.error) if self.request.error_line else None
             ),
+            "symptom": _symptom_json(self),
             "hypotheses": self.hypotheses.to_json() if self.hypotheses else None,
             # every guess the dump reader made (the causes keep those that change the answer),
             # and a paste's values with their lines (umbp_sim/dump/paste.py)
@@ -123,6 +124,21 @@ class Diagnosis:
                 else None
             ),
         }
+
+
+def _pod(facts: DumpFacts | None) -> bool:
+    """The dump's hugetlb limits are a Kubernetes pod's (its fixes are in the pod spec)."""
+    from umbp_sim.dump.paste import pod_hugetlb_limits
+
+    return facts is not None and pod_hugetlb_limits(facts)
+
+
+def _symptom_json(d: Diagnosis) -> dict[str, Any] | None:
+    """The symptom asked about, and whether the replay on the host as dumped gives it."""
+    symptom = d.request.symptom
+    if symptom is None:
+        return None
+    return {**symptom.to_json(), "reproduced": symptom.seen(d.run.observed)}
 
 
 def log_lines(d: Diagnosis) -> list[str]:
@@ -159,6 +175,7 @@ def diagnose(
     from umbp_sim.diagnose.fix_search import propose
     from umbp_sim.diagnose.hypotheses import search
     from umbp_sim.diagnose.run import simulate_request
+    from umbp_sim.diagnose.symptom_causes import symptom_search
     from umbp_sim.diagnose.unknowns import other_sides
 
     if profile is not None:
@@ -169,10 +186,13 @@ def diagnose(
     causes += other_sides(machine, facts, request, run, profile)  # a paste's unknown kernel
     d = Diagnosis(machine, facts, request, run, causes)
     if run.rank < 3:
-        found = propose(machine, request, run, profile)
+        found = propose(machine, request, run, profile, pod=_pod(facts))
         d.fixes, d.not_helping, d.limit = found.fixes, found.not_helping, found.limit
         d.behind = blockers_behind(run, found.singles)
     d.with_fixes = _with_fixes(machine, request, run)
     if request.error_line is not None and not request.error_line.matches(run.observed.error):
         d.hypotheses = search(machine, facts, request, run.outcome, profile)
+    # A symptom the host as dumped does not give (an "ok" host too): its hidden causes.
+    if request.symptom is not None and not request.symptom.seen(run.observed):
+        d.hypotheses = symptom_search(machine, facts, request, run.outcome, profile)
     return d

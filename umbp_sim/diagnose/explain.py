@@ -393,7 +393,7 @@ NOTES_ALWAYS = frozenset(
      "node-memtotal-mismatch", "arch-not-modelled", "credentials-unprivileged",
      # what a paste does not show (umbp_sim/dump/paste.py): every assumption, listed
      "kernel-version-unknown", "memory-assumed", "limits-assumed", "paste-repeated",
-     "paste-unreadable", "pod-limits-cut"}
+     "paste-unreadable", "pod-limits-cut", "cgroup-v1-limit"}
 )  # fmt: skip
 NOTES_HUGEPAGES = frozenset(
     {"hugepage-sizes-from-nodes", "hugepage-size-assumed", "hugepage-size-from-meminfo",
@@ -401,7 +401,7 @@ NOTES_HUGEPAGES = frozenset(
      "pool-sysfs-meminfo-differ", "pool-spread", "pool-summed-from-nodes",
      "pool-nodes-differ-global", "reserved-cut", "hugepage-figure-missing",
      "hugepage-path-ignored", "hugepages-assumed", "pool-free-assumed",
-     "pool-total-assumed", "pod-no-hugepages"}
+     "pool-total-assumed", "pod-no-hugepages", "hugetlbfs-files"}
 )  # fmt: skip
 NOTES_NUMA = frozenset({"bare-meminfo", "no-numa-sysfs", "paste-nodes-assumed"})
 

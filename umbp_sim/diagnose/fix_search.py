@@ -96,9 +96,11 @@ def _value(f: Fix) -> tuple[int, int, int]:
 
 
 def propose(
-    machine: Machine, request: Request, baseline: Run, profile: str | None = None
-) -> Search:
-    """Search single changes and combinations; every returned fix was simulated."""
+    machine: Machine, request: Request, baseline: Run, profile: str | None = None,
+    pod: bool = False,
+) -> Search:  # fmt: skip
+    """Search single changes and combinations; every returned fix was simulated. ``pod``: the
+    server's hugetlb limit is a Kubernetes pod's (fixes.candidates)."""
     tried: dict[frozenset[str], Fix] = {}
     runs = 0
 
@@ -119,7 +121,7 @@ def propose(
         tried[key] = fix
         return fix
 
-    singles = candidates(machine, request, baseline)
+    singles = candidates(machine, request, baseline, pod=pod)
     for f in singles:
         trial(f)
     done = lambda: any(  # noqa: E731

@@ -26,7 +26,14 @@ from umbp_sim.machine import Machine
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.sizing import HICACHE_HOST_MEMORY_RESERVE_BYTES, largest_hicache_size_that_fits
 from umbp_sim.sim import HostState, Reason, host_view, overcommit_ratio_for
-from umbp_sim.units import SizeError, cgroup_hugetlb_name, parse_size, size_at_most, spaced_size
+from umbp_sim.units import (
+    SizeError,
+    cgroup_hugetlb_name,
+    parse_size,
+    pod_hugepages_limit,
+    size_at_most,
+    spaced_size,
+)
 
 
 def _set_node(node: int) -> RequestChange:
@@ -67,13 +74,14 @@ def _sizes_for(machine: Machine, hp: int, biggest: int) -> list[int]:
 
 
 def candidates(
-    machine: Machine, request: Request, run: Run, host: HostState | None = None
+    machine: Machine, request: Request, run: Run, host: HostState | None = None, pod: bool = False
 ) -> list[Fix]:
     """Single changes worth simulating, from ``run``'s evidence (not yet run).
 
     ``host`` is the state the changes start from: by default the state ``run``'s own changes
     left (``run.state``: for the baseline the dumped host; for a fix's run the host it makes, so
-    a later step is sized on what the earlier steps left)."""
+    a later step is sized on what the earlier steps left). ``pod``: the server's hugetlb limit
+    is a Kubernetes pod's, changed in its spec."""
     if request.kind == "sglang":
         failure = sgenv.sglang_env_failure(request.env)
         if failure is not None:
@@ -93,7 +101,7 @@ def candidates(
         key = (r.rule, tuple(sorted(r.numbers.items())))
         if key not in seen:  # several ranks meeting the same shortage: once
             seen.add(key)
-            out += _from_reason(machine, host, request, r, share)
+            out += _from_reason(machine, host, request, r, share, pod)
     if node >= 0 and (run.unbound or any(r.errno or r.signal for r in o.reasons)):
         out += _node_fixes(machine, host, request)
     if (
@@ -269,8 +277,9 @@ def _ranks_from_first_short(request: Request, run: Run) -> int:
 
 
 def _from_reason(
-    machine: Machine, host: HostState, request: Request, r: Reason, share: int = 1
-) -> list[Fix]:
+    machine: Machine, host: HostState, request: Request, r: Reason, share: int = 1,
+    pod: bool = False,
+) -> list[Fix]:  # fmt: skip
     """The fixes one reason suggests; ``share``: the ranks still to be served from what the
     reason says is short (each needing the pages or memory its rank needed)."""
     n = r.numbers
@@ -352,6 +361,24 @@ def _from_reason(
             m.hugetlb_cgroup_max.pop(size, None)
             return m.validate()
 
+        if pod:  # Kubernetes sets the limit from the pod spec: the fix is there
+            limit = -(-pages_needed(request, size) * request.ranks * size // MiB) * MiB
+            spec = pod_hugepages_limit(size, limit)
+
+            def give(m: Machine, size: int = size, limit: int = limit) -> Machine:
+                m.hugetlb_cgroup_max[size] = limit
+                return m.validate()
+
+            out.append(
+                Fix(
+                    f"give the pod a hugepages limit its buffers fit ({kb(size)} pages)",
+                    [f"{spec} (the pod spec, requests the same)"],
+                    "limits",
+                    machine_change=give,
+                    service=[f"the pod spec's {spec}"],
+                )
+            )
+            return out
         out.append(
             Fix(
                 f"lift the hugetlb cgroup limit for {kb(size)} pages",

@@ -200,9 +200,11 @@ class HostRow:
     exit_code: int
     error: str | None = None
     picture: Picture | None = None  # the HTML page's bars (not in the JSON)
-    # With --error: whether this host gives the line, else the single replay's hypotheses for it
-    # (their kinds, most likely first, and the first one's cause).
+    # With --error (or --symptom): whether this host gives the line (the symptom), else the
+    # single replay's hypotheses for it (their kinds, most likely first, and the first one's
+    # cause).
     reproduces: bool | None = None
+    asked: str = "error_line"  # or "symptom"
     hypotheses: tuple[str, ...] = ()
     hypothesis: str | None = None
 
@@ -225,7 +227,8 @@ class HostRow:
             "fix": self.fix,
             "exit_code": self.exit_code,
             "error": self.error,
-            "reproduces_error_line": self.reproduces,
+            "reproduces_error_line": self.reproduces if self.asked == "error_line" else None,
+            "reproduces_symptom": self.reproduces if self.asked == "symptom" else None,
             "hypotheses": list(self.hypotheses),
             "first_hypothesis": self.hypothesis,
         }
@@ -291,7 +294,10 @@ def replay_host(path: str, request: Request) -> HostRow:
         fix,
         d.exit_code,
         picture=picture_of(d),
-        reproduces=j["reproduces_error_line"],
+        reproduces=(
+            j["symptom"]["reproduced"] if j["symptom"] is not None else j["reproduces_error_line"]
+        ),
+        asked="symptom" if j["symptom"] is not None else "error_line",
         hypotheses=tuple(h.kind for h in found),
         hypothesis=found[0].cause if found else None,
     )
@@ -369,9 +375,11 @@ def _cell(text: str | None, width: int) -> str:
 def render_fleet_text(report: FleetReport) -> str:
     header: tuple[str, ...] = ("host", "dump", "outcome", "backing", "cause", "smallest fix")
     widths: tuple[int, ...] = (24, 32, 14, 19, 64, 80)
-    with_line = report.request.error_line is not None
-    if with_line:  # which hosts give the line, and what would make the others give it
-        header, widths = (*header[:3], "error line", *header[3:]), (*widths[:3], 48, *widths[3:])
+    asked = "error line" if report.request.error_line is not None else (
+        "symptom" if report.request.symptom is not None else None)  # fmt: skip
+    with_line = asked is not None
+    if with_line:  # which hosts give the line (symptom), what would make the others give it
+        header, widths = (*header[:3], str(asked), *header[3:]), (*widths[:3], 48, *widths[3:])
     lines: list[tuple[str | None, ...]] = [header]
     for r in report.rows:
         cause = r.error if r.outcome == "unreadable" else r.cause

@@ -205,12 +205,14 @@ def render_diagnosis_html(s: Sections, pic: Picture | None, title: str = "umbp-s
             f"<li>{esc(h.cause)}<div class='after'>simulated: {esc(h.verified)}</div>"
             + (f"<div class='after'>just past it: {esc(h.beyond)}</div>" if h.beyond else "")
             + "".join(f"<div class='boot'>to confirm: {esc(c)}</div>" for c in h.collect)
+            + "".join(f"<div class='boot'>to fix: {esc(c)}</div>" for c in h.fix)
             + "</li>"
             for h in s.hypotheses
         )
         body.append(f"<ol class='hypotheses'>{rows}</ol>" if rows else "")
         if s.ruled_out:
-            body += ["<h3>does not give the line (simulated)</h3>", items(s.ruled_out)]
+            body += [f"<h3>does not give {esc(s.ruled_out_of)} (simulated)</h3>",
+                     items(s.ruled_out)]  # fmt: skip
         body.append("<h3>on the host as dumped</h3>")
     body.append(items(s.causes or ["nothing to explain"]))
     body += ["<h2>3. what to change</h2>"]
@@ -241,8 +243,10 @@ def render_fleet_html(report: FleetReport, title: str = "umbp-sim replay") -> st
     def cell(text: str | None) -> str:
         return f"<td>{esc('-' if text is None else text)}</td>"
 
-    with_line = report.request.error_line is not None  # as the text table: which give the line
-    columns = FLEET_COLUMNS[:3] + ("error line",) * with_line + FLEET_COLUMNS[3:]
+    # as the text table: which give the line (the symptom)
+    asked = "error line" if report.request.error_line is not None else "symptom"
+    with_line = report.request.error_line is not None or report.request.symptom is not None
+    columns = FLEET_COLUMNS[:3] + (asked,) * with_line + FLEET_COLUMNS[3:]
     head = "".join(f"<th>{esc(c)}</th>" for c in columns)
     rows = []
     for r in report.rows:

@@ -11,7 +11,9 @@ line. Where the kernel's reason for the failed mmap carries the numbers (SimKern
 largest limit, or the least committed memory, that still gives the line, verified by its own
 run, and the run just past that edge says what the server would have seen instead. The changes
 that do not give the line are kept too, with what they give (a memory cgroup limit kills the
-server instead): they answer "could it have been ...".
+server instead): they answer "could it have been ...". Hugepages others reserved, or files left
+in a hugetlbfs mount holding pages, send the allocator to its 4 KiB fallback: each is tried
+again under overcommit_memory 2.
 
 ``line_hosts`` answers ``replay --error LINE`` without a dump: the same search on a reference
 host, plus the host facts a dump would show (RAM + swap below the request).
@@ -48,6 +50,10 @@ _HUGEPAGES_HISTORY = (
     "node_exporter's node_memory_HugePages_Free and node_memory_HugePages_Rsvd), and which "
     "other processes map hugepages (grep huge /proc/*/numa_maps)"
 )
+_HUGETLBFS = (
+    "grep hugetlbfs /proc/mounts, then ls -la each mount point (/dev/hugepages, DPDK's "
+    "--huge-dir): a file there holds its pages until it is removed"
+)
 _SYSCTL_AT_START = (
     "vm.overcommit_memory, vm.overcommit_ratio and vm.overcommit_kbytes as the server "
     "started: sysctl -a on the host, /etc/sysctl.conf and /etc/sysctl.d/"
@@ -62,7 +68,8 @@ class Tried:
     fields: dict[str, Any]  # the Machine fields it set
     outcome: str  # the run's outcome word
     summary: str  # Run.summary(): the outcome and what made it
-    reproduces: bool  # the run's error is the given line, exactly
+    reproduces: bool  # the run gives the question: the given line exactly, or the symptom
+    asked: str = "error_line"  # the question: "error_line" or "symptom"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,7 +77,7 @@ class Tried:
             "machine": {k: _plain(v) for k, v in self.fields.items()},
             "outcome": self.outcome,
             "simulated": self.summary,
-            "reproduces_error_line": self.reproduces,
+            f"reproduces_{self.asked}": self.reproduces,
         }
 
 
@@ -90,6 +97,7 @@ class Hypothesis:
     verified: Tried  # the run at the change: it reproduces the line
     beyond: Tried | None  # the run just past the edge: what the server would have seen
     collect: tuple[str, ...]  # what to collect to confirm it
+    fix: tuple[str, ...] = ()  # what to change if it is confirmed (a symptom's hidden causes)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,6 +106,7 @@ class Hypothesis:
             "verified": self.verified.to_json(),
             "beyond": self.beyond.to_json() if self.beyond else None,
             "collect": list(self.collect),
+            "fix": list(self.fix),
         }
 
 
@@ -106,9 +115,14 @@ class HypothesisSearch:
     hypotheses: list[Hypothesis] = field(default_factory=list)
     ruled_out: list[Tried] = field(default_factory=list)  # changes that do not give the line
     tried: list[Tried] = field(default_factory=list)  # every simulation, in order
+    # The question in words: what the host as searched does not give, and what a run that
+    # reproduces it gives ("the error line", "the line, exactly"; a symptom's own).
+    asked: str = "the error line"
+    got: str = "the line, exactly"
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "question": self.asked,
             "hypotheses": [h.to_json() for h in self.hypotheses],
             "ruled_out": [t.to_json() for t in self.ruled_out],
             "simulations": len(self.tried),
@@ -118,27 +132,31 @@ class HypothesisSearch:
 class _Searcher:
     def __init__(self, machine: Machine, request: Request, profile: str | None,
                  shows: str = "the dump shows") -> None:  # fmt: skip
-        assert request.error_line is not None
+        assert (request.error_line is None) != (request.symptom is None)
         self.machine, self.request, self.profile = machine, request, profile
         self.shows = shows  # how a cause refers to the host searched from
         self.found = HypothesisSearch()
+        if request.symptom is not None:
+            self.found.asked = request.symptom.short
+            self.found.got = request.symptom.short
+
+    def gives(self, run: Run) -> bool:
+        """Whether ``run`` gives the question: the exact error line, or the symptom."""
+        if self.request.symptom is not None:
+            return self.request.symptom.seen(run.observed)
+        assert self.request.error_line is not None
+        return self.request.error_line.matches(run.observed.error)
 
     def run(self, change: str, **fields: Any) -> tuple[Tried, Run]:
         run = simulate_request(replace(self.machine, **fields), self.request, profile=self.profile)
-        assert self.request.error_line is not None
-        tried = Tried(
-            change,
-            fields,
-            run.outcome,
-            run.summary(),
-            self.request.error_line.matches(run.observed.error),
-        )
+        asked = "symptom" if self.request.symptom is not None else "error_line"
+        tried = Tried(change, fields, run.outcome, run.summary(), self.gives(run), asked)
         self.found.tried.append(tried)
         return tried, run
 
     def keep(self, kind: str, cause: str, verified: Tried, beyond: Tried | None,
-             collect: tuple[str, ...]) -> None:  # fmt: skip
-        self.found.hypotheses.append(Hypothesis(kind, cause, verified, beyond, collect))
+             collect: tuple[str, ...], fix: tuple[str, ...] = ()) -> None:  # fmt: skip
+        self.found.hypotheses.append(Hypothesis(kind, cause, verified, beyond, collect, fix))
 
 
 def _last(run: Run, rule: str) -> dict[str, int] | None:
@@ -280,7 +298,7 @@ def _committed(s: _Searcher, first: tuple[str, str, dict[str, Any]] | None = Non
     collect: tuple[str, ...] = (_COMMIT_HISTORY, _SYSCTL_AT_START)
     if first is not None:
         cause = f"{first[1]} (so the allocator falls back to 4 KiB pages), and {cause}"
-        collect = (*collect, _HUGEPAGES_HISTORY)
+        collect = (*collect, _HUGETLBFS if first[0] == "hugetlbfs_files" else _HUGEPAGES_HISTORY)
     s.keep(kind, cause, verified, beyond, collect)
 
 
@@ -311,7 +329,45 @@ def _moment_changes(s: _Searcher) -> list[tuple[str, str, dict[str, Any]]]:
                 f"other processes held {taken[size]} of the {free} free {_size(size)} hugepages "
                 f"(HugePages_Rsvd; {s.shows} {held}), leaving {need - 1} of the {need} needed"
             ), {"hugepages_reserved": taken}))  # fmt: skip
+            files = _held(m, size, need - 1, -1)
+            if files is not None:  # in use, not reserved: no process maps them
+                out.append(("hugetlbfs_files", (
+                    f"files left in a hugetlbfs mount (e.g. /dev/hugepages, DPDK's rte map "
+                    f"files) held {files[1]} of the {free} free {_size(size)} hugepages, "
+                    f"leaving {need - 1} of the {need} needed"
+                ), files[0]))  # fmt: skip
     return out
+
+
+def _held(m: Machine, size: int, keep: int, node: int) -> tuple[dict[str, Any], int] | None:
+    """The Machine fields with the free ``size`` pages cut to ``keep`` (on ``node``, or
+    host-wide from the last node back), the pages counted as in use: (fields, pages held)."""
+    nodes = [replace(n, hugepages=dict(n.hugepages)) for n in m.nodes]
+    held = 0
+    left = keep if node >= 0 else keep - sum(
+        n.hugepages[size].free_pages() for n in nodes if size in n.hugepages and n.id != node
+    )  # fmt: skip
+    for n in reversed(nodes):
+        if (node >= 0 and n.id != node) or size not in n.hugepages:
+            continue
+        pool = n.hugepages[size]
+        free = pool.free_pages()
+        if node < 0:
+            others = sum(x.hugepages[size].free_pages() for x in nodes
+                         if size in x.hugepages and x.id < n.id)  # fmt: skip
+            target = max(0, keep - others)
+        else:
+            target = max(0, left)
+        if free > target:
+            held += free - target
+            n.hugepages[size] = replace(pool, free=target)
+    if held == 0:
+        return None
+    free_now = sum(n.hugepages[size].free_pages() for n in nodes if size in n.hugepages)
+    reserved = {**m.hugepages_reserved}
+    if reserved.get(size, 0) > free_now:
+        reserved[size] = free_now
+    return {"nodes": nodes, "hugepages_reserved": reserved}, held
 
 
 def _moments(s: _Searcher, baseline: str) -> None:
@@ -338,7 +394,11 @@ def search(
     """The changes a dump cannot show that reproduce ``request.error_line`` on ``machine``,
     most likely first: under the dump's overcommit_memory 2, what others had committed; the
     server's RLIMIT_AS; then overcommit_memory changed to 2 since the failure. ``baseline``:
-    the outcome of the request on ``machine`` as dumped (the replay's run)."""
+    the outcome of the request on ``machine`` as dumped (the replay's run).
+
+    A symptom (SIGBUS, an OOM kill, the demotion) instead of an error line is searched by
+    ``umbp_sim.diagnose.symptom_causes.symptom_search`` with this module's searcher."""
+    assert request.symptom is None, "a symptom's search: symptom_causes.symptom_search"
     s = _Searcher(machine, request, profile)
     if machine.overcommit_memory == 2:
         _committed(s)

@@ -50,6 +50,7 @@ class HypothesisLine:
     verified: str  # the change and "the line, exactly"
     beyond: str | None  # the change just past the edge and what it gives
     collect: list[str]  # what to collect to confirm it
+    fix: list[str] = field(default_factory=list)  # what to change if it is confirmed
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class Sections:
     hypotheses_intro: str | None
     hypotheses: list[HypothesisLine]
     ruled_out: list[str]
+    ruled_out_of: str  # what the ruled-out changes do not give: "the line", a symptom
     fixes: list[FixLine]
     no_fix: str | None  # why there is no fix (nothing to change / none helps)
     not_helping: list[FixLine]
@@ -94,6 +96,10 @@ def sections(d: Diagnosis, mode: str = "replay") -> Sections:
         )
         if not reproduced:
             saw_lines.append(f"  given: {line.text}")
+    if d.request.symptom is not None:
+        symptom = d.request.symptom
+        seen = "reproduced" if symptom.seen(d.run.observed) else "NOT reproduced"
+        saw_lines.append(f"the symptom given: {symptom.said}: {seen}")
     if len(o.ranks) > 1:
         saw_lines.append(f"{len(o.ranks)} ranks on this host, in the order they start: "
                          f"{ranks_summary(o.ranks)}")  # fmt: skip
@@ -101,7 +107,12 @@ def sections(d: Diagnosis, mode: str = "replay") -> Sections:
         saw_lines.append(f"with mori's DRAM tier: {ranks_summary(o.ranks)}")
     saw_lines += _log_section(d)
     no_fix = None
-    if d.run.got_what_was_asked:
+    if d.run.got_what_was_asked and d.hypotheses is not None and d.request.symptom is not None:
+        no_fix = (
+            "nothing on the host as dumped: the request gets what it asks for on it; what to "
+            "change is each hypothesis's above, once collecting confirms it"
+        )
+    elif d.run.got_what_was_asked:
         no_fix = "nothing: the request gets what it asks for on this host"
     elif not d.fixes:
         no_fix = "no change tried in simulation makes it better" + (
@@ -141,6 +152,7 @@ def sections(d: Diagnosis, mode: str = "replay") -> Sections:
         hypotheses_intro=intro,
         hypotheses=hypotheses,
         ruled_out=ruled_out,
+        ruled_out_of=("the line" if d.request.symptom is None else d.request.symptom.short),
         fixes=fix_lines(d.fixes),
         no_fix=no_fix,
         not_helping=fix_lines(d.not_helping),
@@ -155,22 +167,25 @@ def hypothesis_lines(
     if found is None:
         return None, [], []
     runs = f"{len(found.tried)} simulated runs in all, probes included"
+    exactly = " exactly" if found.asked == "the error line" else ""
     if found.hypotheses:
         intro = (
-            f"{on} does not give the error line; changed in what a dump cannot show "
-            f"({runs}), the host gives it exactly if:"
+            f"{on} does not give {found.asked}; changed in what a dump cannot show "
+            f"({runs}), the host gives it{exactly} if:"
         )
     else:
         intro = (
-            f"{on} does not give the error line, and nothing umbp-sim models that a dump "
+            f"{on} does not give {found.asked}, and nothing umbp-sim models that a dump "
             f"cannot show gives it ({runs})"
         )
     shown = [
         HypothesisLine(
             h.cause,
-            f"{h.verified.change}: the line, exactly",
+            f"{h.verified.change}: {found.got}"
+            + ("" if found.asked == "the error line" else f" ({h.verified.summary})"),
             f"{h.beyond.change}: {h.beyond.summary}" if h.beyond else None,
             list(h.collect),
+            list(h.fix),
         )
         for h in found.hypotheses
     ]
@@ -178,7 +193,7 @@ def hypothesis_lines(
 
 
 def hypothesis_text(intro: str | None, hypotheses: list[HypothesisLine],
-                    ruled_out: list[str]) -> list[str]:  # fmt: skip
+                    ruled_out: list[str], what: str = "the line") -> list[str]:  # fmt: skip
     """The hypotheses as the text report's lines (indented for section 2)."""
     if intro is None:
         return []
@@ -191,8 +206,10 @@ def hypothesis_text(intro: str | None, hypotheses: list[HypothesisLine],
             lines.append(f"      just past it: {h.beyond}")
         for i, c in enumerate(h.collect):
             lines.append(f"      {'to confirm: ' if i == 0 else '            '}{c}")
+        for i, c in enumerate(h.fix):
+            lines.append(f"      {'to fix: ' if i == 0 else '        '}{c}")
     if ruled_out:
-        lines.append("   does not give the line (simulated):")
+        lines.append(f"   does not give {what} (simulated):")
         lines += [f"   - {x}" for x in ruled_out]
     return lines
 
@@ -222,7 +239,7 @@ def render_text(d: Diagnosis, mode: str = "replay") -> str:
     lines += ["", f"1. {s.saw_title}", f"   outcome: {s.saw}"]
     lines += [f"   {x}" for x in s.saw_lines]
     lines += ["", "2. why"]
-    lines += hypothesis_text(s.hypotheses_intro, s.hypotheses, s.ruled_out)
+    lines += hypothesis_text(s.hypotheses_intro, s.hypotheses, s.ruled_out, s.ruled_out_of)
     if s.hypotheses_intro is not None:
         lines.append("   on the host as dumped:")
     lines += [f"   - {c}" for c in s.causes] or ["   - nothing to explain"]

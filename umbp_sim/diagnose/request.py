@@ -35,6 +35,7 @@ from umbp_sim.diagnose.request_flags import (
     _flag,
     add_request_arguments as add_request_arguments,
 )
+from umbp_sim.diagnose.symptom import Symptom, SymptomError, parse_symptom
 from umbp_sim.engine.spec import Alloc, HostChange, Run as EngineRun, SglangStartup
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_USAGE
@@ -78,6 +79,8 @@ class Request:
     allocator: str = FIELD_PROFILE  # the allocator profile the server runs
     sglang_release: str = "0.5.23"  # whose UMBPHostTensorAllocator: a release, or "installed"
     error_line: ErrorLine | None = None  # the RuntimeError line the replay was asked about
+    # What the server showed (a signal, an OOM kill, the demotion), the replay's question.
+    symptom: Symptom | None = None
     # sglang's ranks on this host (tp/dp on one node), each its own process and pool of this
     # request, started in turn on one host: its pools, MemAvailable and commit accounting.
     ranks: int = 1
@@ -88,6 +91,8 @@ class Request:
         # would move the edges of the first failing one, not of the one the line names.
         if self.error_line is not None and self.alloc is None:
             raise ValueError("an error line replays as the raw alloc it names, not an sglang one")
+        if self.error_line is not None and self.symptom is not None:
+            raise ValueError("one question: an error line or a symptom, not both")
 
     @property
     def kind(self) -> str:
@@ -302,7 +307,29 @@ def _error_line(args: argparse.Namespace) -> ErrorLine | None:
         raise RequestError(str(e)) from None
 
 
+def _symptom(args: argparse.Namespace) -> Symptom | None:
+    raw = getattr(args, "symptom", None)
+    if raw is None:
+        return None
+    if getattr(args, "error", None) is not None:
+        raise RequestError(
+            "--symptom cannot be combined with --error: the error line is a failed alloc (a "
+            "null handle), the symptom what the server showed instead; give the one it showed"
+        )
+    try:
+        return parse_symptom(raw)
+    except SymptomError as e:
+        raise RequestError(str(e)) from None
+
+
 def _request_from_flags(args: argparse.Namespace) -> Request:
+    symptom = _symptom(args)
+    if symptom is not None:
+        return dataclasses.replace(_request_of_flags(args), symptom=symptom)
+    return _request_of_flags(args)
+
+
+def _request_of_flags(args: argparse.Namespace) -> Request:
     line = _error_line(args)
     flags = dict(vars(args))  # the flags, with what the --error line gives (args stays as parsed)
     if line is not None:

@@ -126,6 +126,15 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         help="sglang's 'UMBPHostMemAllocator.alloc(N bytes) failed (...)' line, or - to read a "
         "pasted traceback from stdin: fills --size, --backing and --numa-node",
     )
+    model.add_argument(
+        "--symptom",
+        metavar="SYMPTOM|LINE",
+        help="what the server showed, made the question: SIGBUS (or 'Bus error'), oom-kill (or "
+        "'Killed', the kernel's OOM line), demoted (or sglang's demotion warning, mori's "
+        "MAP_HUGETLB fallback line); with the request (--size ... or the sglang model), not "
+        "with --error. When the host as dumped does not give it, the hidden causes that do are "
+        "searched in simulation (docs/symptoms.md)",
+    )
     raw = parser.add_argument_group("raw request (UMBPHostMemAllocator.alloc)")
     raw.add_argument("--size", type=size_flag, help="bytes, or with a unit: 100000595968, 2GiB, "
                      "100GB (GB = 10^9, GiB = 2^30)")  # fmt: skip

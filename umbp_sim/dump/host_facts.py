@@ -97,6 +97,8 @@ class DumpFacts:
     memcg_max: int | str | None = None  # bytes, "max", or None (no memory.max)
     hugetlb_cgroup_max: dict[int, int | str] = field(default_factory=dict)
     hugetlb_cgroup_rsvd_max: dict[int, int | str] = field(default_factory=dict)
+    # pages held by files left in hugetlbfs mounts (the collectors' listing), per size
+    hugetlbfs_held: dict[int, int] = field(default_factory=dict)
     admin_reserve_kbytes: int | None = None
     user_reserve_kbytes: int | None = None
     notes: list[Note] = field(default_factory=list)  # each with its code (dump/notes.py)

@@ -48,6 +48,8 @@ CODES: dict[str, str] = {
     "overcommit-memory-default": "no overcommit_memory: the kernel default",
     "reserve-default": "no admin_reserve_kbytes / user_reserve_kbytes: the kernel default",
     "rlimit-as-unknown": "proc/self/limits without a 'Max address space' line",
+    "cgroup-v1-limit": "a cgroup v1 limit file (*.limit_in_bytes) read as its v2 name",
+    "hugetlbfs-files": "files left in hugetlbfs mounts hold pages: named, with the fix",
     "credentials-unknown": "no proc/self/status credentials: the server taken as privileged",
     "credentials-unprivileged": "the server ran without CAP_SYS_ADMIN (proc/self/status)",
     "credentials-unreadable": "proc/self/status has no readable Uid / CapEff line",

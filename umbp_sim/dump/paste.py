@@ -34,6 +34,7 @@ give is assumed, each time with a note saying what was assumed and the command t
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from umbp_sim import _native
@@ -324,3 +325,17 @@ def paste_unknowns(src: Any, f: Any) -> None:  # (PasteSource, DumpFacts)
         f.note("limits-assumed", "no cgroup or process limit in the paste: none assumed "
                "(memory.max, hugetlb.<size>.max, RLIMIT_AS); in the server's container, `grep . "
                "/sys/fs/cgroup/memory.max /sys/fs/cgroup/hugetlb.*.max` settles it")  # fmt: skip
+
+
+_POD_HUGEPAGES_ROW = re.compile(r"\bhugepages-\d+(?:Ki|Mi|Gi)\s*:")
+
+
+def pod_hugetlb_limits(f: Any) -> bool:  # (DumpFacts)
+    """Whether the hugetlb limits of the dump ``f`` are a Kubernetes pod's (its limits pasted:
+    a ``hugepages-<size>`` row, or none and Kubernetes' 0): the fix is in its spec."""
+    if any(n.code == "pod-no-hugepages" for n in f.notes):
+        return True
+    return any(
+        p.file.startswith("sys/fs/cgroup/hugetlb.") and _POD_HUGEPAGES_ROW.search(p.text)
+        for p in f.paste_facts
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from umbp_sim import _native
 from umbp_sim.bounded import shown
-from umbp_sim.collect_scripts.collect import NODE_LISTS
+from umbp_sim.collect_scripts.collect import HUGETLBFS, NODE_LISTS, V1_UNLIMITED
 from umbp_sim.dump.errors import DumpError
 from umbp_sim.dump.host_facts import (
     _NODE_DIR_RE,
@@ -250,17 +250,82 @@ def _read_limits(r: _Reader) -> None:
                 "rlimit-as-unknown",
                 "proc/self/limits has no 'Max address space' line: RLIMIT_AS unknown",
             )
-    t = r.text("sys/fs/cgroup/memory.max")
-    if t is not None:
-        v = parse_cgroup_max(t, r.src.where("sys/fs/cgroup/memory.max"))
-        f.memcg_max = "max" if v is None else v
+    _read_hugetlbfs_files(r)
+    v = _cgroup_limit(r, "memory", "memory.max", "memory.limit_in_bytes", record=True)
+    if v is not None:
+        f.memcg_max = v
     for size in f.hugepage_sizes:
-        for suffix, by_size in (
-            ("max", f.hugetlb_cgroup_max),
-            ("rsvd.max", f.hugetlb_cgroup_rsvd_max),
-        ):
-            rel = f"sys/fs/cgroup/hugetlb.{cgroup_hugetlb_name(size)}.{suffix}"
+        name = cgroup_hugetlb_name(size)
+        for kind, by_size in (("", f.hugetlb_cgroup_max), ("rsvd.", f.hugetlb_cgroup_rsvd_max)):
+            v = _cgroup_limit(
+                r, "hugetlb", f"hugetlb.{name}.{kind}max", f"hugetlb.{name}.{kind}limit_in_bytes"
+            )
+            if v is not None:
+                by_size[size] = v
+
+
+_PAGESIZE_SHIFT = {"K": 10, "M": 20, "G": 30}
+
+
+def _read_hugetlbfs_files(r: _Reader) -> None:
+    """The collectors' HUGETLBFS listing: files left in hugetlbfs mounts hold their pages (in
+    use, counted in the pools' free counts already), a note naming them and their fix."""
+    f = r.facts
+    t = r.text(HUGETLBFS, record=False)
+    if t is None:
+        return
+    held: dict[int, int] = {}
+    named: list[str] = []
+    for n, line in enumerate(t.splitlines(), 1):
+        parts = line.split("\t")
+        if len(parts) != 4 or not parts[3].isdigit() or len(parts[3]) > 15:
+            raise DumpError(r.src.where(HUGETLBFS), "expected MOUNT, PAGESIZE, NAME, KB", n)
+        mount, pagesize, name, kb = parts
+        size = f.default_hugepage_size
+        if pagesize[:-1].isdigit() and len(pagesize) <= 8 and pagesize[-1] in _PAGESIZE_SHIFT:
+            size = int(pagesize[:-1]) << _PAGESIZE_SHIFT[pagesize[-1]]
+        if not size or int(kb) == 0:
+            continue
+        pages = -(-(int(kb) << 10) // size)  # a file holds whole pages
+        held[size] = held.get(size, 0) + pages
+        named.append(f"{mount.rstrip('/')}/{name}")
+    if not held:
+        return
+    f.hugetlbfs_held = held
+    pools = ", ".join(f"{p} of {s >> 10} kB" for s, p in sorted(held.items()))
+    mounts = sorted({x.rsplit("/", 1)[0] for x in named})
+    f.note("hugetlbfs-files", f"{len(named)} file(s) left in hugetlbfs mounts hold {pools} "
+           f"pages ({shown_files(named)}): in use with no process needing to map them, so "
+           f"HugePages_Free stays low; remove those no running process uses (rm "
+           f"{mounts[0]}/rtemap_*, ...) or reboot")  # fmt: skip
+
+
+def shown_files(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _cgroup_limit(
+    r: _Reader, controller: str, v2: str, v1: str, record: bool = False
+) -> int | str | None:
+    """A cgroup limit: ``sys/fs/cgroup/<v2>`` (cgroup v2, and both collectors, which write a v1
+    limit under its v2 name), else cgroup v1's file: ``sys/fs/cgroup/<controller>/<v1>`` (a
+    container's own cgroup, where v1 mounts each controller) or ``sys/fs/cgroup/<v1>`` (copied
+    flat). Bytes, "max" (v1's PAGE_COUNTER_MAX pages, 9223372036854771712 with 4 KiB pages,
+    is v2's max), or None: the dump has neither."""
+    f = r.facts
+    rel = f"sys/fs/cgroup/{v2}"
+    t = r.text(rel, record=False)
+    if t is None:
+        for rel in (f"sys/fs/cgroup/{controller}/{v1}", f"sys/fs/cgroup/{v1}"):
             t = r.text(rel, record=False)
             if t is not None:
                 v = parse_cgroup_max(t, r.src.where(rel))
-                by_size[size] = "max" if v is None else v
+                limit: int | str = "max" if v is None or v >= V1_UNLIMITED else v
+                f.note("cgroup-v1-limit", f"{rel}: cgroup v1's {v1}, read as v2's {v2} "
+                       f"({limit})")  # fmt: skip
+                return limit
+        if record:
+            r.text(f"sys/fs/cgroup/{v2}")  # listed as missing, as before
+        return None
+    v = parse_cgroup_max(t, r.src.where(rel))
+    return "max" if v is None else v

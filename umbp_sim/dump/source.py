@@ -49,9 +49,10 @@ RELEVANT = re.compile(
     r"|sys/kernel/mm/hugepages/.+"
     r"|sys/devices/system/node/(?:online|possible|has_memory"
     r"|node[0-9]+/(?:meminfo|cpulist|distance|hugepages/.+))"
-    r"|sys/fs/cgroup/(?:memory\.max|hugetlb\.[^/]+\.max)"
+    r"|sys/fs/cgroup/(?:memory\.max|hugetlb\.[^/]+\.max"
+    r"|(?:memory/|hugetlb/)?(?:memory|hugetlb\.[^/]+)\.limit_in_bytes)"
     r"|sos_commands/(?:kernel/(?:sysctl_-a|uname_-a)|host/hostname)"  # sosreport.py
-    r"|umbp-sim-collect\.json)$"
+    r"|umbp-sim-collect\.json|umbp-sim-hugetlbfs\.tsv)$"
 )
 
 
