@@ -301,6 +301,7 @@ def test_a_dram_tier_value_mori_cannot_read_is_a_usage_error(pair: str, error: s
     assert capsys.readouterr().err == f"umbp-sim preflight: {error}\n"
 
 
+@pytest.mark.torch  # start_host_pool makes torch tensors
 def test_tp8_on_one_host_is_sized_for_eight_ranks() -> None:
     """preflight --tp-size 8 of 10 GB per rank on a 24 GiB host: seven ranks fail sglang's
     check; the fix sizes --hicache-size for eight pools, and holds for all eight."""
