@@ -605,3 +605,25 @@ def test_a_cat_prompt_gives_one_value_only() -> None:
     m, f = facts_of("$ cat /proc/sys/vm/nr_hugepages\n1024\n512\n")
     assert values(f)["proc/sys/vm/nr_hugepages"] == "1024"
     assert [(u.line, u.text) for u in f.paste_unread] == [(3, "512")]
+
+
+def test_a_figure_the_paste_does_not_show_is_never_what_the_dump_shows(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The unreproduced-line search names Committed_AS and overcommit_memory; a grep'd paste
+    gives neither: the causes say so instead of "the dump shows 0"."""
+    from umbp_sim.cli import main
+
+    paste = tmp_path / "ticket.txt"
+    paste.write_text(
+        "$ grep -i huge /proc/meminfo\nHugePages_Total:    8192\nHugePages_Free:     8192\n"
+        "HugePages_Rsvd:        0\nHugePages_Surp:        0\nHugepagesize:       2048 kB\n"
+        "$ numactl -H\navailable: 2 nodes (0-1)\nnode 0 cpus: 0 1\nnode 0 size: 64000 MB\n"
+        "node 0 free: 60000 MB\nnode 1 cpus: 2 3\nnode 1 size: 64000 MB\n"
+        "node 1 free: 61000 MB\n"
+    )
+    line = ("RuntimeError: UMBPHostMemAllocator.alloc(20006830080 bytes) failed "
+            "(requested_backing=UMBPHostBufferBacking.AnonymousHugetlb, numa_node=1).")  # fmt: skip
+    assert main(["replay", str(paste), "--error", line]) == 0
+    out = capsys.readouterr().out
+    assert "the dump shows" not in out
+    assert "(Committed_AS; the paste does not show it: taken as 0)" in out
+    assert "(the paste does not show it: taken as 0)" in out

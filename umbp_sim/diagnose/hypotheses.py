@@ -40,6 +40,7 @@ _LIMITS_AT_START = (
     "the limits the server starts with: its container's (docker inspect: HostConfig.Ulimits; "
     "a pod's runtime), its unit's LimitAS=, a ulimit -v in its start script"
 )
+_OVERCOMMIT = "proc/sys/vm/overcommit_memory"  # the dump file (a paste's fact name) of the mode
 _COMMIT_HISTORY = (
     "Committed_AS and CommitLimit around the time of the failure: a monitoring history "
     "(node_exporter's node_memory_Committed_AS_bytes and node_memory_CommitLimit_bytes), "
@@ -130,15 +131,36 @@ class HypothesisSearch:
 
 
 class _Searcher:
-    def __init__(self, machine: Machine, request: Request, profile: str | None,
-                 shows: str = "the dump shows") -> None:  # fmt: skip
+    def __init__(
+        self,
+        machine: Machine,
+        request: Request,
+        profile: str | None,
+        shows: str = "the dump shows",
+        facts: DumpFacts | None = None,
+    ) -> None:
         assert (request.error_line is None) != (request.symptom is None)
         self.machine, self.request, self.profile = machine, request, profile
         self.shows = shows  # how a cause refers to the host searched from
+        # A paste's values (PasteFact.name): a figure it does not give is said to be assumed,
+        # never "the dump shows 0".
+        self.pasted = (
+            frozenset(p.name for p in facts.paste_facts) if facts is not None and facts.paste
+            else None
+        )  # fmt: skip
         self.found = HypothesisSearch()
         if request.symptom is not None:
             self.found.asked = request.symptom.short
             self.found.got = request.symptom.short
+
+    def said(self, fact: str, value: object) -> str:
+        """How a cause names the searched host's figure ``fact`` (a dump file, or ``file:key``
+        inside meminfo): what the dump shows, or for a paste whether it shows it."""
+        if self.pasted is None:
+            return f"{self.shows} {value}"
+        if fact in self.pasted:
+            return f"the paste shows {value}"
+        return f"the paste does not show it: taken as {value}"
 
     def gives(self, run: Run) -> bool:
         """Whether ``run`` gives the question: the exact error line, or the symptom."""
@@ -252,12 +274,13 @@ def _committed(s: _Searcher, first: tuple[str, str, dict[str, Any]] | None = Non
         before, kind = f"{first[1]}, ", f"{first[0]}+{kind}"
     if changed_mode:
         as_dumped, _ = s.run(
-            f"{before}vm.overcommit_memory 2 ({s.shows} {m.overcommit_memory})", **base
+            f"{before}vm.overcommit_memory 2 ({s.said(_OVERCOMMIT, m.overcommit_memory)})", **base
         )
         if as_dumped.reproduces:
             s.keep(kind, (
-                f"{before}vm.overcommit_memory was 2 when the server failed ({s.shows} "
-                f"{m.overcommit_memory}): with the memory committed as it is, the strict "
+                f"{before}vm.overcommit_memory was 2 when the server failed "
+                f"({s.said(_OVERCOMMIT, m.overcommit_memory)}): with the memory committed as it "
+                "is, the strict "
                 "commit limit refuses the anonymous mapping, so alloc returns a null handle"
             ), as_dumped, None, (_SYSCTL_AT_START, _COMMIT_HISTORY))  # fmt: skip
             return
@@ -280,7 +303,7 @@ def _committed(s: _Searcher, first: tuple[str, str, dict[str, Any]] | None = Non
         beyond, _ = s.run(
             f"{mode}Committed_AS {_size(least - page)}", **base, committed_as=least - page
         )
-    dumped = f"{s.shows} {_size(m.committed_as)}"
+    dumped = s.said("proc/meminfo:Committed_AS", _size(m.committed_as))
     limit = f"CommitLimit {_size(numbers['commit_limit'])}"
     if numbers["limit"] != numbers["commit_limit"]:
         limit += f" less the reserves, {_size(numbers['limit'])},"
@@ -292,8 +315,8 @@ def _committed(s: _Searcher, first: tuple[str, str, dict[str, Any]] | None = Non
     )
     if changed_mode:
         cause = (
-            f"vm.overcommit_memory was 2 when the server failed ({s.shows} "
-            f"{m.overcommit_memory}) and {cause}"
+            f"vm.overcommit_memory was 2 when the server failed "
+            f"({s.said(_OVERCOMMIT, m.overcommit_memory)}) and {cause}"
         )
     collect: tuple[str, ...] = (_COMMIT_HISTORY, _SYSCTL_AT_START)
     if first is not None:
@@ -327,7 +350,8 @@ def _moment_changes(s: _Searcher) -> list[tuple[str, str, dict[str, Any]]]:
             taken[size] = free - need + 1
             out.append(("hugepages_taken", (
                 f"other processes held {taken[size]} of the {free} free {_size(size)} hugepages "
-                f"(HugePages_Rsvd; {s.shows} {held}), leaving {need - 1} of the {need} needed"
+                f"(HugePages_Rsvd; {s.said('proc/meminfo:HugePages_Rsvd', held)}), leaving "
+                f"{need - 1} of the {need} needed"
             ), {"hugepages_reserved": taken}))  # fmt: skip
             files = _held(m, size, need - 1, -1)
             if files is not None:  # in use, not reserved: no process maps them
@@ -399,7 +423,7 @@ def search(
     A symptom (SIGBUS, an OOM kill, the demotion) instead of an error line is searched by
     ``umbp_sim.diagnose.symptom_causes.symptom_search`` with this module's searcher."""
     assert request.symptom is None, "a symptom's search: symptom_causes.symptom_search"
-    s = _Searcher(machine, request, profile)
+    s = _Searcher(machine, request, profile, facts=facts)
     if machine.overcommit_memory == 2:
         _committed(s)
         _rlimit_as(s, facts)

@@ -255,7 +255,7 @@ def symptom_search(
 ) -> HypothesisSearch:
     """The hidden causes of ``request.symptom`` on ``machine`` (``baseline``: the replay's
     outcome there), each at its edge and verified (hypotheses.search's searcher and records)."""
-    s = _Searcher(machine, request, profile)
+    s = _Searcher(machine, request, profile, facts=facts)
     m = machine
     assert request.symptom is not None
     backing, hp, node, _prefault = request.settings()
