@@ -173,7 +173,7 @@ def test_umbp_sims_own_messages_come_back_as_they_were() -> None:
 # At import: the frame on the server's channel to umbp-sim (the second fd of the spec in argv).
 WRITER = """
 import ctypes, enum, json, mmap, os, struct, sys
-_payload = bytes.fromhex({payload!r})
+_payload = {payload}
 _out = json.loads(sys.argv[-1])["fds"][1]
 os.write(_out, struct.pack(">I", len(_payload)) + _payload)
 
@@ -189,7 +189,7 @@ class UMBPHostMemAllocator:
         pass
 """.replace("{surface}", MORI_SURFACE)
 
-CLI_FRAMES = {
+CLI_FRAMES: dict[str, bytes | str] = {
     "pickle bytearray(2 GiB)": _pickled("bytearray"),
     "pickle Fraction": _pickled("fraction"),
     "Fraction by tag": FRACTION,
@@ -199,7 +199,15 @@ CLI_FRAMES = {
     "None as the message": b"null",
     "a list as the message": b"[1, 2]",
     "a ready message of the wrong shape": json.dumps({"d": ["ready", True]}).encode(),
+    # the largest frames the bounds let through, built by the allocator's code
+    "a string of 60 MiB": "b'\"' + b'a' * (60 << 20) + b'\"'",
+    "a million empty lists": "b'[' + b'[],' * ((1 << 20) - 3) + b'[]]'",
 }
+
+
+def _expr(frame: bytes | str) -> str:
+    """The writer's expression of the frame: its bytes, or (str) code that makes them."""
+    return frame if isinstance(frame, str) else f"bytes.fromhex({frame.hex()!r})"
 
 
 def _umbp_sim(tmp_path: Path, *args: str, timeout: float = 60) -> tuple[int, str, str, int]:
@@ -241,7 +249,7 @@ def _umbp_sim(tmp_path: Path, *args: str, timeout: float = 60) -> tuple[int, str
 
 @pytest.mark.parametrize("name", list(CLI_FRAMES))
 def test_a_frame_from_the_allocator_is_one_line_not_a_hang(tmp_path: Path, name: str) -> None:
-    (tmp_path / "writer.py").write_text(WRITER.format(payload=CLI_FRAMES[name].hex()))
+    (tmp_path / "writer.py").write_text(WRITER.format(payload=_expr(CLI_FRAMES[name])))
     start = time.monotonic()
     code, out, err, peak_kib = _umbp_sim(
         tmp_path, "compare", "umbp-sim", "writer", "--matrix", "none", "-k", "node-63",
@@ -257,7 +265,7 @@ def test_a_frame_from_the_allocator_is_one_line_not_a_hang(tmp_path: Path, name:
 
 def test_a_pickled_none_first_is_named(tmp_path: Path) -> None:
     """Issue 43 point 9: what once was exit 70 (None where the server's hello was due)."""
-    (tmp_path / "writer.py").write_text(WRITER.format(payload=b"null".hex()))
+    (tmp_path / "writer.py").write_text(WRITER.format(payload=_expr(b"null")))
     code, _, err, _ = _umbp_sim(tmp_path, "compare", "umbp-sim", "writer", "--matrix", "none",
                                 "-k", "node-63")  # fmt: skip
     assert code == 2
