@@ -49,7 +49,6 @@ MAX_INT = 1 << 64  # |int| below it: sizes, addresses, counters (an unsigned 64-
 MAX_INT_DIGITS = 21  # decimal digits of an int, checked before it is converted
 MAX_FLOAT_CHARS = 32  # a float's text (repr gives at most 24)
 
-_INF = float("inf")
 _MODULE = re.compile(r"umbp_sim(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
@@ -96,7 +95,7 @@ def _enc(x: Any) -> Any:
         base: Any = _builtin_base(t)
         value = [_enc(v) for v in x] if base is tuple else _enc(base(x))  # type: ignore[union-attr]
         return {"v": [t.__module__, t.__qualname__, value, _state(x)]}
-    if dataclasses.is_dataclass(x):
+    if dataclasses.is_dataclass(t):
         return {"o": [t.__module__, t.__qualname__, _state(x)]}
     raise TypeError(f"a {t.__module__}.{t.__qualname__}, which the protocol does not carry")
 
@@ -107,7 +106,8 @@ def _state(x: Any) -> list[Any]:
     for name, value in getattr(x, "__dict__", {}).items():
         out += [name, _enc(value)]
     for cls in type(x).__mro__:
-        for name in cls.__dict__.get("__slots__", ()):
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
             if name not in ("__dict__", "__weakref__") and hasattr(x, name):
                 out += [name, _enc(getattr(x, name))]
     return out
