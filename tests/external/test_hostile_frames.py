@@ -273,3 +273,16 @@ def test_a_pickled_none_first_is_named(tmp_path: Path) -> None:
         "a message that is not umbp-sim's: a NoneType where a stage or the ready message was due\n"
     ), err
     assert pickle.dumps(None) not in err.encode()
+
+
+def test_what_the_decoder_keeps_between_frames_is_bounded() -> None:
+    """The decoder keeps the classes and attributes it has checked (a run's messages name the
+    same ones again and again); frames naming 20,000 attributes leave at most its bound."""
+    from umbp_sim.external import wire
+
+    for n in range(4):
+        names = [v for i in range(5000) for v in (f"a{n}_{i}", i)]
+        doc = {"o": ["umbp_sim.engine.record", "RunRecord", names]}
+        rec = loads(json.dumps(doc).encode())
+        assert getattr(rec, f"a{n}_4999") == 4999
+    assert len(wire._ATTRS) <= wire._CACHE_MAX and len(wire._CLASSES) <= wire._CACHE_MAX

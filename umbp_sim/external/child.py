@@ -89,12 +89,17 @@ def _read_exact(fd: int, n: int) -> bytes:
     return bytes(out)
 
 
-def recv(fd: int) -> Any:
-    """The next message on ``fd`` (blocking: the server's read of its owner's next job)."""
+def recv_payload(fd: int) -> bytes:
+    """The next frame's payload on ``fd`` (blocking: the server's read of its owner's next job)."""
     n = int.from_bytes(_read_exact(fd, 4), "big")
     if n > MAX_FRAME:
         raise FrameError(f"a frame of {n:,} bytes (at most {MAX_FRAME:,})")
-    return loads(_read_exact(fd, n))
+    return _read_exact(fd, n)
+
+
+def recv(fd: int) -> Any:
+    """The next message on ``fd`` (blocking)."""
+    return loads(recv_payload(fd))
 
 
 def loaded_objects() -> list[str]:
@@ -197,10 +202,10 @@ def serve(spec: dict[str, Any]) -> int:
     try:
         while True:
             try:
-                run = recv(inp)
+                payload = recv_payload(inp)
             except EOFError:
                 return 0
-            send(out, forker.run(run))
+            send(out, forker.run(loads(payload), payload))
     finally:
         forker.close()
 
@@ -265,7 +270,9 @@ class Forker:
         self._unreaped: list[int] = []  # children that sent their result and were killed
         self._last: Any = None  # the last run given: a spare warms up on its host
 
-    def run(self, run: Any) -> dict[str, Any]:
+    def run(self, run: Any, payload: bytes | None = None) -> dict[str, Any]:
+        """``run`` in a forked child (``payload``: the run as its owner sent it, passed on to
+        the child as it is; None: encoded here)."""
         # Loaded once the allocator is (serve: a prebuilt module starts this process again).
         from umbp_sim.external import run_job
 
@@ -281,7 +288,7 @@ class Forker:
         except OSError:
             pass  # it died as a spare: the watch sees how
         tell_keeper(self._keeper_fd, child.pid)
-        _give(child.job, frame(dumps(run)), deadline)
+        _give(child.job, frame(dumps(run) if payload is None else payload), deadline)
         self._last = run
         os.close(child.job)
         child.job = -1

@@ -100,16 +100,25 @@ def _enc(x: Any) -> Any:
     raise TypeError(f"a {t.__module__}.{t.__qualname__}, which the protocol does not carry")
 
 
+_SLOTS: dict[type, tuple[str, ...]] = {}  # umbp-sim's own classes' slots, found once
+
+
 def _state(x: Any) -> list[Any]:
     """The instance's attributes as [name, value, ...]: its ``__dict__`` and its slots."""
     out: list[Any] = []
     for name, value in getattr(x, "__dict__", {}).items():
         out += [name, _enc(value)]
-    for cls in type(x).__mro__:
-        slots = cls.__dict__.get("__slots__", ())
-        for name in (slots,) if isinstance(slots, str) else slots:
-            if name not in ("__dict__", "__weakref__") and hasattr(x, name):
-                out += [name, _enc(getattr(x, name))]
+    t = type(x)
+    slots = _SLOTS.get(t)
+    if slots is None:
+        names: list[str] = []
+        for cls in t.__mro__:
+            own = cls.__dict__.get("__slots__", ())
+            names += [own] if isinstance(own, str) else list(own)
+        slots = _SLOTS[t] = tuple(n for n in names if n not in ("__dict__", "__weakref__"))
+    for name in slots:
+        if hasattr(x, name):
+            out += [name, _enc(getattr(x, name))]
     return out
 
 
@@ -185,7 +194,7 @@ def _dec(x: Any, depth: int) -> Any:
         raise WireError(f"a message nested deeper than {MAX_DEPTH}")
     d = depth + 1
     if type(x) is list:
-        return [v if type(v) is str else _dec(v, d) for v in x]
+        return [v if type(v) in _PLAIN_TYPES else _dec(v, d) for v in x]
     if len(x) != 1:
         raise WireError("a message with an object that is not one tagged value")
     ((tag, body),) = x.items()
@@ -287,8 +296,19 @@ def _key(k: Any) -> Any:
     raise WireError(f"a message with a {t.__name__} as a key")
 
 
+# What a lookup found, kept (a run's messages name the same few classes and attributes again and
+# again), at most _CACHE_MAX entries each: a frame naming many cannot grow them without bound.
+_CACHE_MAX = 4096
+_CLASSES: dict[tuple[str, str], Any] = {}
+_ATTRS: dict[tuple[type, str], Any] = {}  # (class, attribute) -> its slot's descriptor, or None
+_PLAIN_TYPES = frozenset(_PLAIN)
+
+
 def _class(module: Any, name: Any) -> type:
     """The class ``module.name`` of umbp_sim's own (its module imported, as pickle's would be)."""
+    found = _CLASSES.get((module, name)) if type(module) is str and type(name) is str else None
+    if found is not None:
+        return found  # type: ignore[no-any-return]
     module, name = _str(module), _str(name)
     if not _MODULE.match(module) or module.endswith("__main__") or not _NAME.match(name):
         what = f"{module}.{name}" if _DOTTED.match(module) and _NAME.match(name) else "a class"
@@ -305,7 +325,9 @@ def _class(module: Any, name: Any) -> type:
     own = cls.__module__ if isinstance(cls, type) else ""
     if own != "umbp_sim" and not own.startswith("umbp_sim."):
         raise WireError(f"a message naming {module}.{name}, which is no umbp-sim data")
-    return cls
+    if len(_CLASSES) < _CACHE_MAX:
+        _CLASSES[(module, name)] = cls
+    return cls  # type: ignore[no-any-return]
 
 
 def _fill(obj: Any, state: Any, depth: int) -> Any:
@@ -314,13 +336,24 @@ def _fill(obj: Any, state: Any, depth: int) -> Any:
     if len(items) % 2:
         raise WireError("a message with an object of an odd number of attributes")
     own = getattr(obj, "__dict__", None)
+    cls = type(obj)
     for i in range(0, len(items), 2):
-        name = _str(items[i])
-        if not _NAME.match(name) or name.startswith("__"):
-            raise WireError(f"a message with an attribute named {shown(name)}")
-        value = _dec(items[i + 1], depth)
-        slot = getattr(type(obj), name, None)
-        if isinstance(slot, types.MemberDescriptorType):
+        name = items[i]
+        key = (cls, name) if type(name) is str else None
+        if key is None or key not in _ATTRS:
+            name = _str(name)
+            if not _NAME.match(name) or name.startswith("__"):
+                raise WireError(f"a message with an attribute named {shown(name)}")
+            found = getattr(cls, name, None)
+            slot = found if isinstance(found, types.MemberDescriptorType) else None
+            if len(_ATTRS) < _CACHE_MAX:
+                _ATTRS[(cls, name)] = slot
+        else:
+            slot = _ATTRS[key]
+        value = items[i + 1]
+        if type(value) not in _PLAIN_TYPES:
+            value = _dec(value, depth)
+        if slot is not None:
             slot.__set__(obj, value)
         elif own is not None:
             own[name] = value
