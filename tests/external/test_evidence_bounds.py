@@ -169,3 +169,16 @@ def test_the_interposers_frames_carry_the_runs_token(tmp_path: Path) -> None:
     assert report["evidence_problem"] is None
     assert report["simulated_calls"] is not None
     assert PROBLEM not in done.stderr
+
+
+def test_a_runs_process_keeps_its_last_death_only() -> None:
+    """Under an allocator's server (no program pid) the run's process writes one death; frames
+    the allocator forges there in numbers leave one record, the last."""
+    death = {"event": "death", "pid": 5, "signal": 7, "stage": "page touch",
+             "kernel": {"crash": None, "reasons": [], "trace": ["t"] * 1000}}  # fmt: skip
+    reader = EvidenceReader()
+    for _ in range(500):
+        reader.feed(frame(json.dumps(death).encode()))
+    reader.feed(frame(json.dumps({**death, "stage": "mmap"}).encode()))
+    assert [d.stage for d in reader.deaths] == ["mmap"]
+    assert reader.death is not None and reader.death.stage == "mmap"

@@ -483,6 +483,8 @@ def _take(frames: Iterator[bytes], seen: dict[str, Any]) -> None:
             if not isinstance(msg, dict):
                 continue
             if "stage" in msg:
+                if type(msg["stage"]) is not str:
+                    continue  # not the child's: it names its stages
                 seen["stages"].append(msg.pop("stage"))
                 seen["partial"].update(msg)
             elif "result" in msg:

@@ -107,8 +107,8 @@ class EvidenceReader:
     kept whole; every other process's records are summarized as they arrive (a death without
     its trace, an exit as its counters), at most ``OTHERS_KEPT`` of them (``others_dropped``
     counts the rest), so a program that starts thousands of processes costs umbp-sim a few
-    hundred bytes each. None (a run's process under an allocator's server): every death kept
-    whole, its forks write none.
+    hundred bytes each. None (a run's process under an allocator's server, whose forks write
+    none): its last event of each kind kept.
 
     ``token``: the run's (exec: ``exec_host.HostDir.token``, which the interposer puts first in
     every frame); a frame without it is not the interposer's."""
@@ -119,7 +119,7 @@ class EvidenceReader:
         self._program = program
         self._token = token
         self.death: Death | None = None  # the last death reported
-        self.deaths: list[Death] = []  # every death, in order
+        self.deaths: list[Death] = []  # the deaths kept (above), in order
         self.exits: list[ProgramExit] = []
         self.errors: list[SetupError] = []
         self._others_kept = 0
@@ -150,7 +150,14 @@ class EvidenceReader:
                 return
             self._others_kept += 1
             event = _summary(event)
-        elif self._program is not None:  # the program's own: its last of each kind
+        elif self._program is None:  # a run's process: its last event of each kind
+            if isinstance(event, Death):
+                self.deaths = []
+            elif isinstance(event, ProgramExit):
+                self.exits = []
+            else:
+                self.errors = []
+        else:  # the program's own: its last of each kind
             if isinstance(event, Death):
                 self.deaths = [d for d in self.deaths if d.pid != event.pid]
             elif isinstance(event, ProgramExit):
