@@ -286,3 +286,48 @@ def test_what_the_decoder_keeps_between_frames_is_bounded() -> None:
         rec = loads(json.dumps(doc).encode())
         assert getattr(rec, f"a{n}_4999") == 4999
     assert len(wire._ATTRS) <= wire._CACHE_MAX and len(wire._CLASSES) <= wire._CACHE_MAX
+
+
+# A thread the allocator's import leaves in its server writes a frame on the server's channel
+# once a run has begun (alloc, in the run's process, leaves a mark first and then sleeps): the
+# frame reaches umbp-sim where the run's reply was due.
+LATE_WRITER = """
+import ctypes, enum, json, mmap, os, struct, sys, threading, time
+_MARK = {mark!r}
+_out = json.loads(sys.argv[-1])["fds"][1]
+
+
+def _forge():
+    while not os.path.exists(_MARK):
+        time.sleep(0.01)
+    os.write(_out, struct.pack(">I", 4) + b"null")
+
+
+threading.Thread(target=_forge, daemon=True).start()
+
+
+{surface}
+
+
+class UMBPHostMemAllocator:
+    def alloc(self, size, backing, hugepage_size=0, numa_node=-1, prefault=True):
+        open(_MARK, "w").close()
+        time.sleep(30)
+        return Handle(mmap.mmap(-1, 4096), size)
+
+    def free(self, h):
+        pass
+""".replace("{surface}", MORI_SURFACE)
+
+
+def test_a_forged_reply_ends_the_server_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "late.py").write_text(LATE_WRITER.format(mark=str(tmp_path / "mark")))
+    start = time.monotonic()
+    code, out, err, _ = _umbp_sim(tmp_path, "compare", "umbp-sim", "late", "--matrix", "none",
+                                  "-k", "node-63", "--run-timeout", "20")  # fmt: skip
+    assert time.monotonic() - start < 20  # not the run's 30 s sleep, nor its time limit
+    assert (code, out) == (2, ""), err
+    assert err == (
+        "umbp-sim compare: late: the allocator's server was ended: its channel to umbp-sim "
+        "carried a message that is not umbp-sim's: a NoneType where a run's reply was due\n"
+    )

@@ -180,7 +180,7 @@ class ExternalRunner:
                                    self.run_timeout)  # fmt: skip
                 problem = _hello_problem(hello)
                 if problem is not None:
-                    raise EOFError(f"{NOT_OURS}: {problem}")
+                    raise NotOurs(f"{CARRIED} {NOT_OURS}: {problem}")
                 if "stage" not in hello:
                     break
                 stage = hello["stage"]  # each stage of its start gets the whole limit
@@ -232,7 +232,7 @@ class ExternalRunner:
                     for f in self._reader.feed(data):
                         self._pending.append(loads(f))
                 except FrameError as e:  # the server writes nothing else: not ours
-                    raise EOFError(str(e)) from None
+                    raise NotOurs(f"{CARRIED} {e}") from None
             elif not self._alive() and not wait_readable([self._from], 0):
                 raise EOFError
         return self._pending.popleft()
@@ -258,7 +258,7 @@ class ExternalRunner:
             reply: dict[str, Any] = self._recv(limit)
             problem = _reply_problem(reply)
             if problem is not None:
-                raise EOFError(f"{NOT_OURS}: {problem}")
+                raise NotOurs(f"{CARRIED} {NOT_OURS}: {problem}")
         except TimeoutError:  # an OSError too: before that branch
             self.kill()  # with its group and its run's (the keeper's part)
             return {
@@ -266,6 +266,9 @@ class ExternalRunner:
                 "partial": {}, "signal": None, "evidence": None, "code": None, "log": "",
                 "timed_out": limit, "stopped": None,
             }  # fmt: skip
+        except NotOurs as e:  # written by the allocator's code: the server is not to be trusted
+            self.kill()
+            raise CouldNotRun(f"{self.spec}: the allocator's server was ended: {e}") from None
         except (EOFError, OSError) as e:
             self.kill()
             why = str(e) or "it exited"
@@ -322,6 +325,12 @@ class ExternalRunner:
 
 
 NOT_OURS = "a message that is not umbp-sim's"
+CARRIED = "its channel to umbp-sim carried"
+
+
+class NotOurs(EOFError):
+    """The server's channel carried what no umbp-sim process writes (allocator code wrote it):
+    the text says what, after "its channel to umbp-sim carried"."""
 
 
 def _hello_problem(hello: Any) -> str | None:
