@@ -1,10 +1,12 @@
 # ruff: noqa: E501  (the value and flag tables keep one kind per line)
-"""Fuzz scenario files, the command line, compare --merge's shard files and the Python API: bad
-input is one line, never a traceback or exit 70 (issues 26, 43).
+"""Fuzz scenario files, the command line, compare --merge's shard files, the Python API and the
+external protocols' frames: bad input is one line, never a traceback or exit 70 (issues 26, 43).
 
 Everything runs in this process: ``umbp-sim run FILE`` and ``umbp-sim replay``/``preflight
 --root`` through ``cli.main`` (argparse's usage errors caught as SystemExit), ``Machine.build``
-and ``FaultPlan.from_rules`` directly. Each drawn hostile value is put under several keys, so one
+and ``FaultPlan.from_rules`` directly, and a frame an allocator or a program under ``exec``
+could write through the protocols' readers (``procs.loads``, the checks of a server's messages,
+``evidence.EvidenceReader``). Each drawn hostile value is put under several keys, so one
 hypothesis example is several inputs (counted in ``INPUTS``). The plain run is small (a few
 hundred inputs, UMBP_HOSTILE_FUZZ_EXAMPLES per test); ``tox -e hostilefuzz`` (run by CI) draws
 more and requires >= 10^5 inputs (UMBP_HOSTILE_FUZZ_MIN_INPUTS). Every input must be answered
@@ -513,3 +515,82 @@ def test_merged_shard_values(
         where[slot[-1]] = "@@hostile@@"
         path.write_text(json.dumps(doc).replace('"@@hostile@@"', json_value(value)))
         answered(["compare", "--merge", str(path), shards["other"]], MERGE_EXITS)
+
+
+# ---- the external protocols' frames (issue 43 points 2, 4, 9) ------------------------------------
+
+# Tags and class names a forged frame may use (umbp_sim/external/wire.py), among others.
+WIRE_TAGS = ["t", "d", "s", "z", "b", "f", "o", "v", "x", "e", "stage", ""]
+WIRE_NAMES = [
+    ["umbp_sim.engine.record", "RunRecord"], ["umbp_sim.units", "Size"],
+    ["umbp_sim.dump.notes", "Note"], ["umbp_sim.faults", "FaultRule"],
+    ["umbp_sim.external.evidence", "Death"], ["umbp_sim.errors", "UmbpSimError"],
+    ["builtins", "bytearray"], ["fractions", "Fraction"], ["os", "system"],
+    ["umbp_sim.__main__", "main"], ["umbp_sim.external.procs", "kill_group"],
+    ["umbp_sim.no_such_module", "X"],
+]  # fmt: skip
+json_leaves = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False,
+    allow_infinity=False), st.text(max_size=20), st.sampled_from(["__class__", "__dict__", "op"]),
+)  # fmt: skip
+
+
+def _tagged(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(
+        st.lists(children, max_size=5),
+        st.builds(lambda tag, body: {tag: body}, st.sampled_from(WIRE_TAGS), children),
+        st.builds(lambda tag, name, rest: {tag: name + rest}, st.sampled_from(["o", "v", "x", "e"]),
+                  st.sampled_from(WIRE_NAMES), st.lists(children, max_size=3)),
+        st.dictionaries(st.text(max_size=8), children, max_size=4),
+    )  # fmt: skip
+
+
+wire_docs = st.recursive(json_leaves, _tagged, max_leaves=30)
+RAW_FRAMES = [
+    b"[" * 50_000, b'{"t":[' * 300 + b"]}" * 300, b"9" * 100_000, b"[1e400]", b"[NaN]",
+    b"[" + b"0," * 3_000_000 + b"0]", b"\x80\x04cbuiltins\nbytearray\nJ\x00\x00\x00\x80\x85R.",
+    b'{"d":[[1],2]}', b'{"b":"zz"}', b'{"f":"1e999"}', b"",
+]  # fmt: skip
+
+
+def _wire_input(payload: bytes) -> None:
+    """One frame through every reader of the protocols: the message decoder and the checks of a
+    server's hello and reply, and the evidence reader. Each answers in bounded time with a
+    value or one line, never another exception."""
+    from umbp_sim.external.evidence import EvidenceReader
+    from umbp_sim.external.procs import FrameError, frame, loads
+    from umbp_sim.external.runner import _hello_problem, _reply_problem
+
+    def call() -> None:
+        try:
+            msg = loads(payload)
+        except FrameError as e:
+            assert "\n" not in str(e) and len(str(e)) < 300, str(e)
+        else:
+            for problem in (_hello_problem(msg), _reply_problem(msg)):
+                assert problem is None or "\n" not in problem
+        reader = EvidenceReader(program=7, token="ab")
+        reader.feed(frame(payload))
+        assert reader.problem is None or "\n" not in reader.problem
+
+    api_input(call, ())
+
+
+@FUZZ
+@given(wire_docs, st.integers(0, 3), st.binary(max_size=8), st.integers(0, 2**16))
+def test_protocol_frames(doc: Any, how: int, junk: bytes, at: int) -> None:
+    """Forged and damaged frames on the external protocols' fds (an allocator's or a program's
+    code can write there): a value or one line, in bounded time and memory."""
+    from umbp_sim.external.wire import encode
+
+    text = json.dumps(doc).encode()
+    if how == 1:  # a message of umbp-sim's, damaged at one place
+        text = encode(
+            {"result": None, "stages": ["alloc"], "x": doc if isinstance(doc, str) else 1}
+        )
+    if how >= 1 and text:
+        i = at % len(text)
+        text = text[:i] + junk + text[i + len(junk) * (how - 1) :]
+    _wire_input(text)
+    if how == 3:
+        _wire_input(RAW_FRAMES[at % len(RAW_FRAMES)])

@@ -11,7 +11,8 @@
 // A program `umbp-sim exec` started (exec_mode.cpp) writes two more events on the same fd: at a
 // normal exit {"event": "exit", "pid", "stats": the interposer's counters, "kernel": the
 // post-mortem} (a death frame has the "stats" too), and when its simulated host cannot start
-// {"event": "error", "pid", "text"}.
+// {"event": "error", "pid", "text"}. Each of its frames begins with the run's token
+// ({"token": "<hex>", "event": ...}: set_evidence_token), which umbp-sim checks.
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -40,6 +41,7 @@ int evidence_fd_now() {
     return kGone;
   return fd;
 }
+char g_token[65] = "";  // exec mode: the run's token (hex), set before any frame is written
 std::atomic<bool> g_dying{false};          // one dying thread reports; another waits for the end
 std::atomic<bool> g_keep_in_forks{false};  // keep_evidence_fd_in_forks
 
@@ -110,6 +112,15 @@ class Pages {
 
 void write_frame_with_postmortem(int fd, const umbp_sim_kernel* k, const char* head, size_t nh);
 
+// `{"token": "<hex>", ` when the run has one (exec mode), else `{`: a frame's first bytes.
+size_t append_open(char* buf, size_t at) {
+  at = append(buf, at, "{");
+  if (g_token[0] == '\0') return at;
+  at = append(buf, at, "\"token\": \"");
+  at = append(buf, at, g_token);
+  return append(buf, at, "\", ");
+}
+
 // `, "stats": {...}`: the interposer's counters that need no lock (a death may come while a
 // thread holds the mapping table's).
 size_t append_stats(char* buf, size_t at) {
@@ -127,7 +138,8 @@ size_t append_stats(char* buf, size_t at) {
 // The evidence frame on `fd`.
 void write_evidence(int fd, const umbp_sim_kernel* k, int sig, const char* stage) {
   char head[512];
-  size_t nh = append(head, 0, "{\"event\": \"death\", \"pid\": ");
+  size_t nh = append_open(head, 0);
+  nh = append(head, nh, "\"event\": \"death\", \"pid\": ");
   nh = append_number(head, nh, static_cast<unsigned long>(::getpid()));
   nh = append(head, nh, ", \"signal\": ");
   nh = append_number(head, nh, static_cast<unsigned long>(sig));
@@ -230,7 +242,8 @@ void report_exit() {
   const umbp_sim_kernel* k = g_kernel.load(std::memory_order_acquire);
   if (fd < 0 || !k || g_dying.load()) return;
   char head[512];
-  size_t nh = append(head, 0, "{\"event\": \"exit\", \"pid\": ");
+  size_t nh = append_open(head, 0);
+  nh = append(head, nh, "\"event\": \"exit\", \"pid\": ");
   nh = append_number(head, nh, static_cast<unsigned long>(::getpid()));
   nh = append_stats(head, nh);
   nh = append(head, nh, ", \"kernel\": ");
@@ -249,7 +262,8 @@ void report_setup_error(const char* text) {
   Pages buf(128 + 6 * n);
   char* json = buf.get();
   if (!json) return;
-  size_t at = append(json, 0, "{\"event\": \"error\", \"pid\": ");
+  size_t at = append_open(json, 0);
+  at = append(json, at, "\"event\": \"error\", \"pid\": ");
   at = append_number(json, at, static_cast<unsigned long>(::getpid()));
   at = append(json, at, ", \"text\": ");
   at = append_json_string(json, at, text);
@@ -269,6 +283,16 @@ void set_evidence_fd(int fd) {
 }
 
 void keep_evidence_fd_in_forks() { g_keep_in_forks.store(true); }
+
+void set_evidence_token(const char* hex) {
+  size_t n = 0;
+  for (; hex[n] && n + 1 < sizeof g_token; ++n) {
+    const char c = hex[n];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) break;  // hex only: no escaping
+    g_token[n] = c;
+  }
+  g_token[n] = '\0';
+}
 
 void forget_evidence_fd_in_fork_child() {
   if (g_keep_in_forks.load()) return;  // exec mode: each process's frames name it (pid)

@@ -6,8 +6,9 @@
 // What umbp-sim passes, in the environment (so a program the program execs gets its own fresh
 // copy of the same host, as with umockdev-run or faketime):
 //   UMBP_SIM_EXEC=<dir>               a private directory: host.json (the SimConfig and fault
-//                                     rules as data, capi/exec_host.h) and root/ (the host's
-//                                     rendered /proc and /sys, sim_paths.cpp)
+//                                     rules as data, capi/exec_host.h), root/ (the host's
+//                                     rendered /proc and /sys, sim_paths.cpp) and token (the
+//                                     run's, in hex: first in every evidence frame)
 //   UMBP_SIM_EXEC_EVIDENCE=fd:dev:ino the pipe for the evidence frames (death.cpp); taken only
 //                                     when fd is still that pipe (a process that closed it may
 //                                     have the number reused), kept across exec and fork: every
@@ -17,6 +18,7 @@
 // stays on the C ABI. When the host cannot start, the program does not run on the real host:
 // an error frame (or a line on stderr) and exit status 70.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,21 @@ int evidence_pipe() {
   return fd;
 }
 
+// <dir>/token into the evidence frames (death.cpp); none there: frames without it, which
+// umbp-sim refuses.
+void read_token(const char* dir) {
+  char path[PATH_MAX];
+  if (snprintf(path, sizeof path, "%s/token", dir) >= PATH_MAX) return;
+  // Raw calls: this library defines open and close (they would route here).
+  const int fd = static_cast<int>(raw(SYS_openat, AT_FDCWD, L(path), O_RDONLY | O_CLOEXEC));
+  if (fd < 0) return;
+  char hex[65] = "";
+  const long n = raw(SYS_read, fd, L(hex), static_cast<long>(sizeof hex - 1));
+  sys_close(fd);
+  hex[n > 0 ? n : 0] = '\0';
+  set_evidence_token(hex);
+}
+
 int fault_path_from_env() {
   const char* want = getenv("UMBP_SIM_FAULT_PATH");
   if (!want || !*want || strcmp(want, "auto") == 0) return UMBP_SIM_FAULT_PATH_AUTO;
@@ -72,6 +89,7 @@ void provider_path(char* out, size_t cap) {
 void start_exec_host() {
   const char* dir = getenv("UMBP_SIM_EXEC");
   if (!dir || !*dir) return;
+  read_token(dir);
   set_evidence_fd(evidence_pipe());  // first: a failure below is reported there
   keep_evidence_fd_in_forks();
   char path[PATH_MAX];

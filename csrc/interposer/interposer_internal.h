@@ -206,6 +206,9 @@ void forget_evidence_fd_in_fork_child();
 // Exec mode: a fork's child keeps the fd (a program the program starts writes frames of its own,
 // naming its pid; a run of the allocator's server closes it: its fork's death is not the run's).
 void keep_evidence_fd_in_forks();
+// Exec mode: the run's token (hex, from the host directory), first in every frame, so that a
+// frame on the pipe that is not the interposer's is told from one that is.
+void set_evidence_token(const char* hex);
 // The Kernel says the process is dead: hand umbp-sim the evidence, then die of `sig`.
 [[noreturn]] void die_of(const umbp_sim_kernel* k, int sig, const char* stage);
 // A routed call's failure: errno and -1, or death when the Kernel answered with a signal.

@@ -246,33 +246,36 @@ def test_a_forged_message_is_refused_not_run(allocators: dict[str, str], tmp_pat
     assert not mark.exists()
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr.startswith("umbp-sim compare: forger: ")
-    assert "a message naming posix.system, which is no umbp-sim data" in r.stderr, r.stderr
+    # a pickle is no message at all now (umbp_sim/external/wire.py): nothing of it is loaded
+    assert "a message that is not UTF-8 text" in r.stderr, r.stderr
     assert len(r.stderr.splitlines()) == 1
 
 
 @pytest.mark.parametrize(
     ("first", "why"),
     [
-        ("None", "None, not a dict"),
-        ("{'ready': True, 'mode': 'x'}", "its objects is None"),
-        ("{'stage': 7}", "its stage is 7"),
+        ("None", "a NoneType where a stage or the ready message was due"),
+        ("{'ready': True, 'mode': 'x'}", "a ready message without its mode or registry"),
+        ("{'stage': 7}", "a stage that is not a string"),
     ],
 )
 def test_a_start_up_message_that_is_not_the_servers_is_one_line(
     allocators: dict[str, str], first: str, why: str
 ) -> None:
-    """A pickled value of the allocator's own on the protocol fd, read as the server's start-up
-    message: one line, the allocator could not run (not exit 70)."""
+    """A well-formed frame of the allocator's own on the protocol fd, read as the server's
+    start-up message: one line, the allocator could not run (not exit 70)."""
     module = Path(allocators["dir"]) / "first.py"
     module.write_text(
-        "import json, os, pickle, sys\n"
+        "import json, os, sys\n"
         "from umbp_sim.external.procs import frame\n"
-        f"os.write(json.loads(sys.argv[1])['fds'][1], frame(pickle.dumps({first})))\n"
+        "from umbp_sim.external.wire import encode\n"
+        f"os.write(json.loads(sys.argv[1])['fds'][1], frame(encode({first})))\n"
     )
     r = _umbp_sim(allocators, "compare", "umbp-sim", "first", "-k", "node-63")
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr == (
-        f"umbp-sim compare: first: its server's start-up message is not umbp-sim's ({why})\n"
+        "umbp-sim compare: first: its channel to umbp-sim carried a message that is not "
+        f"umbp-sim's: {why}\n"
     )
 
 

@@ -1,8 +1,9 @@
 """What one run is, as data: ``Run`` (the host, a fault plan, the allocator, the work, the
 environment, admin writes, counters to read). The same ``Run`` runs in process (a built-in
-profile) or is pickled to an external allocator's server and runs in its forked child
-(``umbp_sim.engine.execute``). It is data a process can pickle: its one kind of callable,
-the admin writes in ``changes``, are frozen dataclasses (``HostChange``) that the engine applies.
+profile) or is sent to an external allocator's server (``umbp_sim.external.wire``: dataclasses
+rebuilt field by field) and runs in its forked child (``umbp_sim.engine.execute``). It is plain
+data: its one kind of callable, the admin writes in ``changes``, are frozen dataclasses
+(``HostChange``) that the engine applies.
 
 The work is one of:
 
@@ -86,8 +87,9 @@ class Measure:
 Work = Alloc | Steps | SglangStartup | Measure
 
 # An admin write applied to the fresh host before the work (``host.set_nr_hugepages(...)``): a
-# picklable callable (a frozen dataclass such as ``diagnose.pool_writes.PoolWrite``) that returns a
-# note when the kernel did not do all it was asked ("the kernel made only 3 of 8 pages").
+# callable frozen dataclass of umbp_sim's (``diagnose.pool_writes.PoolWrite``; wire.py sends it
+# field by field) that returns a note when the kernel did not do all it was asked ("the kernel
+# made only 3 of 8 pages").
 HostChange = Callable[[Any], "str | None"]
 
 

@@ -21,10 +21,12 @@ warnings are taken from it.
 Protocol: on two private pipe fds passed at start (SPEC's ``fds``), never on stdin/stdout: the
 server's stdin is /dev/null and its stdout goes to its stderr (a file its owner reads when it
 fails), so what the allocator prints or reads can neither carry nor corrupt a message. Each
-message is a 4-byte big-endian length + pickle. The server says ``{"stage": ...}`` as it starts
-("import": the allocator's import, "setup"), then ``{"ready": True, "mode": ..., "objects":
-[...], "registry": ...}`` (whether the build has the shm registry's functions) or
-``{"error": "..."}``. The processes: ``umbp_sim.external.procs``.
+message is a 4-byte big-endian length + a JSON document of plain data
+(``umbp_sim.external.wire``: decoded within bounds, nothing it names is called). The server
+says ``{"stage": ...}`` as it starts ("import": the allocator's import, "setup"), then
+``{"ready": True, "mode": ..., "objects": [...], "registry": ...}`` (whether the build has the
+shm registry's functions) or ``{"error": "..."}``; umbp-sim checks each message's shape
+(``runner``: anything else is one line). The processes: ``umbp_sim.external.procs``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import pickle
 import re
 import signal
 import sys
@@ -53,6 +54,7 @@ from umbp_sim.external.procs import (
     FrameReader,
     StageBoard,
     die_with_parent,
+    dumps,
     frame,
     kill_group,
     loads,
@@ -74,7 +76,7 @@ _SYSTEM_LIB = re.compile(
 
 
 def send(fd: int, obj: Any) -> None:
-    write_all(fd, frame(pickle.dumps(obj)))
+    write_all(fd, frame(dumps(obj)))
 
 
 def _read_exact(fd: int, n: int) -> bytes:
@@ -87,12 +89,17 @@ def _read_exact(fd: int, n: int) -> bytes:
     return bytes(out)
 
 
-def recv(fd: int) -> Any:
-    """The next message on ``fd`` (blocking: the server's read of its owner's next job)."""
+def recv_payload(fd: int) -> bytes:
+    """The next frame's payload on ``fd`` (blocking: the server's read of its owner's next job)."""
     n = int.from_bytes(_read_exact(fd, 4), "big")
     if n > MAX_FRAME:
         raise FrameError(f"a frame of {n:,} bytes (at most {MAX_FRAME:,})")
-    return loads(_read_exact(fd, n))
+    return _read_exact(fd, n)
+
+
+def recv(fd: int) -> Any:
+    """The next message on ``fd`` (blocking)."""
+    return loads(recv_payload(fd))
 
 
 def loaded_objects() -> list[str]:
@@ -197,10 +204,10 @@ def serve(spec: dict[str, Any]) -> int:
     try:
         while True:
             try:
-                run = recv(inp)
+                payload = recv_payload(inp)
             except EOFError:
                 return 0
-            send(out, forker.run(run))
+            send(out, forker.run(loads(payload), payload))
     finally:
         forker.close()
 
@@ -216,7 +223,7 @@ class _Child:
 
     pid: int
     job: int
-    rfd: int  # its progress and result (pickle frames)
+    rfd: int  # its progress and result (frames of wire.py's JSON)
     erfd: int  # the interposer's evidence of a simulated death (JSON frames)
     log: RunLog  # its stdout and stderr
     board: StageBoard  # its stages
@@ -265,7 +272,9 @@ class Forker:
         self._unreaped: list[int] = []  # children that sent their result and were killed
         self._last: Any = None  # the last run given: a spare warms up on its host
 
-    def run(self, run: Any) -> dict[str, Any]:
+    def run(self, run: Any, payload: bytes | None = None) -> dict[str, Any]:
+        """``run`` in a forked child (``payload``: the run as its owner sent it, passed on to
+        the child as it is; None: encoded here)."""
         # Loaded once the allocator is (serve: a prebuilt module starts this process again).
         from umbp_sim.external import run_job
 
@@ -281,7 +290,7 @@ class Forker:
         except OSError:
             pass  # it died as a spare: the watch sees how
         tell_keeper(self._keeper_fd, child.pid)
-        _give(child.job, frame(pickle.dumps(run)), deadline)
+        _give(child.job, frame(dumps(run) if payload is None else payload), deadline)
         self._last = run
         os.close(child.job)
         child.job = -1
@@ -374,7 +383,7 @@ class Forker:
 
                 def report(stage: str, **extra: Any) -> None:
                     message = {"stage": stage, **extra}
-                    if not board.post(pickle.dumps(message)):
+                    if not board.post(dumps(message)):
                         send(wfd, message)
 
                 send(wfd, {"result": run_job.run_job(self._module, self._ip, run, report)})
@@ -476,6 +485,8 @@ def _take(frames: Iterator[bytes], seen: dict[str, Any]) -> None:
             if not isinstance(msg, dict):
                 continue
             if "stage" in msg:
+                if type(msg["stage"]) is not str:
+                    continue  # not the child's: it names its stages
                 seen["stages"].append(msg.pop("stage"))
                 seen["partial"].update(msg)
             elif "result" in msg:

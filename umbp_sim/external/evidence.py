@@ -19,11 +19,13 @@ its own): a death, ``{"event": "exit", "pid", "stats", "kernel"}`` at a normal e
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from umbp_sim.bounded import shown
 from umbp_sim.external.procs import FrameError, FrameReader, signal_name
+from umbp_sim.external.wire import WireError, plain
 from umbp_sim.sim import Reason
 
 
@@ -85,74 +87,198 @@ class SetupError:
     text: str
 
 
+# Records kept of the processes a program started beyond the program itself (exec): one
+# summary each (a death's trace and all but its last reasons dropped), at most this many.
+OTHERS_KEPT = 1000
+OTHER_REASONS_KEPT = 3
+TEXT_KEPT = 4096  # characters of a text field kept (a trace line, a reason, a setup error)
+PROBLEM = "a frame on the evidence channel was not umbp-sim's"
+
+
 class EvidenceReader:
     """The frames of a run's evidence pipe, fed as they are read (``os.read``). What is not a
-    well-formed frame of the interposer's ends the reading: the pipe is the interposer's, and
-    only code in the run's own process could have written anything else."""
+    well-formed frame of the interposer's ends the reading and is said once (``problem``: "a
+    frame on the evidence channel was not umbp-sim's: ..."): the pipe is the interposer's, and
+    only code in the run's own process could have written anything else. Each frame is read
+    within bounds (``umbp_sim.external.wire.plain``: size, values, nesting, numbers; NaN and
+    Infinity refused) and its fields checked before anything is built.
 
-    def __init__(self) -> None:
+    ``program``: the pid of the program ``umbp-sim exec`` started. Its last death and exit are
+    kept whole; every other process's records are summarized as they arrive (a death without
+    its trace, an exit as its counters), at most ``OTHERS_KEPT`` of them (``others_dropped``
+    counts the rest), so a program that starts thousands of processes costs umbp-sim a few
+    hundred bytes each. None (a run's process under an allocator's server, whose forks write
+    none): its last event of each kind kept.
+
+    ``token``: the run's (exec: ``exec_host.HostDir.token``, which the interposer puts first in
+    every frame); a frame without it is not the interposer's."""
+
+    def __init__(self, program: int | None = None, token: str | None = None) -> None:
         self._frames = FrameReader()
         self._broken = False
+        self._program = program
+        self._token = token
         self.death: Death | None = None  # the last death reported
-        self.deaths: list[Death] = []  # every death, in order
+        self.deaths: list[Death] = []  # the deaths kept (above), in order
         self.exits: list[ProgramExit] = []
         self.errors: list[SetupError] = []
+        self._others_kept = 0
+        self.others_dropped = 0  # records of other processes past OTHERS_KEPT
+        self.problem: str | None = None  # the bad frame that ended the reading
 
     def feed(self, data: bytes) -> None:
         if self._broken:
             return
         try:
             for payload in self._frames.feed(data):
-                event = event_from_json(json.loads(payload.decode(errors="replace")))
-                if isinstance(event, Death):
-                    self.death = event
-                    self.deaths.append(event)
-                elif isinstance(event, ProgramExit):
-                    self.exits.append(event)
-                else:
-                    self.errors.append(event)
-        except (FrameError, ValueError, TypeError, KeyError):
+                doc = plain(payload)
+                if self._token is not None and (
+                    not isinstance(doc, dict) or doc.get("token") != self._token
+                ):
+                    raise WireError("a frame without this run's token")
+                self._take(event_from_json(doc))
+        except (FrameError, WireError, ValueError, TypeError, KeyError) as e:
             self._broken = True
+            why = str(e) if isinstance(e, (FrameError, WireError)) else f"{type(e).__name__}: {e}"
+            self.problem = f"{PROBLEM}: {' '.join(why.split())[:300]}"
+
+    def _take(self, event: Death | ProgramExit | SetupError) -> None:
+        mine = self._program is None or event.pid == self._program
+        if not mine:
+            if self._others_kept >= OTHERS_KEPT:
+                self.others_dropped += 1
+                return
+            self._others_kept += 1
+            event = _summary(event)
+        elif self._program is None:  # a run's process: its last event of each kind
+            if isinstance(event, Death):
+                self.deaths = []
+            elif isinstance(event, ProgramExit):
+                self.exits = []
+            else:
+                self.errors = []
+        else:  # the program's own: its last of each kind
+            if isinstance(event, Death):
+                self.deaths = [d for d in self.deaths if d.pid != event.pid]
+            elif isinstance(event, ProgramExit):
+                self.exits = [e for e in self.exits if e.pid != event.pid]
+        if isinstance(event, Death):
+            if mine:
+                self.death = event
+            self.deaths.append(event)
+        elif isinstance(event, ProgramExit):
+            self.exits.append(event)
+        else:
+            self.errors.append(event)
+
+
+def _summary(event: Death | ProgramExit | SetupError) -> Death | ProgramExit | SetupError:
+    """Another process's record without what only the program's report shows."""
+    if isinstance(event, Death):
+        reasons = event.reasons[-OTHER_REASONS_KEPT:]
+        return dataclasses.replace(event, reasons=reasons, trace=())
+    if isinstance(event, ProgramExit):
+        return dataclasses.replace(event, reasons=(), trace=())
+    return event
+
+
+def _field(doc: Any, key: str, kind: type, none: bool = False) -> Any:
+    """``doc[key]``, checked to be a ``kind`` (an int that is no bool; None when ``none``);
+    a text cut at TEXT_KEPT characters. TypeError/KeyError otherwise."""
+    if not isinstance(doc, dict):
+        raise TypeError(f"{key}: in something that is not an object")
+    value: Any = doc[key]
+    if value is None and none:
+        return None
+    if type(value) is not kind:
+        raise TypeError(f"{key}: {type(value).__name__}, not {kind.__name__}")
+    checked: Any = value
+    if kind is int and checked < 0:
+        raise ValueError(f"{key}: a negative number")
+    return checked[:TEXT_KEPT] if kind is str else checked
+
+
+def _list(doc: Any, key: str) -> list[Any]:
+    return list(_field(doc, key, list))
+
+
+def _reason(r: Any) -> Reason:
+    numbers = _field(r, "numbers", dict)
+    for k, v in numbers.items():
+        if type(v) is not int:
+            raise TypeError(f"numbers.{shown(k)}: {type(v).__name__}, not int")
+    return Reason(
+        call=_field(r, "call", str),
+        rule=_field(r, "rule", str),
+        errno=_field(r, "errno", str, none=True),
+        signal=_field(r, "signal", str, none=True),
+        numbers=dict(numbers),
+        text=_field(r, "text", str),
+    )
+
+
+def _kernel(doc: Any) -> tuple[tuple[Reason, ...], tuple[str, ...]]:
+    kernel = _field(doc, "kernel", dict)
+    reasons = tuple(_reason(r) for r in _list(kernel, "reasons"))
+    trace = _list(kernel, "trace")
+    for line in trace:
+        if type(line) is not str:
+            raise TypeError(f"trace: a {type(line).__name__}, not str")
+    return reasons, tuple(line[:TEXT_KEPT] for line in trace)
 
 
 def _counts(doc: dict[str, Any]) -> InterposerCounts | None:
     stats = doc.get("stats")
-    return None if stats is None else InterposerCounts(**{k: int(v) for k, v in stats.items()})
+    if stats is None:
+        return None
+    return InterposerCounts(
+        **{k: _field(stats, k, int) for k in ("routed", "faults", "moved", "sim_fds")}
+    )
 
 
-def event_from_json(doc: dict[str, Any]) -> Death | ProgramExit | SetupError:
+def event_from_json(doc: Any) -> Death | ProgramExit | SetupError:
     """The event of one frame (ValueError/TypeError/KeyError if malformed)."""
-    event = doc["event"]
+    event = _field(doc, "event", str)
     if event == "death":
         return death_from_json(doc)
     if event == "exit":
-        kernel = doc["kernel"]
         counts = _counts(doc)
         if counts is None:
             raise KeyError("stats")
-        return ProgramExit(
-            pid=int(doc["pid"]),
-            counts=counts,
-            reasons=tuple(Reason(**r) for r in kernel["reasons"]),
-            trace=tuple(str(line) for line in kernel["trace"]),
-        )
+        reasons, trace = _kernel(doc)
+        return ProgramExit(pid=_field(doc, "pid", int), counts=counts, reasons=reasons,
+                           trace=trace)  # fmt: skip
     if event == "error":
-        return SetupError(pid=int(doc["pid"]), text=str(doc["text"]))
-    raise ValueError(f"an evidence frame of event {event!r}")
+        return SetupError(pid=_field(doc, "pid", int), text=_field(doc, "text", str))
+    raise ValueError(f"an evidence frame of event {shown(event)}")
 
 
-def death_from_json(doc: dict[str, Any]) -> Death:
+def death_from_json(doc: Any) -> Death:
     """A ``Death`` from the interposer's frame (ValueError/TypeError/KeyError if malformed)."""
-    if doc["event"] != "death":
-        raise ValueError(f"an evidence frame of event {doc['event']!r}")
-    kernel = doc["kernel"]
-    crash = kernel["crash"]
+    if _field(doc, "event", str) != "death":
+        raise ValueError(f"an evidence frame of event {shown(doc['event'])}")
+    crash = _field(_field(doc, "kernel", dict), "crash", dict, none=True)
+    reasons, trace = _kernel(doc)
     return Death(
-        signal=signal_name(int(doc["signal"])),
-        stage=str(doc["stage"]),
-        crash=None if crash is None else KernelCrash(**crash),
-        reasons=tuple(Reason(**r) for r in kernel["reasons"]),
-        trace=tuple(str(line) for line in kernel["trace"]),
-        pid=int(doc.get("pid", 0)),
+        signal=signal_name(_field(doc, "signal", int)),
+        stage=_field(doc, "stage", str),
+        crash=None if crash is None else _crash(crash),
+        reasons=reasons,
+        trace=trace,
+        pid=_field(doc, "pid", int) if "pid" in doc else 0,
         counts=_counts(doc),
+    )
+
+
+def _crash(c: dict[str, Any]) -> KernelCrash:
+    extra = sorted(set(c) - {f.name for f in dataclasses.fields(KernelCrash)})
+    if extra:
+        raise KeyError(shown(extra[0]))
+    return KernelCrash(
+        signal=_field(c, "signal", str),
+        where=_field(c, "where", str),
+        node=_field(c, "node", int, none=True),
+        hugepage_size=_field(c, "hugepage_size", int, none=True),
+        detail=_field(c, "detail", str),
+        text=_field(c, "text", str),
     )

@@ -12,7 +12,13 @@ the host with libumbp_sim_exec.so (csrc/capi/exec_host.h):
   or one it misses, is an error naming it: the two change together);
 - ``root/``: the host's /proc and /sys as rendered at start (``SimHost.render``), which lists its
   directories (the node directories, the hugepage sizes) and holds the files the Kernel does not
-  render (process limits, cgroup files).
+  render (process limits, cgroup files);
+- ``token``: 32 random hex digits, the run's, which the interposer puts first in every frame it
+  writes on the evidence pipe (csrc/interposer/death.cpp); umbp-sim reads no frame without it
+  (``evidence.EvidenceReader``), so bytes the program writes on the pipe's fd by accident are
+  never taken for the interposer's. It is not a secret from the program (it can read the
+  directory): the program's own code could forge a frame, and what it forges is read within
+  bounds and ends nothing (``umbp_sim.external.wire``).
 
 The directory is removed when the run ends, however it ends.
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -138,6 +145,7 @@ class HostDir:
         self.machine = machine
         self.plan = plan
         self.path = ""
+        self.token = secrets.token_hex(16)
 
     def __enter__(self) -> HostDir:
         from umbp_sim.sim import SimHost
@@ -147,6 +155,8 @@ class HostDir:
         try:
             with open(os.path.join(self.path, "host.json"), "w") as f:
                 json.dump(doc, f)
+            with open(os.path.join(self.path, "token"), "w") as f:
+                f.write(self.token)
             SimHost(self.machine).render(os.path.join(self.path, "root"))
         except BaseException:
             self.remove()

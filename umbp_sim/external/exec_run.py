@@ -69,6 +69,9 @@ class ExecReport:
     reasons: list[dict[str, Any]] = field(default_factory=list)  # SimKernel's, of the program
     trace: list[str] = field(default_factory=list)
     other_processes: list[dict[str, Any]] = field(default_factory=list)  # what it started
+    other_processes_not_kept: int = 0  # past evidence.OTHERS_KEPT: counted, not listed
+    # "a frame on the evidence channel was not umbp-sim's: ...": the reading ended there
+    evidence_problem: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,6 +107,8 @@ class ExecReport:
                 f"; process {other['pid']} it started was killed by a simulated {d['signal']} "
                 f"in {d['stage']}: {d['detail']}"
             )
+        if self.evidence_problem is not None:
+            text += f"; {self.evidence_problem}"
         failed = [r for r in self.reasons if r["errno"]]
         if failed:
             text += f"; {len(failed)} call{'s' * (len(failed) != 1)} failed on it"
@@ -187,7 +192,7 @@ def run_program(
             os.close(wfd)
             wfd = -1
             try:
-                reader, timed_out = _watch(proc, rfd, timeout)
+                reader, timed_out = _watch(proc, rfd, timeout, host.token)
             finally:
                 kill_group(proc.pid)  # what the program started goes with it
                 returncode = proc.wait()
@@ -200,12 +205,14 @@ def run_program(
     return _report(command, machine, source, plan, proc.pid, returncode, ran_out, reader)
 
 
-def _watch(proc: subprocess.Popen[bytes], rfd: int, timeout: float) -> tuple[EvidenceReader, bool]:
+def _watch(
+    proc: subprocess.Popen[bytes], rfd: int, timeout: float, token: str
+) -> tuple[EvidenceReader, bool]:
     """Read the evidence until the program exits or runs out of time: (the evidence, whether it
     timed out). A process the program started may hold the pipe open: the program's exit ends
     the reading, not the pipe's end. The program is not reaped here: its pid, its group's id,
     stays ours until the caller has ended the group."""
-    reader = EvidenceReader()
+    reader = EvidenceReader(program=proc.pid, token=token)
     deadline = time.monotonic() + timeout
     watch = pidfd(proc.pid)
     pipes = [rfd]
@@ -273,6 +280,8 @@ def _report(
         ended_by=ended_by,
         timed_out=timed_out,
         death=_death_data(death) if death is not None else None,
+        other_processes_not_kept=reader.others_dropped,
+        evidence_problem=reader.problem,
     )
     if record is not None and record.counts is not None:
         report.simulated_calls = record.counts.routed

@@ -25,12 +25,8 @@ that someone else's fork may hold open.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
-import enum
-import io
 import mmap
 import os
-import pickle
 import select
 import signal
 import struct
@@ -41,6 +37,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from umbp_sim.errors import Terminated
+from umbp_sim.external.wire import WireError, decode, encode
 
 PR_SET_PDEATHSIG = 1
 # Seconds a command told to end by SIGTERM/SIGHUP has for its finally blocks (workers get 15 s
@@ -116,13 +113,14 @@ def wait_readable(fds: list[int], timeout: float) -> list[int]:
 # ---- framing: 4-byte big-endian length + payload ---------------------------------------------
 
 
-# A message is a job or a run's record: a trace of a few thousand calls, not hundreds of MiB.
-MAX_FRAME = 256 << 20
+# A message is a job or a run's record: a trace of at most 100,000 calls (~10 MiB), not
+# hundreds of MiB. Its decoding has bounds of its own (umbp_sim.external.wire).
+MAX_FRAME = 64 << 20
 
 
 class FrameError(ValueError):
     """Bytes on a protocol fd that are no message of umbp-sim's: a frame past MAX_FRAME, or a
-    payload that names anything but umbp-sim's data classes."""
+    payload that is not the protocol's data (``umbp_sim.external.wire``)."""
 
 
 class FrameReader:
@@ -175,40 +173,20 @@ class StageBoard:
         self._mem.close()
 
 
-# What a message may hold besides plain containers: umbp-sim's own data (dataclasses, enums,
-# exceptions, int/str subclasses such as Size) and these. Allocator code runs in the processes
-# at the other end and can write on these fds: a payload naming anything else (a function, a
-# class whose construction acts) is refused, never called in umbp-sim's own process.
-_STDLIB_DATA = {
-    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "complex"),
-    ("builtins", "bytearray"), ("builtins", "range"), ("builtins", "slice"),
-    ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("fractions", "Fraction"),
-    ("collections", "OrderedDict"), ("collections", "deque"),
-}  # fmt: skip
-
-
-class _DataUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _STDLIB_DATA:
-            return super().find_class(module, name)
-        if module == "umbp_sim" or module.startswith("umbp_sim."):
-            found = super().find_class(module, name)
-            if isinstance(found, type) and (
-                dataclasses.is_dataclass(found)
-                or issubclass(found, (enum.Enum, BaseException, int, str, float, tuple))
-            ):
-                return found
-        raise FrameError(f"a message naming {module}.{name}, which is no umbp-sim data")
-
-
 def loads(payload: bytes) -> Any:
-    """A message's payload as data (``_DataUnpickler``); FrameError for anything else."""
+    """A message's payload as data (``umbp_sim.external.wire``: plain values and umbp-sim's own
+    data classes, within its bounds); FrameError, one line, for anything else."""
     try:
-        return _DataUnpickler(io.BytesIO(payload)).load()
-    except FrameError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a truncated or hand-made payload
-        raise FrameError(f"a garbled message ({type(e).__name__})") from None
+        return decode(payload)
+    except WireError as e:
+        raise FrameError(str(e)) from None
+    except MemoryError:
+        raise FrameError("a message too large to hold") from None
+
+
+def dumps(message: Any) -> bytes:
+    """``message`` as a payload (``umbp_sim.external.wire.encode``)."""
+    return encode(message)
 
 
 def frame(payload: bytes) -> bytes:

@@ -17,7 +17,6 @@ import contextlib
 import ctypes
 import gc
 import os
-import pickle
 import resource
 import sys
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from umbp_sim.engine.execute import execute, fresh_host, host_config
 from umbp_sim.engine.measure import measure
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.engine.spec import Measure, Run, SglangStartup
+from umbp_sim.external.procs import dumps
 from umbp_sim.machine import Machine
 from umbp_sim.request import AllocRequest
 from umbp_sim.sim import SimHost
@@ -179,7 +179,7 @@ def prepare(run: Run) -> bool:
 def warm_up(ip: Any, run: Run) -> None:
     """In a child waiting for its run: what a run on ``run``'s host does short of calling the
     allocator (a simulated host built, the interposer activated on it and deactivated, a
-    record sent through pickle). A forked process pays for every page it first writes (the
+    record encoded for the protocol). A forked process pays for every page it first writes (the
     server's copied); paid here, before the run arrives, it is not paid in the run's time. A
     host the last run could not use (its run said why) does not fail the next one here."""
     if isinstance(run.work, Measure):
@@ -189,7 +189,7 @@ def warm_up(ip: Any, run: Run) -> None:
         host = fresh_host(run.machine)
         ip.activate(host.kernel)
         ip.deactivate()
-        pickle.dumps(RunRecord(outcome="ok"))
+        dumps(RunRecord(outcome="ok"))
     except Exception:  # noqa: BLE001 - a rehearsal: the run itself says what is wrong
         ip.deactivate()
 

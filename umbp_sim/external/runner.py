@@ -12,8 +12,8 @@ run). The processes and their groups: ``umbp_sim.external.procs``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import pickle
 import resource
 import signal
 import subprocess
@@ -30,6 +30,7 @@ from umbp_sim.exit_codes import EX_FAILS, EX_TEMPFAIL
 from umbp_sim.external.procs import (
     FrameError,
     FrameReader,
+    dumps,
     frame,
     kill_group,
     loads,
@@ -63,26 +64,6 @@ def seconds(t: float) -> str:
 
 
 SERVER_START_GRACE = 60.0  # seconds: umbp-sim's own start-up of an allocator server
-
-
-def _start_message_problem(hello: Any) -> str | None:
-    """Why ``hello`` is not one of the server's start-up messages (child.py's protocol:
-    {"stage": str}, {"error": str}, {"ready": True, "mode": str, "objects": [str],
-    "registry": bool}), or None."""
-    from umbp_sim.bounded import shown
-
-    if not isinstance(hello, dict):
-        return f"{shown(hello)}, not a dict"
-    if "stage" in hello or "error" in hello:
-        key = "stage" if "stage" in hello else "error"
-        return None if isinstance(hello[key], str) else f"its {key} is {shown(hello[key])}"
-    kinds = {"ready": bool, "mode": str, "objects": list, "registry": bool}
-    for key, kind in kinds.items():
-        if not isinstance(hello.get(key), kind):
-            return f"its {key} is {shown(hello.get(key))}"
-    if not all(isinstance(o, str) for o in hello["objects"]):
-        return f"its objects are {shown(hello['objects'])}"
-    return None
 
 
 class CouldNotRun(UmbpSimError):
@@ -198,10 +179,9 @@ class ExternalRunner:
                 own = stage != "import"
                 hello = self._recv(max(self.run_timeout, SERVER_START_GRACE) if own else
                                    self.run_timeout)  # fmt: skip
-                # not what the server says (a frame of the allocator's own on its fd): ended
-                problem = _start_message_problem(hello)
-                if problem:
-                    raise EOFError(f"its server's start-up message is not umbp-sim's ({problem})")
+                problem = _hello_problem(hello)
+                if problem is not None:
+                    raise NotOurs(f"{CARRIED} {NOT_OURS}: {problem}")
                 if "stage" not in hello:
                     break
                 stage = hello["stage"]  # each stage of its start gets the whole limit
@@ -253,13 +233,13 @@ class ExternalRunner:
                     for f in self._reader.feed(data):
                         self._pending.append(loads(f))
                 except FrameError as e:  # the server writes nothing else: not ours
-                    raise EOFError(str(e)) from None
+                    raise NotOurs(f"{CARRIED} {e}") from None
             elif not self._alive() and not wait_readable([self._from], 0):
                 raise EOFError
         return self._pending.popleft()
 
     def _send(self, message: Any, timeout: float) -> None:
-        data = frame(pickle.dumps(message))
+        data = frame(dumps(message))
         write_within(self._to, data, time.monotonic() + timeout, self._alive)
 
     # ---- runs ----
@@ -277,6 +257,9 @@ class ExternalRunner:
         try:
             self._send(message, limit)
             reply: dict[str, Any] = self._recv(limit)
+            problem = _reply_problem(reply)
+            if problem is not None:
+                raise NotOurs(f"{CARRIED} {NOT_OURS}: {problem}")
         except TimeoutError:  # an OSError too: before that branch
             self.kill()  # with its group and its run's (the keeper's part)
             return {
@@ -284,6 +267,9 @@ class ExternalRunner:
                 "partial": {}, "signal": None, "evidence": None, "code": None, "log": "",
                 "timed_out": limit, "stopped": None,
             }  # fmt: skip
+        except NotOurs as e:  # written by the allocator's code: the server is not to be trusted
+            self.kill()
+            raise CouldNotRun(f"{self.spec}: the allocator's server was ended: {e}") from None
         except (EOFError, OSError) as e:
             self.kill()
             why = str(e) or "it exited"
@@ -337,6 +323,96 @@ class ExternalRunner:
                 os.close(fd)
             except OSError:
                 pass
+
+
+NOT_OURS = "a message that is not umbp-sim's"
+CARRIED = "its channel to umbp-sim carried"
+
+
+class NotOurs(EOFError):
+    """The server's channel carried what no umbp-sim process writes (allocator code wrote it):
+    the text says what, after "its channel to umbp-sim carried"."""
+
+
+def _hello_problem(hello: Any) -> str | None:
+    """What is wrong with a message of the server's start (None: it is one), so that a well-formed
+    frame of the wrong shape is one line, not a traceback."""
+    if not isinstance(hello, dict):
+        return f"a {type(hello).__name__} where a stage or the ready message was due"
+    if "stage" in hello:
+        return None if type(hello["stage"]) is str else "a stage that is not a string"
+    if "error" in hello:
+        return None if type(hello["error"]) is str else "an error that is not a string"
+    if hello.get("ready") is not True:
+        return "neither a stage, an error nor the ready message"
+    if type(hello.get("mode")) is not str or type(hello.get("registry")) is not bool:
+        return "a ready message without its mode or registry"
+    objects = hello.get("objects")
+    if type(objects) is not list or any(type(p) is not str for p in objects):
+        return "a ready message whose objects are not a list of paths"
+    return None
+
+
+# A run's reply (child.Forker.run): each key and the types its value may have.
+_REPLY = {
+    "result": (dict, type(None)), "failed": (str, type(None)), "stages": (list,),
+    "partial": (dict,), "signal": (int, type(None)), "evidence": (object,),
+    "code": (int, type(None)), "log": (str,), "timed_out": (int, float, type(None)),
+    "stopped": (str, type(None)),
+}  # fmt: skip
+
+
+def _reply_problem(reply: Any) -> str | None:
+    """What is wrong with a run's reply (None: it has the shape ``record_from_reply`` reads)."""
+    from umbp_sim.engine.record import RunRecord
+    from umbp_sim.external.evidence import Death
+
+    if not isinstance(reply, dict):
+        return f"a {type(reply).__name__} where a run's reply was due"
+    for key, kinds in _REPLY.items():
+        if key not in reply:
+            return f"a run's reply without {key!r}"
+        if not isinstance(reply[key], kinds) or type(reply[key]) is bool:
+            return f"a run's reply whose {key!r} is a {type(reply[key]).__name__}"
+    if any(type(s) is not str for s in reply["stages"]):
+        return "a run's reply whose stages are not strings"
+    if reply["evidence"] is not None and not isinstance(reply["evidence"], Death):
+        return "a run's reply whose evidence is not a simulated death"
+    result = reply["result"]
+    if result is not None:
+        record = result.get("record")
+        if not isinstance(record, RunRecord):
+            return "a run's reply whose result holds no run record"
+        for f in dataclasses.fields(RunRecord):
+            value = getattr(record, f.name, None)
+            if not _of_type(value, str(f.type)):
+                return f"a run record whose {f.name} is a {type(value).__name__}"
+    room, budget = reply["partial"].get("no_room"), reply["partial"].get("budget")
+    if room is not None and not (isinstance(room, dict) and _of_type(room.get("size"), "int")
+                                 and _of_type(room.get("limit"), "int")):  # fmt: skip
+        return "a run's reply whose no_room is not a size and a limit"
+    if budget is not None and not isinstance(budget, dict):
+        return "a run's reply whose budget is not a table"
+    return None
+
+
+_TYPES = {"str": str, "int": int, "bool": bool, "list": list, "dict": dict}
+
+
+def _of_type(value: Any, annotation: str) -> bool:
+    """Whether ``value`` fits a field's annotation as written ("str | None", "list[str]",
+    "Any"): its outer type only, an int not being a bool."""
+    for part in annotation.split(" | "):
+        name = part.split("[")[0].strip()
+        if name == "Any" or (name == "None" and value is None):
+            return True
+        kind = _TYPES.get(name)
+        if kind is None:
+            return True  # a type this check does not know: the annotation's own business
+        if type(value) is kind or (kind is not bool and isinstance(value, kind)
+                                   and not isinstance(value, bool)):  # fmt: skip
+            return True
+    return False
 
 
 def _json(payload: dict[str, Any]) -> str:
