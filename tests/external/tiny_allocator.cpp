@@ -24,7 +24,10 @@
 //     the zero page and nothing is faulted): "faulted";
 //   - TINY_SHM_PRIVATE: maps the memfd MAP_PRIVATE (its writes never reach the fd): "mapping";
 //   - TINY_NO_CLOEXEC: creates the memfd without MFD_CLOEXEC (every program the process execs
-//     inherits it): "mapping".
+//     inherits it): "mapping";
+//   - TINY_OFFSET_32: touches by hand with a 32-bit offset, which wraps at 4 GiB: a buffer past
+//     4 GiB is touched forever (kernels before 5.14), the quick matrix's field-sized runs time
+//     out: "outcome".
 #include <fcntl.h>
 #include <linux/mempolicy.h>
 #include <pybind11/pybind11.h>
@@ -85,7 +88,11 @@ std::string meminfo_summary() {
 
 void touch_pages(void* p, size_t n, size_t stride) {
   volatile char* b = static_cast<volatile char*>(p);
+#ifdef TINY_OFFSET_32
+  for (uint32_t off = 0; off < n; off += static_cast<uint32_t>(stride)) b[off] = 1;
+#else
   for (size_t off = 0; off < n; off += stride) b[off] = 1;
+#endif
 }
 
 class Allocator {

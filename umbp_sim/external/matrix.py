@@ -39,6 +39,11 @@ TOP_SIZES = (2**64 - 1, 2**64 - PAGE, 2**64 - MiB, 2**64 - 2 * MiB)
 HUGEPAGE_SIZES = {"1": 1, "4096": 4096, "2MiB": 2 * MiB, "3MiB": 3 * MiB, "1GiB": GiB}
 NODES = {"-1": -1, "0": 0, "1": 1, "63": 63, "out-of-range": 4, "2^31-1": 2**31 - 1}
 KERNELS = ("3.10.0", "4.9.0", "5.10.0", "6.8.0")
+# Field-sized requests (quick matrix): sglang's host pools are tens to hundreds of GiB, and
+# RHEL 8's 4.18 kernel has no MADV_POPULATE_WRITE (5.14), so a prefault touches every page by
+# hand. Past 4 GiB a touch loop with a 32-bit offset wraps and never ends.
+FIELD_KERNEL = "4.18.0"
+FIELD_SIZES = (5 * GiB, 100 * GiB)
 POOLS = ("no-pool", "pool-on-node0", "ample")
 # One fault per syscall the allocators make, on its first call.
 FAULTS = {
@@ -86,6 +91,18 @@ def big_page_machine() -> Machine:
 
 
 @functools.cache
+def field_machine() -> Machine:
+    """A 2-node x86_64 host of 256 GiB on RHEL 8's kernel with 56 1 GiB hugepages on each node:
+    room for a 100 GiB buffer of base pages or of 1 GiB pages."""
+    m = Machine.x86_64(
+        nodes=2, mem_per_node="128GiB", hugepages_per_node=[{"1GiB": 56}, {"1GiB": 56}],
+        kernel_version=FIELD_KERNEL,
+    )  # fmt: skip
+    m.name = f"field-256GiB k{FIELD_KERNEL}"
+    return m
+
+
+@functools.cache
 def fault_plan(op: str) -> FaultPlan:
     return FaultPlan.from_rules([{"op": op, "errno": FAULTS[op], "nth": 1}])
 
@@ -121,6 +138,10 @@ def quick() -> Iterator[Run]:
         yield _run("ample", AllocRequest(s, b, numa_node=0), fault=op)
     for b, s in itertools.product(BACKINGS, TOP_SIZES):  # rounding up past 2^64
         yield _run("ample", AllocRequest(s, b))
+    field = field_machine()
+    for s, b in itertools.product(FIELD_SIZES, BACKINGS):  # touched by hand: prefault on 4.18
+        call = AllocRequest(s, b, hugepage_size=GiB, prefault=True)
+        yield Run(field, _life(call), label=f"[{field.name}] {call.label()}")
     big = big_page_machine()
     for b in ("AnonymousHugetlb", "AnonymousShmHugetlb"):
         call = AllocRequest(16 * GiB, b, hugepage_size=16 * GiB)
