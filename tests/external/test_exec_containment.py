@@ -104,3 +104,11 @@ def test_a_stray_signal_ends_umbp_sim_through_its_clean_up(
     assert err == f"umbp-sim exec: terminated by {sig.name}\n"
     assert list(tmp.iterdir()) == []
     assert_nothing_left(proc.pid)
+
+
+def test_the_program_gets_the_default_signal_actions(tmp_path: Path) -> None:
+    """The keeper ignores the signals that would end it by accident; the program gets each
+    back at its default: a SIGUSR1 to itself ends it (128 + 10)."""
+    done = run_exec(tmp_path, "--", "sh", "-c", "kill -USR1 $$; echo survived")
+    assert (done.returncode, done.stdout) == (128 + signal.SIGUSR1, "")
+    assert "; ended by SIGUSR1. Exit status 138." in done.stderr

@@ -55,6 +55,23 @@ def test_a_library_preloaded_already_goes_after_the_interposer(probe: str, tmp_p
     assert _lines(done.stdout) == SIMULATED
 
 
+def test_a_library_put_before_the_interposer_stops_the_program_in_one_line(
+    probe: str, tmp_path: Path
+) -> None:
+    """A program started with a library before the interposer (a wrapper that prepends to
+    LD_PRELOAD) would run with its calls on the real host: it is stopped before main(), exit
+    70, one line naming the library."""
+    script = f'LD_PRELOAD="libc.so.6 $LD_PRELOAD" exec {probe}'
+    done = run_exec(tmp_path, "--", "sh", "-c", script)
+    assert (done.returncode, done.stdout) == (70, "")
+    assert re.fullmatch(
+        r"umbp-sim exec: the simulated host did not start: LD_PRELOAD: \S*libc\.so\.6 is loaded "
+        r"before the interposer and answers the program's mmap; preload it after the "
+        r"interposer\n",
+        done.stderr,
+    ), done.stderr
+
+
 def test_the_preload_order() -> None:
     """Sanitizer runtimes first (the user's, then the program's own, once each), the
     interposer, then the rest in the user's order; spaces and colons both separate."""
@@ -143,9 +160,14 @@ def _setuid_program(tmp_path: Path) -> tuple[str, str]:
 
 def test_a_set_user_id_program_is_refused(tmp_path: Path) -> None:
     """The loader ignores LD_PRELOAD for a set-user-ID program that changes the user: it would
-    run on the real host. Refused in one line, before anything runs."""
+    run on the real host. Refused in one line, before anything runs. (On a nosuid mount the
+    bit changes nobody's id: it runs under the interposer there.)"""
     program, owner = _setuid_program(tmp_path)
-    done = run_exec(tmp_path, "--", program, "--help")
+    done = run_exec(tmp_path, "--json", "r.json", "--", program, "--help")
+    if os.statvfs(program).f_flag & os.ST_NOSUID:
+        report = json.loads((tmp_path / "r.json").read_text())
+        assert report["not_simulated"] is None and report["simulated_calls"] is not None
+        return
     assert (done.returncode, done.stdout) == (64, "")
     assert done.stderr == (
         f"umbp-sim exec: CMD {program}: a set-user-ID program (owner uid {owner}): the "
