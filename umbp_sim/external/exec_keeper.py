@@ -9,9 +9,11 @@ included): an orphan comes back to the keeper, not to init. The keeper tells umb
 frames on a pipe (``procs.dumps``: data, never text), the program's pid (or why it did not
 start), then its exit status once the program has exited and the keeper has ended the rest of
 the tree (``procs.end_tree``). It ends the tree early when umbp-sim says ``end`` (past
-``--run-timeout``, or umbp-sim told to end by a signal), and when umbp-sim dies (its control
-pipe's end, or its pidfd): then it also removes the host's private directory. The program dies
-with the keeper (``PR_SET_PDEATHSIG``).
+``--run-timeout``, or umbp-sim told to end by a signal) and when umbp-sim dies (its control
+pipe's end, or its pidfd). Last, once umbp-sim has closed the control pipe (it is done with the
+run) or died, the keeper removes the host's private directory and exits: a SIGKILL of umbp-sim
+at any moment leaves neither a process nor the directory. The program dies with the keeper
+(``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -150,6 +152,7 @@ class ProgramKeeper:
                 except KeeperGone:
                     pass
         finally:
+            os.close(self._control)  # the keeper's cue: it removes the host directory, exits
             deadline = time.monotonic() + END_WITHIN + 5
             while os.waitpid(self.keeper, os.WNOHANG) == (0, 0):
                 if time.monotonic() > deadline:
@@ -157,11 +160,7 @@ class ProgramKeeper:
                     os.waitpid(self.keeper, 0)
                     break
                 time.sleep(0.01)
-            for fd in (self.status_fd, self._control):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            os.close(self.status_fd)
 
     def __enter__(self) -> ProgramKeeper:
         return self
@@ -190,6 +189,40 @@ def _keep(
     os.setpgid(0, 0)  # out of umbp-sim's group: a kill of that group leaves us to clean up
     become_subreaper()
     watch = pidfd(owner)
+    try:
+        _run(owner, command, env, pass_fd, preexec, status, control, watch)
+    finally:
+        # umbp-sim closed its end of the control pipe (it is done with the run) or died: the
+        # tree is ended by now, and nothing of the run needs the host directory any more.
+        _until_done(owner, control, watch)
+        shutil.rmtree(host_dir, ignore_errors=True)
+
+
+def _until_done(owner: int, control: int, watch: int | None) -> None:
+    """Wait for the end of umbp-sim's control pipe, or umbp-sim's death."""
+    fds = [control] + ([watch] if watch is not None else [])
+    while True:
+        ready = wait_readable(fds, 0.5)
+        if watch is not None and watch in ready:
+            return
+        if control in ready and not os.read(control, 64):
+            return
+        if watch is None and os.getppid() != owner:
+            return
+
+
+def _run(
+    owner: int,
+    command: Sequence[str],
+    env: dict[str, str],
+    pass_fd: int,
+    preexec: Callable[[int], None],
+    status: int,
+    control: int,
+    watch: int | None,
+) -> None:
+    """Start the program, tell umbp-sim its pid, wait for its end (or umbp-sim's word, or its
+    death), end the tree, tell umbp-sim the program's exit status."""
     me = os.getpid()
 
     def in_program() -> None:
@@ -217,20 +250,15 @@ def _keep(
             except OSError:
                 pass
     fds = [control] + [fd for fd in (exited, watch) if fd is not None]
-    owner_gone = False
     while True:
         ready = wait_readable(fds, 0.5)
         if exited is not None and exited in ready:
             break
-        if control in ready and os.read(control, 64) != END:
-            owner_gone = True  # its end of the pipe closed: umbp-sim died
-            break
-        if control in ready:
-            break
-        if watch is not None and watch in ready:
-            owner_gone = True
-            break
+        if control in ready or (watch is not None and watch in ready):
+            break  # "end", or the end of the pipe: umbp-sim is gone (or going)
         if exited is None and os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+            break
+        if watch is None and os.getppid() != owner:
             break
     # The program's status before the tree goes (it is not reaped until then: its pid, its
     # group's id, stays ours): its own exit, or the SIGKILL that ends it now.
@@ -242,9 +270,6 @@ def _keep(
         info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     kill_group(proc.pid)
     end_tree(time.monotonic() + END_WITHIN)
-    if owner_gone:
-        shutil.rmtree(host_dir, ignore_errors=True)
-        return
     rc = _returncode(info) if info is not None else -int(signal.SIGKILL)
     try:
         write_all(status, frame(dumps({"status": rc})))
