@@ -163,8 +163,13 @@ def test_a_set_user_id_program_is_refused(tmp_path: Path) -> None:
     run on the real host. Refused in one line, before anything runs. (On a nosuid mount the
     bit changes nobody's id: it runs under the interposer there.)"""
     program, owner = _setuid_program(tmp_path)
-    done = run_exec(tmp_path, "--json", "r.json", "--", program, "--help")
-    if os.statvfs(program).f_flag & os.ST_NOSUID:
+    nosuid = os.statvfs(program).f_flag & os.ST_NOSUID
+    try:
+        done = run_exec(tmp_path, "--json", "r.json", "--", program, "--help")
+    finally:
+        if program.startswith(str(tmp_path)):
+            os.unlink(program)  # a set-user-ID file is not left behind
+    if nosuid:
         report = json.loads((tmp_path / "r.json").read_text())
         assert report["not_simulated"] is None and report["simulated_calls"] is not None
         return
