@@ -192,6 +192,7 @@ def _keep(
     try:
         _run(owner, command, env, pass_fd, preexec, status, control, watch)
     finally:
+        os.close(status)  # all said (or a failure here: umbp-sim reads the end, not a wait)
         # umbp-sim closed its end of the control pipe (it is done with the run) or died: the
         # tree is ended by now, and nothing of the run needs the host directory any more.
         _until_done(owner, control, watch)
@@ -233,8 +234,9 @@ def _run(
 
     try:
         proc = subprocess.Popen(list(command), env=env, pass_fds=(pass_fd,), preexec_fn=in_program)
-    except OSError as e:
-        write_all(status, frame(dumps({"error": e.strerror or str(e), "errno": e.errno or 0})))
+    except (OSError, subprocess.SubprocessError) as e:  # no such file; a failed set-up
+        why = getattr(e, "strerror", None) or str(e)
+        write_all(status, frame(dumps({"error": why, "errno": getattr(e, "errno", 0) or 0})))
         return
     os.close(pass_fd)
     write_all(status, frame(dumps({"pid": proc.pid})))
