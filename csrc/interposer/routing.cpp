@@ -12,8 +12,17 @@ namespace umbp_interpose {
 
 using syscall_fn = long (*)(long, ...);
 
+// The definition of `name` after this library; the C library's when there is none after it (a
+// library preloaded before this one, the C library itself, hides it from RTLD_NEXT: calling
+// the null it returns was a SIGSEGV).
+void* next_symbol(const char* name) {
+  if (void* f = dlsym(RTLD_NEXT, name)) return f;
+  static void* libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  return libc ? dlsym(libc, name) : nullptr;
+}
+
 long raw(long nr, long a1, long a2, long a3, long a4, long a5, long a6) {
-  static syscall_fn f = reinterpret_cast<syscall_fn>(dlsym(RTLD_NEXT, "syscall"));
+  static syscall_fn f = reinterpret_cast<syscall_fn>(next_symbol("syscall"));
   return f(nr, a1, a2, a3, a4, a5, a6);
 }
 
@@ -318,6 +327,22 @@ bool program_caller_at(uintptr_t r) {
 }
 
 }  // namespace
+
+const char* hidden_by(const char* name) {
+  find_forwarders();
+  void* first = dlsym(RTLD_DEFAULT, name);
+  Dl_info info;
+  if (!first || !dladdr(first, &info) || !info.dli_fname) return nullptr;
+  const auto f = reinterpret_cast<uintptr_t>(first);
+  if (f >= g_self.lo && f < g_self.hi) return nullptr;
+  if (in(g_forwarders, g_nforwarders.load(), f)) return nullptr;  // it forwards to us
+  // A sanitizer runtime linked into the program (clang's default) intercepts and forwards too.
+  Dl_info runtime;
+  void* sanitizer = dlsym(RTLD_DEFAULT, "__sanitizer_set_report_path");
+  if (sanitizer && dladdr(sanitizer, &runtime) && runtime.dli_fbase == info.dli_fbase)
+    return nullptr;
+  return *info.dli_fname ? info.dli_fname : "the program itself";
+}
 
 void route_whole_program(const void* kernel_code) {
   find_forwarders();

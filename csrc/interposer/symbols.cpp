@@ -29,7 +29,7 @@ using fopen_fn = FILE* (*)(const char*, const char*);
 
 template <typename F>
 F real(const char* name) {
-  return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+  return reinterpret_cast<F>(next_symbol(name));
 }
 
 // The real function `name`, looked up once into *cache.
@@ -37,7 +37,7 @@ template <typename F>
 F cached(std::atomic<void*>* cache, const char* name) {
   void* f = cache->load(std::memory_order_relaxed);
   if (!f) {
-    f = dlsym(RTLD_NEXT, name);
+    f = next_symbol(name);
     cache->store(f, std::memory_order_relaxed);
   }
   return reinterpret_cast<F>(f);
@@ -214,7 +214,7 @@ void* g_real_sysconf = nullptr;
 UMBP_NO_TSAN long real_sysconf(int name) {
   void* f = __atomic_load_n(&g_real_sysconf, __ATOMIC_RELAXED);
   if (!f) {
-    f = dlsym(RTLD_NEXT, "sysconf");
+    f = next_symbol("sysconf");
     __atomic_store_n(&g_real_sysconf, f, __ATOMIC_RELAXED);
   }
   return reinterpret_cast<long (*)(int)>(f)(name);

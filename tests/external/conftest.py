@@ -81,3 +81,11 @@ def mbind_probe(tmp_path_factory: pytest.TempPathFactory) -> str:
     cmd = ["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]
     cmd += [str(HERE / "mbind_probe.c"), "-o", out]
     return cached_build(cmd, out)
+
+
+@pytest.fixture(scope="session")
+def probe(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """tests/external/exec_probe.c, built: a 2 MiB MAP_HUGETLB mapping bound to node 1."""
+    out = str(tmp_path_factory.mktemp("exec") / "exec_probe")
+    cmd = ["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", str(HERE / "exec_probe.c"), "-o", out]
+    return cached_build(cmd, out)

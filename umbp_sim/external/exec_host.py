@@ -30,8 +30,9 @@ import os
 import secrets
 import shutil
 import tempfile
+from collections.abc import MutableMapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_CANTCREAT, EX_USAGE
@@ -52,6 +53,52 @@ NAMED_MACHINES = {
     "no-pool": "2 nodes of 64 GiB, no hugepages",
 }
 DEFAULT_MACHINE = "ample"
+
+_Env = TypeVar("_Env", bound=MutableMapping[str, str])
+
+
+def leave_exec(env: _Env) -> _Env:
+    """``env`` without an exec run's variables. A process that is not a program under exec (an
+    allocator's server, a new exec run) must not inherit them: the interposer it loads would
+    start that host in it (a stray ``UMBP_SIM_EXEC`` made every external allocator "could not
+    run") and write its evidence on that run's pipe."""
+    for name in (EXEC_ENV, EVIDENCE_ENV):
+        env.pop(name, None)
+    return env
+
+
+def out_of_exec() -> None:
+    """First thing in an ``umbp-sim`` process whose environment has an exec run's variables.
+    Started by ``umbp-sim exec`` (its interposer is loaded here): umbp-sim starts again without
+    the interposer and the variables, and runs as it does outside exec (its commands simulate
+    hosts of their own; under the program's host its allocator servers started that host too
+    and its own runs' deaths were reported as the program's). A stray variable otherwise:
+    dropped, so that nothing umbp-sim starts inherits it."""
+    interposer = "libumbp_sim_interpose.so"
+    try:
+        with open("/proc/self/maps") as f:
+            loaded = any(line.rstrip().endswith("/" + interposer) for line in f)
+    except OSError:
+        loaded = False
+    evidence = os.environ.get(EVIDENCE_ENV, "")
+    leave_exec(os.environ)
+    if not loaded:
+        return
+    import re
+    import sys
+
+    kept = [n for n in re.split(r"[ :]+", os.environ.get("LD_PRELOAD", ""))
+            if n and os.path.basename(n) != interposer]  # fmt: skip
+    env = dict(os.environ, LD_PRELOAD=" ".join(kept))
+    if not kept:
+        del env["LD_PRELOAD"]
+    fd = evidence.split(":", 1)[0]
+    if fd.isdigit():
+        try:
+            os.set_inheritable(int(fd), False)  # the program's evidence pipe: not ours to pass
+        except OSError:
+            pass
+    os.execve(sys.executable, sys.orig_argv, env)
 
 
 class ExecUsageError(UmbpSimError):

@@ -144,7 +144,9 @@ class ExternalRunner:
             "fds": [to_server, from_server], "owner": os.getpid(), "timeout": self.run_timeout,
             "fork_ahead": self.fork_ahead,
         }  # fmt: skip
-        child_env = with_malloc_thp({**os.environ, **self.env})
+        from umbp_sim.external.exec_host import leave_exec
+
+        child_env = with_malloc_thp(leave_exec({**os.environ, **self.env}))
         # Its stdout and stderr (the allocator's import) go to a file: a pipe nobody reads
         # could fill up and stop it. Its stdin is /dev/null. The protocol has its own fds.
         self._stderr = tempfile.TemporaryFile()
