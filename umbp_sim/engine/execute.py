@@ -19,6 +19,7 @@ from typing import Any
 
 from umbp_sim import _native
 from umbp_sim.engine.counters import read_counters
+from umbp_sim.engine.host_changes import apply_change
 from umbp_sim.engine.record import RunRecord, handle_record
 from umbp_sim.engine.spec import Alloc, Run, SglangStartup, Steps
 from umbp_sim.engine.subject import Subject
@@ -59,7 +60,7 @@ def execute(run: Run, subject: Subject) -> RunRecord:
     """``run`` on ``subject``, on a fresh simulated host: what came of it."""
     rec = RunRecord(outcome="ok")
     host = fresh_host(run.machine)
-    rec.setup_notes = [n for n in (change(host) for change in run.changes) if n]
+    rec.setup_notes = [n for n in (apply_change(host, c) for c in run.changes) if n]
     if run.keep_state:
         rec.host_state = host.state()
     stack = instrument(host.kernel, run.plan)
