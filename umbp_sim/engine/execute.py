@@ -85,7 +85,7 @@ def execute(run: Run, subject: Subject) -> RunRecord:
             subject.stage("free")
             _free(run, subject, rec, held)
         except SimulatedCrash as e:
-            rec.outcome, rec.failure, rec.error = "crashed", None, str(e)
+            rec.outcome, rec.failure, rec.error, rec.null_alloc = "crashed", None, str(e), None
             rec.signal, rec.crash_node, rec.detail = e.signal, e.node, e.detail
             rec.stage, rec.simulated = held.stage, True
             if not counted:  # the counters of the host it died on
@@ -134,3 +134,4 @@ def _free(run: Run, subject: Subject, rec: RunRecord, held: Held) -> None:
         raise
     except Exception as e:  # noqa: BLE001 - the allocator's exception is the outcome
         rec.outcome, rec.failure, rec.error = "failed", "raised", f"free: {raised(e)}"
+        rec.null_alloc = None

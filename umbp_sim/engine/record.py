@@ -33,6 +33,7 @@ from typing import Any
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_FAILS, EX_TEMPFAIL
 from umbp_sim.log_capture import LogEntry
+from umbp_sim.request import AllocRequest
 
 __all__ = [
     "OUTCOMES",
@@ -160,6 +161,9 @@ class RunRecord:
     outcome: str
     failure: str | None = None  # "invalid" | "raised", when failed
     error: str | None = None
+    # The alloc call whose null handle ``error`` is (failure "invalid"): sglang's error line is
+    # made of its size, backing and node, and a replay compares those fields, not the text.
+    null_alloc: AllocRequest | None = None
     # The (last) buffer: handle_fields, its backing and size, the node mbind bound it to (-1
     # none), and compare's account of its binding ("bind 1; hugepages 2 x 2MiB on node 1").
     handle: dict[str, Any] | None = None
