@@ -465,8 +465,8 @@ def test_an_allocator_server_without_userfaultfd_could_not_run(
     tiny_builds: dict[str, str], no_userfaultfd: str
 ) -> None:
     from umbp_sim.allocator_spec import parse_allocator_spec
-    from umbp_sim.engine.dispatch import open_allocator
     from umbp_sim.external.runner import CouldNotRun
+    from umbp_sim.run_router import open_allocator
 
     preload = " ".join([os.environ.get("LD_PRELOAD", ""), interposer_path(), no_userfaultfd])
     env = {FAULT_PATH_ENV: "uffd", "LD_PRELOAD": preload.strip()}

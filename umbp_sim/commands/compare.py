@@ -160,7 +160,7 @@ def _merge(args: argparse.Namespace) -> int:
         return EX_USAGE
     junit = None
     if args.junit:
-        from umbp_sim.diagnose.html_report import PageFile
+        from umbp_sim.html_page import PageFile
 
         junit = PageFile(args.junit, "--junit")
     try:
@@ -186,7 +186,6 @@ def _print(result: Any, args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from umbp_sim.allocator_spec import parse_allocator_spec
-    from umbp_sim.engine.dispatch import open_allocator
     from umbp_sim.errors import Terminated
     from umbp_sim.external import matrix
     from umbp_sim.external.compare import (
@@ -198,6 +197,7 @@ def _run(args: argparse.Namespace) -> int:
     from umbp_sim.external.runner import DEFAULT_RUN_TIMEOUT, CouldNotRun
     from umbp_sim.profiles import with_mori_warnings
     from umbp_sim.progress import Progress
+    from umbp_sim.run_router import open_allocator
 
     spec_a = parse_allocator_spec(args.spec_a, "SPEC_A")
     spec_b = parse_allocator_spec(args.spec_b, "SPEC_B")
@@ -240,7 +240,7 @@ def _run(args: argparse.Namespace) -> int:
         jobs = jobs if runs else 1  # a share with no run (N above the runs): nothing to spread
     page = junit = None
     if args.html or args.junit:  # before the runs: an unwritable FILE fails at once
-        from umbp_sim.diagnose.html_report import PageFile
+        from umbp_sim.html_page import PageFile
 
         page = PageFile(args.html) if args.html else None
         junit = PageFile(args.junit, "--junit") if args.junit else None

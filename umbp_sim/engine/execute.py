@@ -19,6 +19,7 @@ from typing import Any
 
 from umbp_sim import _native
 from umbp_sim.engine.counters import read_counters
+from umbp_sim.engine.host_changes import apply_change
 from umbp_sim.engine.record import RunRecord, handle_record
 from umbp_sim.engine.spec import Alloc, Run, SglangStartup, Steps
 from umbp_sim.engine.subject import Subject
@@ -59,7 +60,7 @@ def execute(run: Run, subject: Subject) -> RunRecord:
     """``run`` on ``subject``, on a fresh simulated host: what came of it."""
     rec = RunRecord(outcome="ok")
     host = fresh_host(run.machine)
-    rec.setup_notes = [n for n in (change(host) for change in run.changes) if n]
+    rec.setup_notes = [n for n in (apply_change(host, c) for c in run.changes) if n]
     if run.keep_state:
         rec.host_state = host.state()
     stack = instrument(host.kernel, run.plan)
@@ -84,7 +85,7 @@ def execute(run: Run, subject: Subject) -> RunRecord:
             subject.stage("free")
             _free(run, subject, rec, held)
         except SimulatedCrash as e:
-            rec.outcome, rec.failure, rec.error = "crashed", None, str(e)
+            rec.outcome, rec.failure, rec.error, rec.null_alloc = "crashed", None, str(e), None
             rec.signal, rec.crash_node, rec.detail = e.signal, e.node, e.detail
             rec.stage, rec.simulated = held.stage, True
             if not counted:  # the counters of the host it died on
@@ -133,3 +134,4 @@ def _free(run: Run, subject: Subject, rec: RunRecord, held: Held) -> None:
         raise
     except Exception as e:  # noqa: BLE001 - the allocator's exception is the outcome
         rec.outcome, rec.failure, rec.error = "failed", "raised", f"free: {raised(e)}"
+        rec.null_alloc = None

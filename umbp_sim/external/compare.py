@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.bounded import shown
-from umbp_sim.engine.dispatch import OpenedAllocator
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.engine.spec import Run
 from umbp_sim.external.runner import CouldNotRun, seconds
 from umbp_sim.printable import printable
+from umbp_sim.run_router import OpenedAllocator
 
 # The classes of difference, in report order.
 CLASSES = (

@@ -19,8 +19,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from umbp_sim.diagnose.html_report import escaped, page
 from umbp_sim.external.compare import CLASSES, Comparison
+from umbp_sim.html_page import escaped, page
 
 # Runs listed per class (a full matrix can differ in tens of thousands; --json has them all).
 MAX_RUNS_PER_CLASS = 2000

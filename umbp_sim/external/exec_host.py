@@ -46,7 +46,7 @@ TRACE_LIMIT = 100_000  # syscall records kept (the TracingKernel's default)
 EXEC_ENV = "UMBP_SIM_EXEC"  # the private directory
 EVIDENCE_ENV = "UMBP_SIM_EXEC_EVIDENCE"  # fd:dev:ino of the evidence pipe
 
-# Named machines: the compare matrix's pool states on its 2-node host (external/matrix.py).
+# Named machines: the 2-node hosts compare also runs on (umbp_sim/named_machines.py).
 NAMED_MACHINES = {
     "ample": "2 nodes of 64 GiB, 1024 x 2 MiB and 2 x 1 GiB hugepages on each, kernel 6.8.0",
     "pool-on-node0": "2 nodes of 64 GiB, 64 x 2 MiB and 1 x 1 GiB hugepages on node 0 only",
@@ -124,11 +124,11 @@ def check_report_path(path: str) -> None:
 def load_machine(arg: str | None) -> tuple[Machine, str]:
     """The machine ``--machine`` names (a named machine, or a dump directory or tarball) and
     where it came from ("named machine ample", "dump /path")."""
-    from umbp_sim.external.matrix import machine as matrix_machine
+    from umbp_sim.named_machines import machine as named_machine
 
     name = arg or DEFAULT_MACHINE
     if name in NAMED_MACHINES:
-        m = matrix_machine(name).copy()
+        m = named_machine(name).copy()
         m.name = name
         return m, f"named machine {name}"
     path = Path(name)

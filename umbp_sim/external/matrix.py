@@ -18,6 +18,7 @@ from umbp_sim.backing import BACKINGS
 from umbp_sim.engine.spec import Alloc, Run, Steps
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
+from umbp_sim.named_machines import POOLS, machine
 from umbp_sim.request import AllocRequest
 
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
@@ -39,7 +40,6 @@ TOP_SIZES = (2**64 - 1, 2**64 - PAGE, 2**64 - MiB, 2**64 - 2 * MiB)
 HUGEPAGE_SIZES = {"1": 1, "4096": 4096, "2MiB": 2 * MiB, "3MiB": 3 * MiB, "1GiB": GiB}
 NODES = {"-1": -1, "0": 0, "1": 1, "63": 63, "out-of-range": 4, "2^31-1": 2**31 - 1}
 KERNELS = ("3.10.0", "4.9.0", "5.10.0", "6.8.0")
-POOLS = ("no-pool", "pool-on-node0", "ample")
 # One fault per syscall the allocators make, on its first call.
 FAULTS = {
     "mmap": "ENOMEM",
@@ -50,27 +50,6 @@ FAULTS = {
     "ftruncate": "ENOSPC",
     "close": "EIO",
 }
-
-
-@functools.cache
-def machine(pool: str, kernel: str = "6.8.0") -> Machine:
-    """A 2-node host: no hugepages, the field's 'pool all on node 0', or pools on both.
-
-    One object per (pool, kernel), shared by the runs (nothing changes a run's machine)."""
-    per_node: list[dict[int | str, int]]
-    if pool == "no-pool":
-        per_node = [{}, {}]
-    elif pool == "pool-on-node0":
-        per_node = [{"2MiB": 64, "1GiB": 1}, {}]
-    elif pool == "ample":
-        per_node = [{"2MiB": 1024, "1GiB": 2}, {"2MiB": 1024, "1GiB": 2}]
-    else:
-        raise ValueError(f"unknown pool state {pool!r}")
-    m = Machine.x86_64(
-        nodes=2, mem_per_node="64GiB", hugepages_per_node=per_node, kernel_version=kernel
-    )
-    m.name = f"{pool} k{kernel}"
-    return m
 
 
 @functools.cache
@@ -140,7 +119,7 @@ def scenario_runs(registry: bool = True) -> Iterator[Run]:
     """The bundled scenarios whose request is one alloc, or steps, as runs: the steps those of
     any build can do, and with ``registry`` (both builds have the shm registry) those that
     acquire, look up or release too."""
-    from umbp_sim.external.observe import steps_not_runnable
+    from umbp_sim.external.scenario import steps_not_runnable
     from umbp_sim.scenario.bundled import bundled_scenarios_dir
     from umbp_sim.scenario.runner import build_machine
     from umbp_sim.scenario.schema import find_scenarios, load_scenario

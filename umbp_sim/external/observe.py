@@ -23,7 +23,6 @@ from umbp_sim.engine.execute import ALLOCATOR_LOGGER
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.errors import SimulatedCrash
 from umbp_sim.external.outcome import warning_lines
-from umbp_sim.external.run_job import REGISTRY_FUNCTIONS
 from umbp_sim.external.runner import (
     DEFAULT_RUN_TIMEOUT,
     CouldNotRun,
@@ -34,7 +33,6 @@ from umbp_sim.external.runner import (
     no_room_text,
     timed_out_text,
 )
-from umbp_sim.scenario.schema import Scenario
 from umbp_sim.warning_ids import warning_id
 
 _RUNNERS: dict[str, ExternalRunner] = {}
@@ -87,26 +85,6 @@ def close_runners() -> None:
 
 
 atexit.register(close_runners)
-
-
-# What mori's Python surface has: steps of these ops run on any build with it.
-EXTERNAL_STEP_OPS = ("alloc", "free", "mapped", "set_nr_hugepages")
-
-
-def steps_not_runnable(scn: Scenario, registry: bool) -> str | None:
-    """Why ``scn``'s steps cannot run on an external build (None: they can, or it has none).
-    ``registry``: the build has the shm registry (a checkout built with umbp-sim's binding,
-    ``build-allocator --mori``), so acquire, lookup and release steps run too."""
-    if scn.request_kind != "steps":
-        return None
-    runnable = set(EXTERNAL_STEP_OPS) | (set(REGISTRY_FUNCTIONS) if registry else set())
-    ops = sorted({s["op"] for s in scn.request["steps"]} - runnable)
-    if ops:
-        return (
-            f"steps use the shm registry ({', '.join(ops)}), which the build does not have "
-            "(mori's is C++ only: umbp-sim build-allocator --mori CHECKOUT binds it)"
-        )
-    return None
 
 
 def record_from_reply(reply: dict[str, Any]) -> RunRecord:
