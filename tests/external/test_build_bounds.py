@@ -245,6 +245,9 @@ def test_bad_limits_are_usage_errors(tmp_path: Path) -> None:
     assert code == 64 and err.endswith(
         "argument --build-timeout: 0 is not a positive number of seconds (at most a year)\n"
     )
-    code, _, err = _build(tmp_path, "a.cpp", "-o", "m.so", "--build-memory", "lots")
-    assert code == 64 and "argument --build-memory: " in err
+    code, _, err = _build(tmp_path, "a.cpp", "-o", "m.so", "--build-memory", "1MiB")
+    assert code == 64 and err.endswith(
+        "argument --build-memory: 1MiB is too little for a compiler (at least 64MiB; default "
+        "4GiB)\n"
+    )
     assert command.DEFAULT_TIMEOUT == compiler.DEFAULT_TIMEOUT  # --help's copy of the default

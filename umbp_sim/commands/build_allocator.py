@@ -1,5 +1,5 @@
 """``umbp-sim build-allocator (SRC... [--mori-binding] | --mori CHECKOUT) [-I DIR] [-D NAME[=V]]
-[--link-arg ARG] -o OUT [--print-command]``.
+[--link-arg ARG] -o OUT [--build-timeout SECONDS] [--build-memory SIZE] [--print-command]``.
 
 With ``--mori``, a mori checkout's allocator is built with umbp-sim's binding of its header
 (``umbp_sim/external/mori_build.py``); with ``--mori-binding``, the sources given are built with
@@ -16,9 +16,21 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from umbp_sim.flag_types import cap_flag, seconds_flag
+from umbp_sim.flag_types import seconds_flag, size_flag
+from umbp_sim.units import Size
 
 DEFAULT_TIMEOUT = 600.0  # umbp_sim.external.compiler's (which --help does not import)
+MIN_MEMORY = 64 << 20  # below this no compiler starts
+
+
+def memory_flag(value: str) -> Size:
+    """``--build-memory``: a size a compiler can start in (at least 64MiB)."""
+    size = size_flag(value)
+    if size < MIN_MEMORY:
+        raise argparse.ArgumentTypeError(
+            f"{value.strip()[:40]} is too little for a compiler (at least 64MiB; default 4GiB)"
+        )
+    return size
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_TIMEOUT:g})",
     )  # fmt: skip
     p.add_argument(
-        "--build-memory", type=cap_flag, default=None, metavar="SIZE",
+        "--build-memory", type=memory_flag, default=None, metavar="SIZE",
         help="the address space each compiler process may take (RLIMIT_AS; default 4GiB)",
     )  # fmt: skip
     p.add_argument(
