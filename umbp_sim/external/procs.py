@@ -282,7 +282,11 @@ def _keep(server: int, r: int, server_group: bool, remove: str | None) -> None:
     if remove is not None:
         import shutil
 
-        shutil.rmtree(remove, ignore_errors=True)
+        for _ in range(40):  # again while a process being killed still adds a file to it
+            shutil.rmtree(remove, ignore_errors=True)
+            if not os.path.lexists(remove):
+                break
+            time.sleep(0.05)
 
 
 def _open_fds() -> list[int]:
