@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from umbp_sim.bounded import shown
 from umbp_sim.capi import get_include, interposer_path
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_DATAERR
@@ -33,8 +34,15 @@ WRAPPED = (
 
 
 class BuildError(UmbpSimError):
+    """A build refused or failed: one line (a path's control characters escaped)."""
+
     exit_code = EX_DATAERR
-    multiline = True  # the compiler's output follows the first line
+
+
+class CompileError(BuildError):
+    """A compiler command failed: its first line, then the command and the compiler's output."""
+
+    multiline = True
 
 
 def compiler_env() -> dict[str, str]:
@@ -78,10 +86,16 @@ def compile_command(
     return cmd
 
 
+def named(path: str) -> str:
+    """A path as a message names it: whole up to PATH_MAX, bounded past it."""
+    return path if len(path) <= 4096 else shown(path)
+
+
 def regular_file(path: str, what: str, max_size: int | None = None) -> int:
     """The size of ``path``, a regular file (links followed) of at most ``max_size`` bytes; a
     one-line BuildError naming it (``what``: how the command line or checkout named it)
     otherwise. A FIFO, a device or a directory is never opened."""
+    what = named(what)
     try:
         st = os.stat(path)
     except OSError as e:
@@ -146,14 +160,14 @@ def build_allocator(
 
     for s in sources:
         if not os.path.lexists(s):
-            raise BuildError(f"{s}: no such source file")
+            raise BuildError(f"{named(s)}: no such source file")
         regular_file(s, s)
     for d in includes:
         if not Path(d).is_dir():
-            raise BuildError(f"-I {d}: no such directory")
-    shown = compile_command(sources, output, includes, defines, extra, cxx)
-    if shutil.which(shown[0]) is None:
-        raise BuildError(f"{shown[0]}: compiler not found (set CXX)")
+            raise BuildError(f"-I {named(d)}: no such directory")
+    shown_cmd = compile_command(sources, output, includes, defines, extra, cxx)
+    if shutil.which(shown_cmd[0]) is None:
+        raise BuildError(f"{named(shown_cmd[0])}: compiler not found (set CXX)")
     target = OutputFile(output, "-o", dash=False)
     limits = limits or BuildLimits()
     try:
@@ -165,8 +179,8 @@ def build_allocator(
         cmd = compile_command(sources, staged, includes, defines, extra, cxx)
         compiled = _compile(cmd, limits, f"compiling {output}", work)
         if compiled.returncode != 0:
-            raise BuildError(
-                f"{_failed(f'compiling {output}', compiled, limits)}:\n{shlex.join(shown)}\n"
+            raise CompileError(
+                f"{_failed(f'compiling {output}', compiled, limits)}:\n{shlex.join(shown_cmd)}\n"
                 f"{compiled.output.strip()}"
             )
         if check is not None:
@@ -174,7 +188,7 @@ def build_allocator(
         target.place(staged)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return shown
+    return shown_cmd
 
 
 def _directory(output: str) -> str:

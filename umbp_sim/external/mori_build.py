@@ -26,6 +26,7 @@ from umbp_sim.external.build import (
     BuildError,
     compiler_env,
     include_dirs,
+    named,
     read_header,
     regular_file,
 )
@@ -71,6 +72,7 @@ def mori_build(
 ) -> MoriBuild:
     """The sources, include directories, defines and link arguments of a mori checkout."""
     root = Path(checkout)
+    checkout = named(checkout)
     if not root.is_dir():
         raise BuildError(f"--mori {checkout}: no such directory")
     for rel in (SOURCE, HEADER):
@@ -93,7 +95,7 @@ def mori_api_build(
     host_mem_allocator.h`` in ``includes`` (a BuildError naming it when none holds it); spdlog
     linked as it was built when an include directory holds mori's logging header."""
     if not any((Path(d) / API_HEADER).is_file() for d in includes):
-        shown = ", ".join(includes) or "none given"
+        shown = ", ".join(named(d) for d in includes) or "none given"
         raise BuildError(
             f"--mori-binding: no -I directory holds {API_HEADER} (mori's allocator header; "
             f"-I: {shown})"
@@ -133,7 +135,7 @@ def _preprocess_macros(
     """The macros defined after preprocessing ``text`` (``-dM -E``), None when it fails. The
     compiler runs bounded (``umbp_sim.external.compiler``), ``text`` a file of its own."""
     if shutil.which(cxx) is None:
-        raise BuildError(f"{cxx}: compiler not found (set CXX)")
+        raise BuildError(f"{named(cxx)}: compiler not found (set CXX)")
     limits = limits or BuildLimits()
     with tempfile.TemporaryDirectory(prefix="umbp-sim-macros-") as work:
         source = os.path.join(work, "macros.cpp")
