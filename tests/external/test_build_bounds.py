@@ -251,3 +251,23 @@ def test_bad_limits_are_usage_errors(tmp_path: Path) -> None:
         "4GiB)\n"
     )
     assert command.DEFAULT_TIMEOUT == compiler.DEFAULT_TIMEOUT  # --help's copy of the default
+
+
+def test_umbp_sims_own_lower_limits_hold_for_the_compiler(tmp_path: Path) -> None:
+    """Under an analyst's ``ulimit -v`` (hard) below --build-memory the compiler runs under
+    that limit, not an exec that fails: the build is answered as any other."""
+    import resource
+
+    def ulimit_v() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    src = _source(tmp_path, "#error reached the compiler\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "umbp_sim.cli", "build-allocator", src, "-o", "m.so"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, cwd=tmp_path, preexec_fn=ulimit_v,
+    )  # fmt: skip
+    code, out, err = _finish(proc)
+    assert (code, out) == (65, "")
+    assert err.startswith("umbp-sim build-allocator: compiling m.so failed:\n"), err
+    assert "reached the compiler" in err

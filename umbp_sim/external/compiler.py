@@ -70,10 +70,22 @@ def _limit_child(limits: BuildLimits, parent: int) -> None:
     os.setpgid(0, 0)
     procs.die_with_parent(parent)
     cpu = max(1, math.ceil(limits.timeout))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))  # SIGXCPU, then SIGKILL
-    resource.setrlimit(resource.RLIMIT_AS, (limits.memory, limits.memory))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size, limits.file_size))
+    _lower(resource.RLIMIT_CPU, cpu, cpu + 5)  # SIGXCPU, then SIGKILL
+    _lower(resource.RLIMIT_AS, limits.memory, limits.memory)
+    _lower(resource.RLIMIT_FSIZE, limits.file_size, limits.file_size)
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it; the compiler must not
+
+
+def _lower(which: int, soft: int, hard: int) -> None:
+    """Limit ``which`` to (soft, hard), never above the limits umbp-sim itself runs under (an
+    analyst's ``ulimit -v``: raising a hard limit would fail the exec)."""
+    old_soft, old_hard = resource.getrlimit(which)
+    if old_hard != resource.RLIM_INFINITY:
+        hard = min(hard, old_hard)
+        soft = min(soft, hard)
+    if old_soft != resource.RLIM_INFINITY:
+        soft = min(soft, old_soft)
+    resource.setrlimit(which, (soft, hard))
 
 
 def run_compiler(
