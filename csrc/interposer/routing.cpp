@@ -230,10 +230,31 @@ const umbp_sim_kernel* kernel_for_fd(int fd) {
   return k;
 }
 
+namespace {
+
+// The files a Kernel renders (SimKernel::render_locked's groups; LinuxKernel reads them from
+// this box): an exact path, or a directory and everything under it.
+constexpr const char* kKernelFiles[] = {"/proc/meminfo", "/proc/zoneinfo", "/proc/sys",
+                                        "/sys/kernel/mm/hugepages", "/sys/devices/system/node"};
+
+bool kernel_file(const char* path) {
+  for (const char* f : kKernelFiles) {
+    const size_t n = strlen(f);
+    if (strncmp(path, f, n) == 0 && (path[n] == '\0' || path[n] == '/')) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// In an allocator's scope the Kernel answers the files it renders; any other /proc or /sys path
+// (/proc/self/maps, /proc/cpuinfo) is this box's, as the real kernel would answer it, not a
+// missing file. A program `umbp-sim exec` started has its host's whole tree (sim_paths.cpp).
 const umbp_sim_kernel* route_open(const char* path) {
   if (!path || (strncmp(path, "/proc/", 6) != 0 && strncmp(path, "/sys/", 5) != 0)) return nullptr;
   const umbp_sim_kernel* k = g_kernel.load(std::memory_order_acquire);
-  return (k && (t_scope > 0 || g_program.load(std::memory_order_relaxed))) ? k : nullptr;
+  if (!k || !(t_scope > 0 || g_program.load(std::memory_order_relaxed))) return nullptr;
+  return have_sim_root() || kernel_file(path) ? k : nullptr;
 }
 
 int add_caller_object(const char* path) {

@@ -215,7 +215,11 @@ def _run(args: argparse.Namespace) -> int:
         from umbp_sim.external.observe import has_registry
 
         limit = args.run_timeout or DEFAULT_RUN_TIMEOUT
-        both = has_registry(spec_a, limit) and has_registry(spec_b, limit)
+        try:
+            both = has_registry(spec_a, limit) and has_registry(spec_b, limit)
+        except CouldNotRun as e:  # an import past --run-timeout: once, not again per run
+            print(f"umbp-sim compare: {e}", file=sys.stderr)
+            return EX_COULD_NOT_RUN
         runs = list(matrix.scenario_runs(both))
     if args.matrix == "quick":
         runs += list(matrix.quick())

@@ -64,12 +64,15 @@ def has_registry(spec: AllocatorSpec, run_timeout: float = DEFAULT_RUN_TIMEOUT) 
     """Whether ``spec``'s allocator has the shm registry's calls: a built-in one, always; an
     external build when its server says so (started for the question within ``run_timeout``,
     the command's own limit, and ended: the command's runs start theirs). One that cannot start
-    has none (the command's runs say why)."""
+    has none (the command's runs say why), but one whose import went past the limit raises
+    RunTimedOut: the command reports it now, not after its runs wait the limit again."""
     if spec.kind == "builtin":
         return True
     try:
         runner = ExternalRunner(spec, run_timeout=run_timeout)
-    except (RunTimedOut, CouldNotRun):
+    except RunTimedOut:
+        raise
+    except CouldNotRun:
         return False
     try:
         return runner.registry

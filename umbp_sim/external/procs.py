@@ -311,24 +311,28 @@ def write_within(
 # ---- the keeper --------------------------------------------------------------------------------
 
 
-def start_keeper(server: int) -> tuple[int, int]:
+def start_keeper(
+    server: int, server_group: bool = True, remove: str | None = None
+) -> tuple[int, int]:
     """Fork the keeper of ``server`` (this process, the leader of its own group). Returns (its
     pid, the fd to tell it the current run's group on: ``tell_keeper``). A server that ends
     as it should tells it ``QUIT`` and reaps it; one that dies leaves it to do its work (and to
-    be reaped by init)."""
+    be reaped by init). ``server_group=False``: ``server`` is a command's process in its
+    caller's group (a shell's job): only the group it was told is ended, then the directory
+    ``remove`` (build-allocator's compiler and its temporary directory)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the keeper: never returns
         try:
             os.setpgid(0, 0)  # out of the server's group: its owner's kill leaves us to clean up
-            _keep(server, r)
+            _keep(server, r, server_group, remove)
         finally:
             os._exit(0)
     os.close(r)
     return pid, w
 
 
-def _keep(server: int, r: int) -> None:
+def _keep(server: int, r: int, server_group: bool, remove: str | None) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
@@ -360,7 +364,16 @@ def _keep(server: int, r: int) -> None:
         if watch is None and os.getppid() != server:
             break
     kill_group(run)
-    kill_group(server)
+    if server_group:
+        kill_group(server)
+    if remove is not None:
+        import shutil
+
+        for _ in range(40):  # again while a process being killed still adds a file to it
+            shutil.rmtree(remove, ignore_errors=True)
+            if not os.path.lexists(remove):
+                break
+            time.sleep(0.05)
 
 
 def open_fds() -> list[int]:
