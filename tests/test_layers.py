@@ -51,7 +51,8 @@ STACK: tuple[tuple[str, tuple[str, ...]], ...] = (
         "umbp_sim.external.build", "umbp_sim.external.compare", "umbp_sim.external.compare_html",
         "umbp_sim.external.compiler",
         "umbp_sim.external.compare_junit", "umbp_sim.external.exec_host",
-        "umbp_sim.external.exec_keeper", "umbp_sim.external.exec_run", "umbp_sim.external.matrix", "umbp_sim.external.mori_build",
+        "umbp_sim.external.exec_keeper", "umbp_sim.external.exec_run", "umbp_sim.external.matrix",
+        "umbp_sim.external.mori_build",
         "umbp_sim.external.parallel", "umbp_sim.external.scenario", "umbp_sim.external.shards",
     )),
     ("commands", (

@@ -30,12 +30,16 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import MutableMapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_CANTCREAT, EX_USAGE
+from umbp_sim.external.exec_program import (
+    EVIDENCE_ENV,
+    EXEC_ENV as EXEC_ENV,  # exec_run's, through here
+    leave_exec,
+)
 
 if TYPE_CHECKING:  # the command's --help imports this module: nothing of the extension
     from umbp_sim.faults import FaultPlan
@@ -43,8 +47,6 @@ if TYPE_CHECKING:  # the command's --help imports this module: nothing of the ex
 
 HOST_FORMAT = 1  # csrc/capi/exec_host.h UMBP_SIM_EXEC_HOST_FORMAT
 TRACE_LIMIT = 100_000  # syscall records kept (the TracingKernel's default)
-EXEC_ENV = "UMBP_SIM_EXEC"  # the private directory
-EVIDENCE_ENV = "UMBP_SIM_EXEC_EVIDENCE"  # fd:dev:ino of the evidence pipe
 
 # Named machines: the 2-node hosts compare also runs on (umbp_sim/named_machines.py).
 NAMED_MACHINES = {
@@ -53,18 +55,6 @@ NAMED_MACHINES = {
     "no-pool": "2 nodes of 64 GiB, no hugepages",
 }
 DEFAULT_MACHINE = "ample"
-
-_Env = TypeVar("_Env", bound=MutableMapping[str, str])
-
-
-def leave_exec(env: _Env) -> _Env:
-    """``env`` without an exec run's variables. A process that is not a program under exec (an
-    allocator's server, a new exec run) must not inherit them: the interposer it loads would
-    start that host in it (a stray ``UMBP_SIM_EXEC`` made every external allocator "could not
-    run") and write its evidence on that run's pipe."""
-    for name in (EXEC_ENV, EVIDENCE_ENV):
-        env.pop(name, None)
-    return env
 
 
 def out_of_exec() -> None:

@@ -33,8 +33,9 @@ import re
 import shutil
 import stat
 import struct
+from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 MAX_SCRIPT_DEPTH = 4  # as the kernel's binfmt_script recursion
 _READ_LIMIT = 1 << 20  # bytes read of any one ELF structure: a file claiming more is not looked at
@@ -204,3 +205,20 @@ def leak_check_off(env: dict[str, str], sanitizers: tuple[str, ...]) -> bool:
         return False
     env["ASAN_OPTIONS"] = f"{options}:detect_leaks=0" if options else "detect_leaks=0"
     return True
+
+
+EXEC_ENV = "UMBP_SIM_EXEC"  # the private directory
+EVIDENCE_ENV = "UMBP_SIM_EXEC_EVIDENCE"  # fd:dev:ino of the evidence pipe
+
+
+_Env = TypeVar("_Env", bound=MutableMapping[str, str])
+
+
+def leave_exec(env: _Env) -> _Env:
+    """``env`` without an exec run's variables. A process that is not a program under exec (an
+    allocator's server, a new exec run) must not inherit them: the interposer it loads would
+    start that host in it (a stray ``UMBP_SIM_EXEC`` made every external allocator "could not
+    run") and write its evidence on that run's pipe."""
+    for name in (EXEC_ENV, EVIDENCE_ENV):
+        env.pop(name, None)
+    return env

@@ -121,7 +121,7 @@ class ExternalRunner:
             "fds": [to_server, from_server], "owner": os.getpid(), "timeout": self.run_timeout,
             "fork_ahead": self.fork_ahead,
         }  # fmt: skip
-        from umbp_sim.external.exec_host import leave_exec
+        from umbp_sim.external.exec_program import leave_exec
 
         child_env = with_malloc_thp(leave_exec({**os.environ, **self.env}))
         # Its stdout and stderr (the allocator's import) go to a file: a pipe nobody reads
