@@ -236,15 +236,30 @@ std::string postmortem_json(Kernel* k) {
     }
   }
   out += "], \"trace\": [";
+  // Each trace line's call site (an index in "call_sites", -1 none) and the sites, as the
+  // TracingKernel keeps them: where the calls a death's report shows came from.
+  std::string sites = "], \"sites\": [", table = "], \"call_sites\": [";
   if (auto* t = find_layer<TracingKernel>(k)) {
     bool first = true;
     for (const auto& rec : t->records()) {
-      if (!first) out += ", ";
+      if (!first) {
+        out += ", ";
+        sites += ", ";
+      }
       first = false;
       json_string(out, rec.text());
+      sites += std::to_string(rec.site);
+    }
+    first = true;
+    for (const auto& [object, offset] : t->call_sites()) {
+      if (!first) table += ", ";
+      first = false;
+      table += "[";
+      json_string(table, object);
+      table += ", " + std::to_string(offset) + "]";
     }
   }
-  out += "]}";
+  out += sites + table + "]}";
   return out;
 }
 

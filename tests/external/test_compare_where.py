@@ -136,3 +136,23 @@ def test_a_site_in_an_object_that_is_gone_says_so(tmp_path: Path) -> None:
         "offset": 0x1234,
         "note": f"{gone}: no such file here (the build moved?)",
     }
+
+
+def test_a_run_that_died_names_its_calls_lines_from_its_evidence(
+    tiny_builds: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The test allocator touches by hand after MADV_POPULATE_WRITE's EFAULT and dies of
+    SIGBUS; umbp-sim demotes. The dead run's trace and its call sites come from the
+    interposer's evidence; the built-in allocator's calls have no site."""
+    run = "[[]pool-on-node0 k6.8.0] alloc(size=4194304, AnonymousHugetlb, hugepage_size=2097152, "
+    argv = ["compare", "umbp-sim", tiny_builds["wrap"], "--no-scenarios", "-j", "1", "--json"]
+    assert main([*argv, "-k", run + "numa_node=1, prefault=True)"]) == 1
+    [item] = json.loads(capsys.readouterr().out)["differences"]["outcome"]
+    assert (item["a"], item["b"]) == ("ok Anonymous", "crash SIGBUS in alloc")
+    where = item["where"]
+    assert where["b"][0].startswith("mbind(") and where["b"][-1].startswith("touch(")
+    assert "killed by SIGBUS" in where["b"][-1]
+    assert where["site_a"] is None
+    site = where["site_b"]
+    assert Path(site["file"]).resolve() == TINY_SOURCE and site["object"] == tiny_builds["wrap"]
+    assert site["line"] == _line_of("long rc = syscall(SYS_mbind")

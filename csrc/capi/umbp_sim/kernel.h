@@ -68,7 +68,9 @@ typedef struct umbp_sim_kernel_ops {
    * "numbers", "text"}), empty if none or not simulated; 3 = the post-mortem as one JSON object
    * (what the interposer hands umbp-sim when the process dies): {"crash": null or {"signal",
    * "where", "node", "hugepage_size", "detail", "text"} (node and hugepage_size null when
-   * unknown, text as 0 gives it), "reasons": [the objects of 2], "trace": [the lines of 1]}. */
+   * unknown, text as 0 gives it), "reasons": [the objects of 2], "trace": [the lines of 1],
+   * "sites": [each line's call site: an index in call_sites, -1 none], "call_sites": [[object
+   * path, offset], ...]: set_call_site's}. */
   size_t (*describe)(void* self, int what, char* buf, size_t cap);
   void (*retain)(void* self);
   void (*release)(void* self);
