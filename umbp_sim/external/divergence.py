@@ -3,10 +3,11 @@ the call site of that call on each side (an external build's: the interposer rec
 the call that made each mapping or fd a run left held. compare puts it beside the first
 differing run of each class of difference (``where``).
 
-Addresses are left out when calls are compared (``0x...``: they differ from process to process,
-not between allocators). A built-in allocator's calls have no call site: nothing is said of
-them. ``locate`` turns the raw sites (object path, offset) into source lines
-(``umbp_sim.external.call_sites``), in the process that reports.
+Addresses are left out (``0x...``: they differ from process to process, not between
+allocators), in the calls compared and in those shown, so a comparison's report is the same
+from any process (``--jobs``, ``--shard``). A built-in allocator's calls have no call site:
+nothing is said of them. ``locate`` turns the raw sites (object path, offset) into source
+lines (``umbp_sim.external.call_sites``), in the process that reports.
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ def _leaks(r: RunRecord) -> list[dict[str, Any]]:
     for what, index in r.leaked_by:
         kept = 0 <= index < len(r.trace)
         out.append({
-            "what": what,
+            "what": _plain_call(what),
             "call_number": r.trace_dropped + index + 1 if kept else None,
-            "call": r.trace[index] if kept else None,
+            "call": _plain_call(r.trace[index]) if kept else None,
             "site": _site(r, index) if kept else None,
         })  # fmt: skip
     return out
@@ -66,8 +67,8 @@ def divergence(a: RunRecord, b: RunRecord) -> dict[str, Any] | None:
     out: dict[str, Any] = {
         "call": n + 1 if parted else None,
         "same_calls": n - start,
-        "a": a.trace[ia : ia + WHERE_CALLS] if parted else [],
-        "b": b.trace[ib : ib + WHERE_CALLS] if parted else [],
+        "a": [_plain_call(c) for c in a.trace[ia : ia + WHERE_CALLS]] if parted else [],
+        "b": [_plain_call(c) for c in b.trace[ib : ib + WHERE_CALLS]] if parted else [],
         "site_a": _site(a, ia) if parted else None,
         "site_b": _site(b, ib) if parted else None,
     }
