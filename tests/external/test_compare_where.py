@@ -14,6 +14,7 @@ import pytest
 
 from umbp_sim.cli import main
 from umbp_sim.engine.record import RunRecord
+from umbp_sim.external import call_sites
 from umbp_sim.external.build import compile_command
 from umbp_sim.external.divergence import divergence, located, where_lines
 
@@ -156,3 +157,12 @@ def test_a_run_that_died_names_its_calls_lines_from_its_evidence(
     site = where["site_b"]
     assert Path(site["file"]).resolve() == TINY_SOURCE and site["object"] == tiny_builds["wrap"]
     assert site["line"] == _line_of("long rc = syscall(SYS_mbind")
+
+
+def test_a_machine_without_addr2line_says_so_in_one_line(
+    tiny_planted: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(call_sites.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(call_sites, "_cache", {})
+    [loc] = call_sites.locate([(tiny_planted["leak_fd"], 0x10)]).values()
+    assert loc["note"] == "addr2line not found (install binutils): no source lines"
