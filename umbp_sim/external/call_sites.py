@@ -21,6 +21,7 @@ from typing import Any
 
 ADDR2LINE_TIMEOUT = 10.0  # seconds for one object's sites
 MAX_PATH = 4096  # an object path longer than this is not looked at
+MAX_OBJECTS = 4  # objects read in one locate (a run's record is the allocator process's data)
 _CACHE_KEPT = 4096
 _cache: dict[tuple[str, int], dict[str, Any]] = {}
 
@@ -105,14 +106,19 @@ def _location(path: str, offset: int, function: str, where: str, debug: bool) ->
 
 def locate(sites: Iterable[tuple[str, int]]) -> dict[tuple[str, int], dict[str, Any]]:
     """Each (object path, offset) as ``{"object", "offset", "file", "line", "function"}`` or
-    ``{"object", "offset", "note"}`` (why there is no line), addr2line run once per object."""
+    ``{"object", "offset", "note"}`` (why there is no line), addr2line run once per object, for
+    at most ``MAX_OBJECTS`` objects (those past them: "not looked up")."""
     wanted = {(str(p), int(o)) for p, o in sites}
     out = {s: _cache[s] for s in wanted if s in _cache}
     by_object: dict[str, list[int]] = {}
     for path, offset in wanted - set(out):
         by_object.setdefault(path, []).append(offset)
-    for path, offsets in by_object.items():
+    for n, (path, offsets) in enumerate(sorted(by_object.items())):
         offsets.sort()
+        if n >= MAX_OBJECTS:
+            for o in offsets:
+                out[(path, o)] = {"object": path, "offset": o, "note": "not looked up"}
+            continue
         found = _object_sites(path, offsets)
         for offset, loc in zip(offsets, found, strict=True):
             out[(path, offset)] = loc
