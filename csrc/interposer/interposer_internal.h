@@ -225,6 +225,11 @@ void report_setup_error(const char* text);
 
 // ---- the routed calls (calls.cpp) ---------------------------------------------------------------
 
+// Tells the Kernel where the routed call about to be made comes from: `ret`, the interposed
+// symbol's return address, as its object and offset (dladdr), recorded with the call by a
+// TracingKernel in the stack (what compare shows as the call's source line). Only the calls of
+// the seam (mmap, munmap, madvise, mbind, memfd_create, ftruncate, close) carry one.
+void note_site(const umbp_sim_kernel* k, void* ret);
 void* do_mmap(const umbp_sim_kernel* k, void* addr, size_t len, int prot, int flags, int fd,
               off_t off);
 int do_munmap(const umbp_sim_kernel* k, void* addr, size_t len);

@@ -32,8 +32,8 @@ def tiny_planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     other node of a pair, "env_probe": warns MORI_UMBP_LOG_LEVEL as getenv saw it at alloc
     (when set), "stride_bug": touches base pages by hand with the hugepage size as stride,
     "free_keeps_handle": a free whose munmap fails leaves the handle valid, "no_overflow_check",
-    "size_32", "requested_rounded", "populate_read", "shm_private", "no_cloexec": tests/external/
-    tiny_allocator.cpp says}."""
+    "size_32", "requested_rounded", "populate_read", "shm_private", "no_cloexec", "leak_fd":
+    tests/external/tiny_allocator.cpp says}."""
     d = tmp_path_factory.mktemp("tiny_planted")
     builds = {
         "wrong_node": "TINY_WRONG_NODE",
@@ -46,6 +46,7 @@ def tiny_planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "populate_read": "TINY_POPULATE_READ",
         "shm_private": "TINY_SHM_PRIVATE",
         "no_cloexec": "TINY_NO_CLOEXEC",
+        "leak_fd": "TINY_LEAK_FD",
     }
     jobs = {}
     for name, define in builds.items():

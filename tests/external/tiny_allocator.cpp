@@ -24,7 +24,9 @@
 //     the zero page and nothing is faulted): "faulted";
 //   - TINY_SHM_PRIVATE: maps the memfd MAP_PRIVATE (its writes never reach the fd): "mapping";
 //   - TINY_NO_CLOEXEC: creates the memfd without MFD_CLOEXEC (every program the process execs
-//     inherits it): "mapping".
+//     inherits it): "mapping";
+//   - TINY_LEAK_FD: when the memfd's mmap fails (an empty hugetlb pool) the fd is not closed:
+//     "leak", compare naming the memfd_create line below as the call that made it.
 #include <fcntl.h>
 #include <linux/mempolicy.h>
 #include <pybind11/pybind11.h>
@@ -120,7 +122,9 @@ class Allocator {
         p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 #endif
       if (p == MAP_FAILED && fd >= 0) {
+#ifndef TINY_LEAK_FD
         close(fd);
+#endif
         fd = -1;
       }
     } else {

@@ -29,7 +29,7 @@ from umbp_sim.leaks import collect_leaks
 from umbp_sim.log_capture import capture_logs
 from umbp_sim.machine import Machine
 from umbp_sim.sim import SimHost, to_sim_config
-from umbp_sim.trace import instrument
+from umbp_sim.trace import instrument, made_by
 
 WARNING_LOGGERS = ("umbp_sim", "sglang")
 ALLOCATOR_LOGGER = "umbp_sim.allocator"
@@ -93,16 +93,19 @@ def execute(run: Run, subject: Subject) -> RunRecord:
         finally:
             subject.detach(stack.kernel)
         subject.stage("exit")
+        records = stack.tracing.records()
         if rec.outcome != "crashed":  # a dead process leaks nothing
             a = held.allocator
             mine = [a] if a is not None and hasattr(a, "snapshot") else []
             rec.leaks = collect_leaks(host, *mine, stack.kernel)
-            rec.held = {
-                "mappings": len(stack.tracing.live_mappings()),
-                "fds": len(stack.tracing.open_fds()),
-            }
-        rec.trace = [r.text() for r in stack.tracing.records()]
+            mappings, fds = stack.tracing.live_mappings(), stack.tracing.open_fds()
+            rec.held = {"mappings": len(mappings), "fds": len(fds)}
+            rec.leaked_by = made_by(records, mappings, fds)
+        rec.trace = [r.text() for r in records]
         rec.trace_dropped = stack.tracing.dropped
+        sites = [r.site for r in records]
+        if any(s >= 0 for s in sites):  # an external build's calls, from the interposer
+            rec.trace_sites, rec.call_sites = sites, stack.tracing.call_sites()
         rec.reasons = host.reasons()
     rec.warnings = list(logs.messages)
     rec.allocator_warnings = logs.of(ALLOCATOR_LOGGER)

@@ -193,6 +193,13 @@ class RunRecord:
     reasons: list[Any] = field(default_factory=list)  # SimKernel's (umbp_sim.sim.Reason)
     trace: list[str] = field(default_factory=list)  # every call through the TracingKernel
     trace_dropped: int = 0  # calls before ``trace`` the TracingKernel did not keep
+    # Where each call of ``trace`` came from (an external build's, as the interposer saw it):
+    # an index in ``call_sites`` or -1; both empty when no call has one (a built-in allocator).
+    trace_sites: list[int] = field(default_factory=list)
+    call_sites: list[tuple[str, int]] = field(default_factory=list)  # (object path, offset)
+    # The call that made each mapping or fd the run left held: (what, its index in ``trace``,
+    # -1 when not kept): ``umbp_sim.trace.made_by``.
+    leaked_by: list[tuple[str, int]] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)  # what the run left held (umbp_sim.leaks)
     held: dict[str, int] = field(default_factory=lambda: {"mappings": 0, "fds": 0})
     counters: dict[str, int] = field(default_factory=dict)

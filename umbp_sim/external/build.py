@@ -5,6 +5,8 @@ against ``libumbp_sim_interpose.so`` (which defines ``__wrap_SYMBOL``), with lib
 statically so that ``std::ifstream``'s opens are the build's own (wrapped) calls too. The result
 is a shared object; with a pybind11 (or any CPython) module in the sources it is importable and
 runs as ``--allocator PATH``. Python's and pybind11's include directories are added when present.
+It carries debug info (``-g``), so that compare can name the source line of each call it shows
+(``umbp_sim.external.call_sites``); ``--link-arg -g0`` (last on the line) builds without it.
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ def compile_command(
     """The compiler command line ``build_allocator`` runs."""
     compiler = cxx or os.environ.get("CXX") or "c++"
     interposer = interposer_path()
-    cmd = [compiler, "-std=c++17", "-O2", "-fPIC", "-shared", "-static-libstdc++", "-static-libgcc"]
+    cmd = [compiler, "-std=c++17", "-O2", "-g", "-fPIC", "-shared", "-static-libstdc++",
+           "-static-libgcc"]  # fmt: skip
     cmd += [f"-I{d}" for d in [*includes, *include_dirs()]]
     cmd += [f"-D{d}" for d in defines]
     cmd += list(sources)

@@ -149,4 +149,6 @@ def _killed(signum: int, death: Any, stage: str) -> RunRecord:
         rec.error = f"killed by {sig} during {stage}" + (f": {detail}" if detail else "")
     rec.reasons = list(death.reasons) if death is not None else []
     rec.trace = list(death.trace) if death is not None else []
+    if death is not None and death.call_sites:  # where its calls came from
+        rec.trace_sites, rec.call_sites = list(death.trace_sites), list(death.call_sites)
     return rec
