@@ -449,3 +449,25 @@ def test_pid_that_exits_while_collected_writes_nothing(tmp_path: Path, kind: str
     )  # fmt: skip
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"collect.{kind}", "root"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_numa_maps_that_cannot_be_read_is_recorded_missing(tmp_path: Path, kind: str) -> None:
+    """Its numa_maps passes the collector's test for a readable file but cannot be read (here a
+    directory; a process whose maps went): no tool's raw error, no empty file, the reason in
+    the manifest, as for any file that cannot be read."""
+    server = _stat("server", 0x400100, 9)
+    root = write_tree(tmp_path / "root", {**CGROUP_V2_HOST, "proc/4242/cgroup": "0::/\n",
+                                          "proc/4242/stat": server})  # fmt: skip
+    (root / "proc/4242/numa_maps").mkdir()
+    out = tmp_path / "srv.tar"
+    done = run_script(tmp_path, kind, "--root", str(root), "-o", str(out), "--pid", "4242")
+    m = manifest(out)
+    assert (done.returncode, done.stderr) == (
+        0, f"wrote {out}: vm/, 4 files, {len(m['missing'])} missing (listed in "
+        "vm/umbp-sim-collect.json)\n",
+    )  # fmt: skip
+    assert m["missing"]["proc/4242/numa_maps"] == "Is a directory"
+    assert "proc/4242/numa_maps" not in m["collected"]
+    with tarfile.open(out) as tar:
+        assert not any(n.endswith("numa_maps") for n in tar.getnames())

@@ -81,10 +81,10 @@ def test_a_run_records_every_field_of_the_handle_after_alloc_and_after_free() ->
     binding's handle has (identities, whose values differ from process to process, as set or
     their null value); Free clears ptr, the sizes, fd and serial and keeps the rest."""
     from umbp_sim import _native
-    from umbp_sim.engine import run
     from umbp_sim.engine.spec import Run
     from umbp_sim.external.matrix import _life, machine
     from umbp_sim.request import AllocRequest
+    from umbp_sim.run_router import run
 
     fields = [n for n, v in vars(_native.UMBPHostBufferHandle).items() if isinstance(v, property)]
     call = AllocRequest(4 << 20, "AnonymousShm", numa_node=1)
@@ -142,8 +142,8 @@ def test_the_quick_matrix_fails_frees_own_munmap_and_close() -> None:
     (the buffer's whole range, its memfd after that range is unmapped), on both built-in
     allocators and every backing that makes the call."""
     from umbp_sim.allocator_spec import AllocatorSpec
-    from umbp_sim.engine.dispatch import BuiltinAllocator
     from umbp_sim.external import matrix
+    from umbp_sim.run_router import BuiltinAllocator
 
     hit: dict[str, set[str]] = {"munmap": set(), "close": set()}
     for profile in ("umbp-sim", "mori-624002c"):

@@ -16,6 +16,7 @@ from umbp_sim.diagnose.error_line import parse_error_line
 from umbp_sim.diagnose.fix import Fix, combine, knob_of
 from umbp_sim.diagnose.fix_search import run_fix
 from umbp_sim.diagnose.request import Request
+from umbp_sim.engine.host_changes import apply_change
 from umbp_sim.request import AllocRequest
 from umbp_sim.sglang.sizing import host_memory_budget, parse_meminfo
 from umbp_sim.sim import SimHost
@@ -47,7 +48,7 @@ def budget_after(machine: Machine, fix: Fix) -> int:
     """sglang's budget (MemAvailable - 10 GiB) on a fresh host the fix leaves."""
     host = SimHost(fix.machine(machine).copy())
     for change in fix.host_changes:
-        change(host)
+        apply_change(host, change)
     return host_memory_budget(parse_meminfo(host.read("/proc/meminfo")))
 
 

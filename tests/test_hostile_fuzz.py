@@ -1,6 +1,7 @@
 # ruff: noqa: E501  (the value and flag tables keep one kind per line)
-"""Fuzz scenario files, the command line, compare --merge's shard files, the Python API and the
-external protocols' frames: bad input is one line, never a traceback or exit 70 (issues 26, 43).
+"""Fuzz scenario files, the command line, compare --merge's shard files, build-allocator's paths
+and limits, the Python API and the external protocols' frames: bad input is one line, never a
+traceback or exit 70 (issues 26, 43).
 
 Everything runs in this process: ``umbp-sim run FILE`` and ``umbp-sim replay``/``preflight
 --root`` through ``cli.main`` (argparse's usage errors caught as SystemExit), ``Machine.build``
@@ -594,3 +595,57 @@ def test_protocol_frames(doc: Any, how: int, junk: bytes, at: int) -> None:
     _wire_input(text)
     if how == 3:
         _wire_input(RAW_FRAMES[at % len(RAW_FRAMES)])
+
+
+# ---- build-allocator's inputs ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def build_paths(scratch: Path) -> list[str]:
+    """Paths build-allocator may be given as a source, a header directory, a checkout or OUT:
+    a FIFO, a directory, devices, a sparse 6 GiB file, a fake checkout whose headers are a FIFO
+    and a 6 GiB file, a path that does not exist."""
+    d = scratch / "build"
+    d.mkdir()
+    os.mkfifo(d / "fifo")
+    with open(d / "huge.h", "wb") as f:
+        f.truncate(6 << 30)
+    checkout = d / "mori"
+    for rel in ("src/umbp/local", "src/umbp/include/umbp/local", "include/mori/utils"):
+        (checkout / rel).mkdir(parents=True)
+    (checkout / "src/umbp/local/host_mem_allocator.cpp").write_text("int x;\n")
+    os.mkfifo(checkout / "src/umbp/include/umbp/local/host_mem_allocator.h")
+    os.link(d / "huge.h", checkout / "include/mori/utils/mori_log.hpp")
+    return [str(d / "fifo"), str(d), "/dev/zero", "/dev/stdin", "/dev/full", str(d / "huge.h"),
+            str(checkout), str(d / "missing.cpp"), "-"]  # fmt: skip
+
+
+BUILD_FLAGS = ["--build-timeout", "--build-memory", "-o", "-I", "-D", "--link-arg", "--mori"]
+
+
+# Each input parses the whole command line (argparse: about 20 ms): at most 500 examples, under
+# a minute in tox -e hostilefuzz.
+@settings(FUZZ, max_examples=min(FUZZ.max_examples, 500))
+@given(
+    st.lists(st.one_of(st.integers(0, 8), FLAG_VALUES), max_size=3),
+    st.lists(
+        st.tuples(st.sampled_from(BUILD_FLAGS), st.one_of(st.integers(0, 8), FLAG_VALUES)),
+        max_size=5,
+    ),  # fmt: skip
+    st.sampled_from([[], ["--print-command"], ["--mori-binding"]]),
+)
+def test_build_allocator_inputs(
+    build_paths: list[str], sources: list[Any], flags: list[tuple[str, Any]], extra: list[str]
+) -> None:
+    """Sources, headers, checkouts and outputs that are FIFOs, devices, directories or 6 GiB;
+    hostile limits: one line each, never a read of them or a wait. The compiler named does not
+    exist, so nothing is ever compiled."""
+
+    def value(v: Any) -> str:  # no NUL: a command line's arguments are C strings
+        return build_paths[v] if isinstance(v, int) else v.replace("\x00", "")
+
+    argv = ["build-allocator", *[value(s) for s in sources]]
+    for flag, v in flags:
+        argv += [flag, value(v)]
+    argv += [*extra, "--cxx", "/nonexistent/c++"]
+    answered(argv, {0, 64, 65, 73})

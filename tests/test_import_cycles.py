@@ -1,51 +1,10 @@
 """No import cycle among umbp_sim's modules, counting the imports inside functions and under
-``if TYPE_CHECKING:`` too: a function-level import does not make a cycle go away, it hides it.
-
-Read from the installed package's source (parsed, not run).
-"""
+``if TYPE_CHECKING:`` too (tests/import_graph.py): a function-level import does not make a
+cycle go away, it hides it."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
-import umbp_sim
-
-PACKAGE = Path(umbp_sim.__file__).parent
-
-
-def _modules() -> dict[str, Path]:
-    out = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = ["umbp_sim", *path.relative_to(PACKAGE).with_suffix("").parts]
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = path
-    return out
-
-
-def _imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The umbp_sim modules ``module`` imports anywhere in its source (the root package, every
-    module's parent, left out)."""
-    is_package = path.name == "__init__.py"
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = module.split(".")[: None if is_package else -1]
-                parts = parts[: len(parts) - node.level + 1]
-                base = ".".join([*parts, base] if base else parts)
-            names = [f"{base}.{a.name}" for a in node.names] + [base]
-        for name in names:
-            while name and name not in known:
-                name = name.rpartition(".")[0]
-            if name and name not in (module, "umbp_sim"):
-                found.add(name)
-    return found
+from import_graph import graph
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
@@ -97,7 +56,6 @@ def test_the_cycle_finder_finds_a_cycle_behind_a_function_level_import() -> None
 
 
 def test_no_import_cycle() -> None:
-    known = _modules()
-    graph = {m: _imports(m, p, known) for m, p in known.items()}
-    assert len(graph) > 100  # the whole package was read
-    assert [sorted(c) for c in _cycles(graph)] == []
+    imports = {m: set(found) for m, found in graph().items()}
+    assert len(imports) > 100  # the whole package was read
+    assert [sorted(c) for c in _cycles(imports)] == []

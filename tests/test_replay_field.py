@@ -190,3 +190,38 @@ def test_preflight_defaults_to_the_field(capsys):
 def test_run_takes_the_allocator(capsys):
     assert main(["run", "-k", "per-node-exhaustion-sigbus", "--allocator", "umbp-sim"]) == 0
     assert "1 passed, 0 failed" in capsys.readouterr().out
+
+
+def test_the_error_line_is_reproduced_by_the_call_it_names_not_by_its_text() -> None:
+    """A replay decides on fields: the alloc the line names (size, backing, node) returned a
+    null handle. An error whose text is the line but that no null handle gave (an allocator
+    that raised it) does not reproduce it; nor does another node's null handle."""
+    from umbp_sim.diagnose.error_line import parse_error_line
+    from umbp_sim.engine.record import RunRecord
+    from umbp_sim.request import AllocRequest
+
+    line = parse_error_line(
+        "RuntimeError: UMBPHostMemAllocator.alloc(4194304 bytes) failed "
+        "(requested_backing=UMBPHostBufferBacking.AnonymousHugetlb, numa_node=1)."
+    )
+    call = AllocRequest(4 << 20, "AnonymousHugetlb", 2 << 20, 1, True)
+    null = RunRecord("failed", failure="invalid", error="(any text)", null_alloc=call)
+    assert line.matches(null)
+    assert not line.matches(RunRecord("failed", failure="raised", error=line.text))
+    other = AllocRequest(4 << 20, "AnonymousHugetlb", 2 << 20, 0, True)
+    assert not line.matches(RunRecord("failed", failure="invalid", null_alloc=other))
+
+
+def test_a_null_handle_run_records_the_call_it_failed() -> None:
+    from umbp_sim import Machine
+    from umbp_sim.engine.execute import execute
+    from umbp_sim.engine.spec import Alloc, Run
+    from umbp_sim.engine.subject import BuiltinSubject
+    from umbp_sim.request import AllocRequest
+
+    call = AllocRequest(1 << 62, "AnonymousHugetlb", 2 << 20, 0, True)
+    m = Machine.x86_64(nodes=2, mem_per_node="8GiB")
+    rec = execute(Run(m, Alloc(call), allocator="mori-624002c"), BuiltinSubject("mori-624002c"))
+    assert (rec.outcome, rec.failure, rec.null_alloc) == ("failed", "invalid", call)
+    ok = execute(Run(m, Alloc(AllocRequest(4096, "Anonymous"))), BuiltinSubject("umbp-sim"))
+    assert (ok.outcome, ok.null_alloc) == ("ok", None)

@@ -47,9 +47,9 @@ EXIT_CODES: dict[int, str] = {
     "--run-timeout (one line names the stage), or could not run under umbp-sim's own ulimit -v "
     "(one line names it); exec: the program went past --run-timeout (it and what it started "
     "were ended)",
-    EX_SIGHUP: "run, replay, preflight, compare, exec: ended by SIGHUP (every process it "
-    "started ended first)",
+    EX_SIGHUP: "run, replay, preflight, compare, exec, build-allocator: ended by SIGHUP (every "
+    "process it started ended first)",
     EX_INTERRUPTED: "interrupted (Ctrl-C)",
-    EX_SIGTERM: "run, replay, preflight, compare, exec: ended by SIGTERM (every process it started "
-    "ended first)",
+    EX_SIGTERM: "run, replay, preflight, compare, exec, build-allocator: ended by SIGTERM (every "
+    "process it started ended first)",
 }

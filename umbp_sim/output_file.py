@@ -24,13 +24,16 @@ class OutputFileError(UmbpSimError):
 
 class OutputFile:
     """``flag``'s FILE, checked when made (before the work) and written only by :meth:`write`
-    (``discard``: nothing was created before it, kept for the callers' clean-up paths)."""
+    or :meth:`place` (``discard``: nothing was created before it, kept for the callers'
+    clean-up paths). ``dash=False``: an ``-o`` that does not take ``-`` for stdout (a file named
+    ``-``)."""
 
-    def __init__(self, path: str, flag: str) -> None:
+    def __init__(self, path: str, flag: str, dash: bool | None = None) -> None:
         self.path = path
         self.flag = flag  # the option that named the file, in errors
+        self.dash = dash
         self.written = False
-        self._call("check_output", path, flag)
+        self._call("check_output", path, flag, dash)
 
     def _call(self, step: str, *args: object) -> None:
         # imported here: the script imports tarfile, which a command's --help does not need
@@ -43,7 +46,14 @@ class OutputFile:
 
     def write(self, text: str) -> None:
         """``text`` as the file (UTF-8), replacing a regular file there, keeping its mode."""
-        self._call("write_new", self.path, text.encode("utf-8"), self.flag, True)
+        self._call("write_new", self.path, text.encode("utf-8"), self.flag, True, self.dash)
+        self.written = True
+
+    def place(self, tmp: str) -> None:
+        """The file ``tmp``, made in this file's directory (a compiler's output), moved into
+        place as :meth:`write` moves its own: a regular file there replaced whole, anything
+        else refused; ``tmp`` is gone afterwards."""
+        self._call("move_into_place", tmp, self.path, self.flag, self.dash)
         self.written = True
 
     def discard(self) -> None:

@@ -51,9 +51,9 @@ class AllocRequest:
 
     def args(self) -> tuple[int, Any, int, int, bool]:
         """Positional arguments of ``UMBPHostMemAllocator.alloc`` (the backing as its enum)."""
-        from umbp_sim.allocator import UMBPHostBufferBacking
+        from umbp_sim import _native  # the binding's enum (umbp_sim.allocator re-exports it)
 
-        backing = getattr(UMBPHostBufferBacking, self.backing)
+        backing = getattr(_native.UMBPHostBufferBacking, self.backing)
         return self.size, backing, self.hugepage_size, self.numa_node, self.prefault
 
     def table(self) -> dict[str, Any]:

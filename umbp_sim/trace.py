@@ -64,3 +64,34 @@ def trace_text(kernel: Any, last: int | None = None) -> str:
     skipped = tk.dropped + (len(tk.records()) - len(recs))
     head = [f"... {skipped} earlier calls not shown"] if skipped else []
     return "\n".join(head + lines) + ("\n" if lines or head else "")
+
+
+# Leaked mappings and fds whose making call a record names (a program that leaks thousands
+# costs a few lines: the first ones say where).
+MADE_BY_KEPT = 16
+
+
+def made_by(
+    records: list[Any], mappings: list[tuple[int, int]], fds: list[int]
+) -> list[tuple[str, int]]:
+    """Each of the first ``MADE_BY_KEPT`` leaked ``mappings`` ((address, length), as the
+    ledger's ``live_mappings``) and ``fds`` with the index in ``records`` of the call that made
+    it: the last successful mmap whose range holds the mapping's start, the last successful
+    memfd_create that returned the fd; -1 when that call is not among the records (dropped).
+    ``("fd 1000003", 4)``, ``("mapping 0x7f0000000000 length 4096", 2)``."""
+    last_fd: dict[int, int] = {}
+    maps: list[tuple[int, int, int]] = []  # (start, end, index) of each successful mmap
+    for i, r in enumerate(records):
+        if r.threw or not r.result.ok:
+            continue
+        if r.op == "memfd_create":
+            last_fd[r.result.value] = i
+        elif r.op == "mmap":
+            maps.append((r.result.value, r.result.value + r.args["length"], i))
+    out: list[tuple[str, int]] = []
+    for fd in fds[:MADE_BY_KEPT]:
+        out.append((f"fd {fd}", last_fd.get(fd, -1)))
+    for addr, length in mappings[: MADE_BY_KEPT - len(out)]:
+        made = [i for start, end, i in maps if start <= addr < end]
+        out.append((f"mapping {addr:#x} length {length}", made[-1] if made else -1))
+    return out

@@ -48,27 +48,46 @@ T* find_layer(Kernel* k) {
 
 size_t c_page_size(void* self) { return K(self).page_size(); }
 
+// The call site set_call_site named is this call's only: a stack without a TracingKernel does
+// not take it, and it must not pass to the thread's next call.
+struct SiteOfThisCall {
+  ~SiteOfThisCall() { pending_call_site() = CallSite{}; }
+};
+
+void c_set_call_site(void* /*self*/, const char* object, unsigned long offset) {
+  pending_call_site() = CallSite{object, static_cast<uintptr_t>(offset)};
+}
+
 umbp_sim_result c_mmap(void* self, void* addr, size_t length, int prot, int flags, int fd,
                        long offset) {
+  SiteOfThisCall once;
   return to_c(K(self).mmap(addr, length, prot, flags, fd, static_cast<off_t>(offset)));
 }
 umbp_sim_result c_munmap(void* self, void* addr, size_t length) {
+  SiteOfThisCall once;
   return to_c(K(self).munmap(addr, length));
 }
 umbp_sim_result c_madvise(void* self, void* addr, size_t length, int advice) {
+  SiteOfThisCall once;
   return to_c(K(self).madvise(addr, length, advice));
 }
 umbp_sim_result c_mbind(void* self, void* addr, size_t length, int mode,
                         const unsigned long* nodemask, unsigned long maxnode, unsigned flags) {
+  SiteOfThisCall once;
   return to_c(K(self).mbind(addr, length, mode, nodemask, maxnode, flags));
 }
 umbp_sim_result c_memfd_create(void* self, const char* name, unsigned flags) {
+  SiteOfThisCall once;
   return to_c(K(self).memfd_create(name, flags));
 }
 umbp_sim_result c_ftruncate(void* self, int fd, long length) {
+  SiteOfThisCall once;
   return to_c(K(self).ftruncate(fd, static_cast<off_t>(length)));
 }
-umbp_sim_result c_close(void* self, int fd) { return to_c(K(self).close(fd)); }
+umbp_sim_result c_close(void* self, int fd) {
+  SiteOfThisCall once;
+  return to_c(K(self).close(fd));
+}
 
 umbp_sim_result c_read_file(void* self, const char* path, char** data) {
   FileResult r = K(self).read_file(path ? path : "");
@@ -217,15 +236,30 @@ std::string postmortem_json(Kernel* k) {
     }
   }
   out += "], \"trace\": [";
+  // Each trace line's call site (an index in "call_sites", -1 none) and the sites, as the
+  // TracingKernel keeps them: where the calls a death's report shows came from.
+  std::string sites = "], \"sites\": [", table = "], \"call_sites\": [";
   if (auto* t = find_layer<TracingKernel>(k)) {
     bool first = true;
     for (const auto& rec : t->records()) {
-      if (!first) out += ", ";
+      if (!first) {
+        out += ", ";
+        sites += ", ";
+      }
       first = false;
       json_string(out, rec.text());
+      sites += std::to_string(rec.site);
+    }
+    first = true;
+    for (const auto& [object, offset] : t->call_sites()) {
+      if (!first) table += ", ";
+      first = false;
+      table += "[";
+      json_string(table, object);
+      table += ", " + std::to_string(offset) + "]";
     }
   }
-  out += "]}";
+  out += sites + table + "]}";
   return out;
 }
 
@@ -277,11 +311,13 @@ umbp_sim_kernel_ops make_ops(unsigned flags) {
   o.retain = c_retain;
   o.release = c_release;
   o.page_node = c_page_node;
+  o.set_call_site = c_set_call_site;
   return o;
 }
 
-const umbp_sim_kernel_ops kRealOps = make_ops(0);
-const umbp_sim_kernel_ops kSimOps = make_ops(UMBP_SIM_KERNEL_SIMULATED);
+const umbp_sim_kernel_ops kRealOps = make_ops(UMBP_SIM_KERNEL_CALL_SITES);
+const umbp_sim_kernel_ops kSimOps =
+    make_ops(UMBP_SIM_KERNEL_SIMULATED | UMBP_SIM_KERNEL_CALL_SITES);
 
 }  // namespace
 

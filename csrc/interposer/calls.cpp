@@ -1,7 +1,9 @@
 // A routed call answered by the Kernel: mmap (a simulated mapping trapped), munmap, mbind,
 // memfd_create, ftruncate, close, madvise, and opens of /proc and /sys (a memfd holding the
 // Kernel's rendering).
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +12,33 @@
 #include "interposer/interposer_internal.h"
 
 namespace umbp_interpose {
+
+namespace {
+// The program's own path (dladdr names the main program ""), read once.
+const char* program_path() {
+  static char path[PATH_MAX] = {0};
+  static const bool read = [] {
+    const long n = raw(SYS_readlink, L("/proc/self/exe"), L(path), sizeof path - 1);
+    path[n > 0 ? n : 0] = '\0';
+    return true;
+  }();
+  (void)read;
+  return path[0] ? path : nullptr;
+}
+}  // namespace
+
+void note_site(const umbp_sim_kernel* k, void* ret) {
+  if (!(k->ops->flags & UMBP_SIM_KERNEL_CALL_SITES)) return;
+  const char* object = nullptr;
+  unsigned long offset = 0;
+  Dl_info info;
+  if (ret && dladdr(ret, &info) && info.dli_fbase) {
+    object = info.dli_fname && info.dli_fname[0] ? info.dli_fname : program_path();
+    // The call instruction's last byte: the return address may be the next line's first.
+    offset = reinterpret_cast<uintptr_t>(ret) - 1 - reinterpret_cast<uintptr_t>(info.dli_fbase);
+  }
+  k->ops->set_call_site(k->self, object, offset);
+}
 
 void* do_mmap(const umbp_sim_kernel* k, void* addr, size_t len, int prot, int flags, int fd,
               off_t off) {

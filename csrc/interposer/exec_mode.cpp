@@ -92,6 +92,16 @@ void start_exec_host() {
   read_token(dir);
   set_evidence_fd(evidence_pipe());  // first: a failure below is reported there
   keep_evidence_fd_in_forks();
+  // umbp-sim puts this library before what else is preloaded; a process that reordered
+  // LD_PRELOAD would run with its calls on the real host while counted as simulated.
+  if (const char* other = hidden_by("mmap")) {
+    char why[PATH_MAX + 128];
+    snprintf(why, sizeof why,
+             "%s is loaded before the interposer and answers the program's mmap; preload it "
+             "after the interposer",
+             other);
+    setup_failed("LD_PRELOAD", why);
+  }
   char path[PATH_MAX];
   provider_path(path, sizeof path);
   void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);

@@ -78,7 +78,7 @@ void on_segv(int sig, siginfo_t* si, void* uc) {
 UMBP_NO_TSAN int real_sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
   sigaction_fn f = __atomic_load_n(&g_real_sigaction, __ATOMIC_RELAXED);
   if (!f) {
-    f = reinterpret_cast<sigaction_fn>(dlsym(RTLD_NEXT, "sigaction"));
+    f = reinterpret_cast<sigaction_fn>(next_symbol("sigaction"));
     __atomic_store_n(&g_real_sigaction, f, __ATOMIC_RELAXED);
   }
   return f(sig, act, old);

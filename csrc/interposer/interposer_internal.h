@@ -48,6 +48,9 @@ namespace umbp_interpose {
 // ---- real calls that never come back into this library (it defines syscall, mmap, close...) --
 
 long raw(long nr, long a1 = 0, long a2 = 0, long a3 = 0, long a4 = 0, long a5 = 0, long a6 = 0);
+// The definition of `name` after this library (RTLD_NEXT), or the C library's when nothing
+// after it has one (an object preloaded before this library).
+void* next_symbol(const char* name);
 inline long L(const void* p) { return reinterpret_cast<long>(p); }
 inline void* sys_mmap(void* a, size_t n, int prot, int flags, int fd, off_t off) {
   return reinterpret_cast<void*>(raw(SYS_mmap, L(a), static_cast<long>(n), prot, flags, fd, off));
@@ -111,6 +114,9 @@ const umbp_sim_kernel* route_open(const char* path);
 // runtime's and umbp-sim's own (routing.cpp says which and why). `kernel_code`: an address in
 // the object that holds the Kernel (libumbp_sim_exec.so), classified now as the runtime's.
 void route_whole_program(const void* kernel_code);
+// The object whose `name` a program's call reaches instead of this library's (loaded before it
+// and not a sanitizer runtime, which forwards to us), or nullptr.
+const char* hidden_by(const char* name);
 // The Kernel for a call on [addr, addr+len) (munmap, madvise, mbind): route()'s answer, but in
 // exec mode a range that meets no simulated mapping is real memory (the C library's malloc
 // gave it): the real kernel's, whoever calls. The caller is decided first: g_map_mu is taken
@@ -219,6 +225,11 @@ void report_setup_error(const char* text);
 
 // ---- the routed calls (calls.cpp) ---------------------------------------------------------------
 
+// Tells the Kernel where the routed call about to be made comes from: `ret`, the interposed
+// symbol's return address, as its object and offset (dladdr), recorded with the call by a
+// TracingKernel in the stack (what compare shows as the call's source line). Only the calls of
+// the seam (mmap, munmap, madvise, mbind, memfd_create, ftruncate, close) carry one.
+void note_site(const umbp_sim_kernel* k, void* ret);
 void* do_mmap(const umbp_sim_kernel* k, void* addr, size_t len, int prot, int flags, int fd,
               off_t off);
 int do_munmap(const umbp_sim_kernel* k, void* addr, size_t len);

@@ -12,8 +12,17 @@ namespace umbp_interpose {
 
 using syscall_fn = long (*)(long, ...);
 
+// The definition of `name` after this library; the C library's when there is none after it (a
+// library preloaded before this one, the C library itself, hides it from RTLD_NEXT: calling
+// the null it returns was a SIGSEGV).
+void* next_symbol(const char* name) {
+  if (void* f = dlsym(RTLD_NEXT, name)) return f;
+  static void* libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  return libc ? dlsym(libc, name) : nullptr;
+}
+
 long raw(long nr, long a1, long a2, long a3, long a4, long a5, long a6) {
-  static syscall_fn f = reinterpret_cast<syscall_fn>(dlsym(RTLD_NEXT, "syscall"));
+  static syscall_fn f = reinterpret_cast<syscall_fn>(next_symbol("syscall"));
   return f(nr, a1, a2, a3, a4, a5, a6);
 }
 
@@ -221,10 +230,31 @@ const umbp_sim_kernel* kernel_for_fd(int fd) {
   return k;
 }
 
+namespace {
+
+// The files a Kernel renders (SimKernel::render_locked's groups; LinuxKernel reads them from
+// this box): an exact path, or a directory and everything under it.
+constexpr const char* kKernelFiles[] = {"/proc/meminfo", "/proc/zoneinfo", "/proc/sys",
+                                        "/sys/kernel/mm/hugepages", "/sys/devices/system/node"};
+
+bool kernel_file(const char* path) {
+  for (const char* f : kKernelFiles) {
+    const size_t n = strlen(f);
+    if (strncmp(path, f, n) == 0 && (path[n] == '\0' || path[n] == '/')) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// In an allocator's scope the Kernel answers the files it renders; any other /proc or /sys path
+// (/proc/self/maps, /proc/cpuinfo) is this box's, as the real kernel would answer it, not a
+// missing file. A program `umbp-sim exec` started has its host's whole tree (sim_paths.cpp).
 const umbp_sim_kernel* route_open(const char* path) {
   if (!path || (strncmp(path, "/proc/", 6) != 0 && strncmp(path, "/sys/", 5) != 0)) return nullptr;
   const umbp_sim_kernel* k = g_kernel.load(std::memory_order_acquire);
-  return (k && (t_scope > 0 || g_program.load(std::memory_order_relaxed))) ? k : nullptr;
+  if (!k || !(t_scope > 0 || g_program.load(std::memory_order_relaxed))) return nullptr;
+  return have_sim_root() || kernel_file(path) ? k : nullptr;
 }
 
 int add_caller_object(const char* path) {
@@ -318,6 +348,22 @@ bool program_caller_at(uintptr_t r) {
 }
 
 }  // namespace
+
+const char* hidden_by(const char* name) {
+  find_forwarders();
+  void* first = dlsym(RTLD_DEFAULT, name);
+  Dl_info info;
+  if (!first || !dladdr(first, &info) || !info.dli_fname) return nullptr;
+  const auto f = reinterpret_cast<uintptr_t>(first);
+  if (f >= g_self.lo && f < g_self.hi) return nullptr;
+  if (in(g_forwarders, g_nforwarders.load(), f)) return nullptr;  // it forwards to us
+  // A sanitizer runtime linked into the program (clang's default) intercepts and forwards too.
+  Dl_info runtime;
+  void* sanitizer = dlsym(RTLD_DEFAULT, "__sanitizer_set_report_path");
+  if (sanitizer && dladdr(sanitizer, &runtime) && runtime.dli_fbase == info.dli_fbase)
+    return nullptr;
+  return *info.dli_fname ? info.dli_fname : "the program itself";
+}
 
 void route_whole_program(const void* kernel_code) {
   find_forwarders();

@@ -29,7 +29,7 @@ using fopen_fn = FILE* (*)(const char*, const char*);
 
 template <typename F>
 F real(const char* name) {
-  return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+  return reinterpret_cast<F>(next_symbol(name));
 }
 
 // The real function `name`, looked up once into *cache.
@@ -37,7 +37,7 @@ template <typename F>
 F cached(std::atomic<void*>* cache, const char* name) {
   void* f = cache->load(std::memory_order_relaxed);
   if (!f) {
-    f = dlsym(RTLD_NEXT, name);
+    f = next_symbol(name);
     cache->store(f, std::memory_order_relaxed);
   }
   return reinterpret_cast<F>(f);
@@ -50,24 +50,35 @@ int open_mode_arg(int flags, va_list ap) {
 void* mmap_impl(bool w, void* ret, void* a, size_t n, int prot, int flags, int fd, off_t off) {
   const umbp_sim_kernel* k = (fd >= 0) ? kernel_for_fd(fd) : nullptr;
   if (!k && fd < 0) k = route(w, ret);
-  if (k) return do_mmap(k, a, n, prot, flags, fd, off);
+  if (k) {
+    note_site(k, ret);
+    return do_mmap(k, a, n, prot, flags, fd, off);
+  }
   static mmap_fn f = real<mmap_fn>("mmap");
   return f(a, n, prot, flags, fd, off);
 }
 int munmap_impl(bool w, void* ret, void* a, size_t n) {
-  if (const umbp_sim_kernel* k = route_range(w, ret, a, n)) return do_munmap(k, a, n);
+  if (const umbp_sim_kernel* k = route_range(w, ret, a, n)) {
+    note_site(k, ret);
+    return do_munmap(k, a, n);
+  }
   static munmap_fn f = real<munmap_fn>("munmap");
   return f(a, n);
 }
 int madvise_impl(bool w, void* ret, void* a, size_t n, int adv) {
-  if (const umbp_sim_kernel* k = route_range(w, ret, a, n)) return do_madvise(k, a, n, adv);
+  if (const umbp_sim_kernel* k = route_range(w, ret, a, n)) {
+    note_site(k, ret);
+    return do_madvise(k, a, n, adv);
+  }
   static madvise_fn f = real<madvise_fn>("madvise");
   return f(a, n, adv);
 }
 long mbind_impl(bool w, void* ret, void* a, unsigned long n, int mode, const unsigned long* mask,
                 unsigned long maxnode, unsigned flags) {
-  if (const umbp_sim_kernel* k = route_range(w, ret, a, n))
+  if (const umbp_sim_kernel* k = route_range(w, ret, a, n)) {
+    note_site(k, ret);
     return do_mbind(k, a, n, mode, mask, maxnode, flags);
+  }
   static mbind_fn f = real<mbind_fn>("mbind");
   if (!f)
     return raw(SYS_mbind, L(a), static_cast<long>(n), mode, L(mask), static_cast<long>(maxnode),
@@ -75,17 +86,26 @@ long mbind_impl(bool w, void* ret, void* a, unsigned long n, int mode, const uns
   return f(a, n, mode, mask, maxnode, flags);
 }
 int memfd_impl(bool w, void* ret, const char* name, unsigned flags) {
-  if (const umbp_sim_kernel* k = route(w, ret)) return do_memfd(k, name, flags);
+  if (const umbp_sim_kernel* k = route(w, ret)) {
+    note_site(k, ret);
+    return do_memfd(k, name, flags);
+  }
   static memfd_fn f = real<memfd_fn>("memfd_create");
   return f(name, flags);
 }
-int ftruncate_impl(int fd, off_t n) {
-  if (const umbp_sim_kernel* k = kernel_for_fd(fd)) return do_ftruncate(k, fd, n);
+int ftruncate_impl(void* ret, int fd, off_t n) {
+  if (const umbp_sim_kernel* k = kernel_for_fd(fd)) {
+    note_site(k, ret);
+    return do_ftruncate(k, fd, n);
+  }
   static ftruncate_fn f = real<ftruncate_fn>("ftruncate");
   return f(fd, n);
 }
-int close_impl(int fd) {
-  if (const umbp_sim_kernel* k = kernel_for_fd(fd)) return do_close(k, fd);
+int close_impl(void* ret, int fd) {
+  if (const umbp_sim_kernel* k = kernel_for_fd(fd)) {
+    note_site(k, ret);
+    return do_close(k, fd);
+  }
   static close_fn f = real<close_fn>("close");
   return f(fd);
 }
@@ -104,6 +124,7 @@ long syscall_impl(bool w, void* ret, long nr, long a1, long a2, long a3, long a4
         nr == SYS_mbind ? route_range(w, ret, reinterpret_cast<void*>(a1), static_cast<size_t>(a2))
                         : route(w, ret);
     if (k) {
+      note_site(k, ret);
       if (nr == SYS_mbind)
         return do_mbind(k, reinterpret_cast<void*>(a1), static_cast<unsigned long>(a2),
                         static_cast<int>(a3), reinterpret_cast<const unsigned long*>(a4),
@@ -122,8 +143,10 @@ long syscall_impl(bool w, void* ret, long nr, long a1, long a2, long a3, long a4
   }
   if (nr == SYS_close || nr == SYS_ftruncate) {
     const int fd = static_cast<int>(a1);
-    if (const umbp_sim_kernel* k = kernel_for_fd(fd))
+    if (const umbp_sim_kernel* k = kernel_for_fd(fd)) {
+      note_site(k, ret);
       return nr == SYS_close ? do_close(k, fd) : do_ftruncate(k, fd, static_cast<off_t>(a2));
+    }
   }
   static syscall_fn f = real<syscall_fn>("syscall");
   return f(nr, a1, a2, a3, a4, a5, a6);
@@ -179,6 +202,8 @@ DIR* opendir_impl(const char* path) {
 
 using namespace umbp_interpose;
 
+// The caller's return address: a preloaded name's routing asks whose object it is in; every
+// name (the wrapped ones too, whose routing does not ask) gives it as the call's site.
 #define UMBP_RET __builtin_return_address(0)
 #define UMBP_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -187,25 +212,27 @@ using namespace umbp_interpose;
   UMBP_EXPORT ret_t __wrap_##name params { return wrapped_call; }
 
 UMBP_DEFINE_BOTH(void*, mmap, (void* a, size_t n, int p, int f, int fd, off_t o),
-                 mmap_impl(true, nullptr, a, n, p, f, fd, o),
+                 mmap_impl(true, UMBP_RET, a, n, p, f, fd, o),
                  mmap_impl(false, UMBP_RET, a, n, p, f, fd, o))
 UMBP_DEFINE_BOTH(void*, mmap64, (void* a, size_t n, int p, int f, int fd, off_t o),
-                 mmap_impl(true, nullptr, a, n, p, f, fd, o),
+                 mmap_impl(true, UMBP_RET, a, n, p, f, fd, o),
                  mmap_impl(false, UMBP_RET, a, n, p, f, fd, o))
-UMBP_DEFINE_BOTH(int, munmap, (void* a, size_t n), munmap_impl(true, nullptr, a, n),
+UMBP_DEFINE_BOTH(int, munmap, (void* a, size_t n), munmap_impl(true, UMBP_RET, a, n),
                  munmap_impl(false, UMBP_RET, a, n))
-UMBP_DEFINE_BOTH(int, madvise, (void* a, size_t n, int adv), madvise_impl(true, nullptr, a, n, adv),
-                 madvise_impl(false, UMBP_RET, a, n, adv))
+UMBP_DEFINE_BOTH(int, madvise, (void* a, size_t n, int adv),
+                 madvise_impl(true, UMBP_RET, a, n, adv), madvise_impl(false, UMBP_RET, a, n, adv))
 UMBP_DEFINE_BOTH(long, mbind,
                  (void* a, unsigned long n, int m, const unsigned long* mask, unsigned long mx,
                   unsigned fl),
-                 mbind_impl(true, nullptr, a, n, m, mask, mx, fl),
+                 mbind_impl(true, UMBP_RET, a, n, m, mask, mx, fl),
                  mbind_impl(false, UMBP_RET, a, n, m, mask, mx, fl))
 UMBP_DEFINE_BOTH(int, memfd_create, (const char* name, unsigned fl),
-                 memfd_impl(true, nullptr, name, fl), memfd_impl(false, UMBP_RET, name, fl))
-UMBP_DEFINE_BOTH(int, ftruncate, (int fd, off_t n), ftruncate_impl(fd, n), ftruncate_impl(fd, n))
-UMBP_DEFINE_BOTH(int, ftruncate64, (int fd, off_t n), ftruncate_impl(fd, n), ftruncate_impl(fd, n))
-UMBP_DEFINE_BOTH(int, close, (int fd), close_impl(fd), close_impl(fd))
+                 memfd_impl(true, UMBP_RET, name, fl), memfd_impl(false, UMBP_RET, name, fl))
+UMBP_DEFINE_BOTH(int, ftruncate, (int fd, off_t n), ftruncate_impl(UMBP_RET, fd, n),
+                 ftruncate_impl(UMBP_RET, fd, n))
+UMBP_DEFINE_BOTH(int, ftruncate64, (int fd, off_t n), ftruncate_impl(UMBP_RET, fd, n),
+                 ftruncate_impl(UMBP_RET, fd, n))
+UMBP_DEFINE_BOTH(int, close, (int fd), close_impl(UMBP_RET, fd), close_impl(UMBP_RET, fd))
 // sysconf and sigaction are reached by ThreadSanitizer's runtime while it initializes
 // (UMBP_NO_TSAN): any other name than _SC_PAGESIZE goes to the real function without entering an
 // instrumented one (looked up with plain atomics).
@@ -214,7 +241,7 @@ void* g_real_sysconf = nullptr;
 UMBP_NO_TSAN long real_sysconf(int name) {
   void* f = __atomic_load_n(&g_real_sysconf, __ATOMIC_RELAXED);
   if (!f) {
-    f = dlsym(RTLD_NEXT, "sysconf");
+    f = next_symbol("sysconf");
     __atomic_store_n(&g_real_sysconf, f, __ATOMIC_RELAXED);
   }
   return reinterpret_cast<long (*)(int)>(f)(name);
@@ -305,15 +332,14 @@ UMBP_DEFINE_BOTH(int, __openat_2, (int d, const char* p, int fl),
                  openat_impl(d, p, fl, 0, &c_openat2, "__openat_2"),
                  openat_impl(d, p, fl, 0, &c_openat2, "__openat_2"))
 
-#define UMBP_DEFINE_VARIADIC_SYSCALL(name, wrapped)                                              \
-  UMBP_EXPORT long name(long nr, ...) {                                                          \
-    va_list ap;                                                                                  \
-    va_start(ap, nr);                                                                            \
-    long a[6];                                                                                   \
-    for (long& x : a) x = va_arg(ap, long);                                                      \
-    va_end(ap);                                                                                  \
-    return syscall_impl(wrapped, wrapped ? nullptr : UMBP_RET, nr, a[0], a[1], a[2], a[3], a[4], \
-                        a[5]);                                                                   \
+#define UMBP_DEFINE_VARIADIC_SYSCALL(name, wrapped)                                 \
+  UMBP_EXPORT long name(long nr, ...) {                                             \
+    va_list ap;                                                                     \
+    va_start(ap, nr);                                                               \
+    long a[6];                                                                      \
+    for (long& x : a) x = va_arg(ap, long);                                         \
+    va_end(ap);                                                                     \
+    return syscall_impl(wrapped, UMBP_RET, nr, a[0], a[1], a[2], a[3], a[4], a[5]); \
   }
 UMBP_DEFINE_VARIADIC_SYSCALL(syscall, false)
 UMBP_DEFINE_VARIADIC_SYSCALL(__wrap_syscall, true)

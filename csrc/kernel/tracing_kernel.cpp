@@ -1,6 +1,7 @@
 #include "kernel/tracing_kernel.h"
 
 #include <stdexcept>
+#include <utility>
 
 #include "kernel/faulty_kernel.h"
 #include "kernel/memory_lifetimes.h"
@@ -66,16 +67,53 @@ void TracingKernel::clear() {
   std::lock_guard<std::mutex> lock(mu_);
   records_.clear();
   dropped_ = 0;
+  sites_.clear();
+  site_ids_.clear();
+  site_objects_.clear();
+  sites_dropped_ = 0;
 }
 
-void TracingKernel::record(SyscallArgs&& a, const SysResult& r, bool injected, bool threw) {
+CallSite& pending_call_site() {
+  thread_local CallSite site;
+  return site;
+}
+
+std::vector<std::pair<std::string, uintptr_t>> TracingKernel::call_sites() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sites_;
+}
+
+uint64_t TracingKernel::sites_dropped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sites_dropped_;
+}
+
+int32_t TracingKernel::site_index(CallSite site) {
+  if (!site.object) return -1;
+  size_t obj = 0;
+  while (obj < site_objects_.size() && site_objects_[obj] != site.object) ++obj;
+  const auto found = site_ids_.find({obj, site.offset});
+  if (found != site_ids_.end()) return found->second;
+  if (sites_.size() >= kMaxCallSites) {
+    ++sites_dropped_;
+    return -1;
+  }
+  if (obj == site_objects_.size()) site_objects_.emplace_back(site.object);
+  const auto id = static_cast<int32_t>(sites_.size());
+  sites_.emplace_back(site_objects_[obj], site.offset);
+  site_ids_.emplace(std::make_pair(obj, site.offset), id);
+  return id;
+}
+
+void TracingKernel::record(SyscallArgs&& a, const SysResult& r, bool injected, bool threw,
+                           CallSite site) {
   std::lock_guard<std::mutex> lock(mu_);
   ledger_.observe(a, r, threw);
   if (limit_ && records_.size() >= limit_) {
     records_.pop_front();
     ++dropped_;
   }
-  records_.push_back(TraceRecord{++seq_, std::move(a), r, injected, threw});
+  records_.push_back(TraceRecord{++seq_, std::move(a), r, injected, threw, site_index(site)});
 }
 
 size_t TracingKernel::page_size() { return inner_->page_size(); }
@@ -84,14 +122,15 @@ size_t TracingKernel::page_size() { return inner_->page_size(); }
 template <typename F>
 SysResult TracingKernel::traced(SyscallArgs&& a, F&& f) {
   last_result_injected() = false;
+  const CallSite site = std::exchange(pending_call_site(), CallSite{});  // this call's only
   SysResult r;
   try {
     r = f();
   } catch (...) {
-    record(std::move(a), SysResult::Err(0), last_result_injected(), true);
+    record(std::move(a), SysResult::Err(0), last_result_injected(), true, site);
     throw;
   }
-  record(std::move(a), r, last_result_injected(), false);
+  record(std::move(a), r, last_result_injected(), false, site);
   return r;
 }
 

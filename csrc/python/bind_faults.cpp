@@ -173,6 +173,8 @@ void bind_faults(py::module_& m) {
       .def_readonly("result", &TraceRecord::result)
       .def_readonly("injected", &TraceRecord::injected)
       .def_readonly("threw", &TraceRecord::threw)
+      .def_readonly("site", &TraceRecord::site,
+                    "index in the TracingKernel's call_sites(), -1 none")
       .def("text", &TraceRecord::text)
       .def("__repr__", [](const TraceRecord& r) { return "<TraceRecord " + r.text() + ">"; });
 
@@ -186,6 +188,9 @@ void bind_faults(py::module_& m) {
       .def_property_readonly("calls", &TracingKernel::calls)
       .def("live_mappings", &TracingKernel::live_mappings)
       .def("open_fds", &TracingKernel::open_fds)
+      .def("call_sites", &TracingKernel::call_sites,
+           "(object path, offset) of each call site the records name (the interposer's)")
+      .def_property_readonly("sites_dropped", &TracingKernel::sites_dropped)
       .def("clear", &TracingKernel::clear)
       .def("crash_info", [](const TracingKernel& k) { return inner_crash_info(k.inner()); });
 }

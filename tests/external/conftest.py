@@ -32,9 +32,8 @@ def tiny_planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     other node of a pair, "env_probe": warns MORI_UMBP_LOG_LEVEL as getenv saw it at alloc
     (when set), "stride_bug": touches base pages by hand with the hugepage size as stride,
     "free_keeps_handle": a free whose munmap fails leaves the handle valid, "no_overflow_check",
-    "size_32", "requested_rounded", "populate_read", "shm_private", "no_cloexec", "offset_32":
-    tests/external/
-    tiny_allocator.cpp says}."""
+    "size_32", "requested_rounded", "populate_read", "shm_private", "no_cloexec", "offset_32",
+    "leak_fd": tests/external/tiny_allocator.cpp says}."""
     d = tmp_path_factory.mktemp("tiny_planted")
     builds = {
         "wrong_node": "TINY_WRONG_NODE",
@@ -48,6 +47,7 @@ def tiny_planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "shm_private": "TINY_SHM_PRIVATE",
         "no_cloexec": "TINY_NO_CLOEXEC",
         "offset_32": "TINY_OFFSET_32",
+        "leak_fd": "TINY_LEAK_FD",
     }
     jobs = {}
     for name, define in builds.items():
@@ -82,4 +82,12 @@ def mbind_probe(tmp_path_factory: pytest.TempPathFactory) -> str:
     out = str(tmp_path_factory.mktemp("mbind") / "mbind_probe.so")
     cmd = ["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]
     cmd += [str(HERE / "mbind_probe.c"), "-o", out]
+    return cached_build(cmd, out)
+
+
+@pytest.fixture(scope="session")
+def probe(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """tests/external/exec_probe.c, built: a 2 MiB MAP_HUGETLB mapping bound to node 1."""
+    out = str(tmp_path_factory.mktemp("exec") / "exec_probe")
+    cmd = ["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", str(HERE / "exec_probe.c"), "-o", out]
     return cached_build(cmd, out)

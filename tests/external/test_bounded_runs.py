@@ -118,6 +118,12 @@ def allocators(tmp_path: Path) -> dict[str, str]:
         "print('garbage at import')\n" + ALLOCATOR.format(HOSTILE=False)
     )
     (tmp_path / "stuck.py").write_text("import time\ntime.sleep(1e6)\n")
+    (tmp_path / "stuck_counted.py").write_text(  # each import written down, then stuck
+        "import os, time\n"
+        "with open(os.environ['FORKED_PIDS'], 'a') as f:\n"
+        "    f.write(f'{os.getpid()}\\n')\n"
+        "time.sleep(1e6)\n"
+    )
     (tmp_path / "hang_real.py").write_text(ALLOCATOR.format(HOSTILE=False) + HANG_REAL)
     (tmp_path / "hang_all.py").write_text(ALLOCATOR.format(HOSTILE=False) + HANG_ALL)
     (tmp_path / "pkg").mkdir()
@@ -289,6 +295,17 @@ def test_a_blocking_import_is_bounded(allocators: dict[str, str]) -> None:
     assert r.stderr == (
         "umbp-sim replay: --allocator stuck: timed out after 2 s in import (--run-timeout)\n"
     )
+
+
+def test_an_import_past_the_limit_is_waited_for_once(allocators: dict[str, str]) -> None:
+    """compare asks each allocator whether it has the shm registry before its runs: an import
+    past --run-timeout there is the answer, not a wait the runs repeat."""
+    r = _umbp_sim(allocators, "compare", "umbp-sim", "stuck_counted", "--run-timeout", "2")
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (
+        "umbp-sim compare: stuck_counted: timed out after 2 s in import (--run-timeout)\n"
+    )
+    assert len(Path(allocators["forked"]).read_text().splitlines()) == 1  # imported once
 
 
 def test_replay_and_run_past_the_limit(allocators: dict[str, str], tmp_path: Path) -> None:

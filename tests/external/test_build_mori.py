@@ -59,10 +59,12 @@ def test_an_unwritable_output_is_exit_73_before_compiling(
     out = tmp_path / "missing" / "mori_umbp.so"
     assert main(["build-allocator", "--mori", str(checkout), "-o", str(out)]) == 73
     assert capsys.readouterr().err == (
-        f"umbp-sim build-allocator: -o {out}: its directory {out.parent} does not exist\n"
+        f"umbp-sim build-allocator: -o {out}: cannot write: No such file or directory\n"
     )
     assert main(["build-allocator", "--mori", str(checkout), "-o", str(tmp_path)]) == 73
-    assert capsys.readouterr().err == f"umbp-sim build-allocator: -o {tmp_path}: is a directory\n"
+    assert capsys.readouterr().err == (
+        f"umbp-sim build-allocator: -o {tmp_path}: a directory, not a regular file: refused\n"
+    )
 
 
 def test_not_a_checkout_and_bad_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

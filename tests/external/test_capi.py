@@ -62,7 +62,7 @@ def test_every_call_from_c_on_simkernel(capi_probe: str) -> None:
     stack = instrument(build_kernel(_machine()))
     r = _probe(capi_probe, stack.kernel)
     assert r["page_size"][0] == 4096
-    assert r["flags"][0] == 1  # UMBP_SIM_KERNEL_SIMULATED
+    assert r["flags"][0] == 1 | 2  # UMBP_SIM_KERNEL_SIMULATED | UMBP_SIM_KERNEL_CALL_SITES
     assert r["mmap"][1:] == (0, 0) and r["mmap"][0] % (2 << 20) == 0
     assert r["mapping_length"][0] == 4 << 20
     # The raw mask and maxnode reach the kernel unchanged: it reads maxnode-1 bits.
@@ -96,7 +96,50 @@ def test_injected_faults_and_the_real_kernel_through_c(capi_probe: str) -> None:
     r = _probe(capi_probe, plan.wrap(build_kernel(_machine())))
     assert r["mmap"] == (-1, errno.ENOMEM, 0)
     real = _probe(capi_probe, _native.LinuxKernel())
-    assert real["flags"][0] == 0  # not simulated
+    assert real["flags"][0] == 2  # not simulated; UMBP_SIM_KERNEL_CALL_SITES
     assert real["mapping_length"][0] == 0  # unknown on the real kernel
     assert real["read_missing"] == (-1, errno.ENOENT, 0)
     assert real["reasons_length"][0] == 0 and real["reasons"] == ""  # not simulated
+
+
+class _Result(ctypes.Structure):
+    _fields_ = [("value", ctypes.c_long), ("error", ctypes.c_int), ("signal", ctypes.c_int)]
+
+
+_SET_SITE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_ulong)
+_CLOSE = ctypes.CFUNCTYPE(_Result, ctypes.c_void_p, ctypes.c_int)
+# umbp_sim_kernel_ops (csrc/capi/umbp_sim/kernel.h): two unsigned, then the functions in order.
+_OPS = ["page_size", "mmap", "munmap", "madvise", "mbind", "memfd_create", "ftruncate", "close",
+        "read_file", "touch", "mapping_end", "describe", "retain", "release", "page_node",
+        "set_call_site"]  # fmt: skip
+
+
+def test_call_sites_are_recorded_once_each_and_bounded() -> None:
+    """A call site set through the C ABI goes with the next call only, into the TracingKernel's
+    table of distinct sites, which keeps at most 1024 (each one more is counted, its call
+    records none)."""
+    stack = instrument(build_kernel(_machine()))
+    capsule = capi.kernel_capsule(stack.kernel)
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    handle = (ctypes.c_void_p * 2).from_address(get(capsule, b"umbp_sim.kernel"))
+    ops_at, self_ = handle[0], handle[1]
+    flags = ctypes.c_uint.from_address(ops_at + 4).value
+    assert flags & 2  # UMBP_SIM_KERNEL_CALL_SITES
+    fns = (ctypes.c_void_p * len(_OPS)).from_address(ops_at + 8)
+    set_site = _SET_SITE(fns[_OPS.index("set_call_site")])
+    close = _CLOSE(fns[_OPS.index("close")])
+    close(self_, 7)  # no site set
+    for i in range(1100):  # 1100 distinct sites in one object, then the first one again
+        set_site(self_, b"/lib/x.so", 0x1000 + i)
+        close(self_, 7)
+    set_site(self_, b"/lib/x.so", 0x1000)
+    close(self_, 7)
+    close(self_, 7)  # the site went with the call before
+    sites = stack.tracing.call_sites()
+    assert len(sites) == 1024 and sites[0] == ("/lib/x.so", 0x1000)
+    assert sites[-1] == ("/lib/x.so", 0x1000 + 1023)
+    assert stack.tracing.sites_dropped == 1100 - 1024
+    got = [r.site for r in stack.tracing.records()]
+    assert got[0] == -1 and got[1:1025] == list(range(1024))
+    assert got[1025:1101] == [-1] * 76 and got[1101:] == [0, -1]

@@ -18,10 +18,10 @@ from conftest import session_processes
 
 from umbp_sim.allocator_spec import parse_allocator_spec
 from umbp_sim.cli import main
-from umbp_sim.engine.dispatch import open_allocator
 from umbp_sim.external import matrix, parallel
 from umbp_sim.external.observe import close_runners
 from umbp_sim.external.scenario import run_scenario_external
+from umbp_sim.run_router import open_allocator
 from umbp_sim.scenario.schema import load_scenario
 
 REPLAY = Path(__file__).resolve().parent.parent / "data" / "replay"
@@ -83,10 +83,19 @@ def test_the_builtin_profiles_differ_in_binding_where_mori_does(
     """docs/deployed-behaviour.md row 4: mori never binds node 63 (maxnode drops its bit)."""
     argv = ["compare", "umbp-sim", "mori", "--matrix", "none", "-k", "node-63", "--json"]
     doc = json.loads(_out(capsys, [*argv, "--jobs", "1"], 1))
-    assert doc["differences"]["numa binding"] == [
-        {"run": "scenario node-63-never-bound.toml: node-63-never-bound", "a": "bind 63",
-         "b": "default"},
-    ]  # fmt: skip
+    [item] = doc["differences"]["numa binding"]
+    where = item.pop("where")
+    assert item == {"run": "scenario node-63-never-bound.toml: node-63-never-bound",
+                    "a": "bind 63", "b": "default"}  # fmt: skip
+    # Where they part: umbp-sim reads the possible nodes, then binds; mori's mask drops node 63
+    # (the built-in allocators' calls have no call site).
+    assert where["call"] == 2 and where["site_a"] is where["site_b"] is None
+    assert where["a"][:2] == ['read_file("/sys/devices/system/node/possible") = 5',
+                              "mbind(0x..., 67108864, MPOL_BIND, [63], 65, 0) = 0"]  # fmt: skip
+    assert (
+        where["b"][0]
+        == "mbind(0x..., 67108864, MPOL_BIND, [], 64, 0) = -1 EINVAL (Invalid argument)"
+    )
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])

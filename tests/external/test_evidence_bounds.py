@@ -60,6 +60,34 @@ BAD_FRAMES = {
         ).encode(),
         "KeyError: \"'x'\"",
     ),  # fmt: skip
+    "a call site outside its table": (
+        json.dumps(
+            {
+                "event": "death",
+                "pid": 7,
+                "signal": 7,
+                "stage": "s",
+                "kernel": {**KERNEL, "sites": [1], "call_sites": [["/x.so", 4]]},
+            }
+        ).encode(),
+        "ValueError: sites: an entry that is not a call site's place",
+    ),  # fmt: skip
+    "more call sites than a trace keeps": (
+        json.dumps(
+            {
+                "event": "death",
+                "pid": 7,
+                "signal": 7,
+                "stage": "s",
+                "kernel": {
+                    **KERNEL,
+                    "sites": [0],
+                    "call_sites": [["/x.so", i] for i in range(1025)],
+                },
+            }
+        ).encode(),
+        "ValueError: call_sites: 1,025, more than 1024",
+    ),  # fmt: skip
     "not JSON": (b"\x80\x04N.", "a message that is not UTF-8 text"),
 }
 
@@ -182,3 +210,17 @@ def test_a_runs_process_keeps_its_last_death_only() -> None:
     reader.feed(frame(json.dumps({**death, "stage": "mmap"}).encode()))
     assert [d.stage for d in reader.deaths] == ["mmap"]
     assert reader.death is not None and reader.death.stage == "mmap"
+
+
+def test_a_death_carries_its_calls_sites() -> None:
+    """Each trace line's call site and their table (the interposer's records of where an
+    external build's calls came from) come with the death; a frame without them has none."""
+    kernel = {**KERNEL, "sites": [0], "call_sites": [["/b/x.so", 4660]]}
+    reader = EvidenceReader()
+    reader.feed(frame(json.dumps({"event": "death", "signal": 7, "stage": "alloc",
+                                  "kernel": kernel}).encode()))  # fmt: skip
+    assert reader.problem is None and reader.death is not None
+    assert reader.death.trace_sites == (0,) and reader.death.call_sites == (("/b/x.so", 4660),)
+    reader.feed(frame(json.dumps({"event": "death", "signal": 7, "stage": "alloc",
+                                  "kernel": KERNEL}).encode()))  # fmt: skip
+    assert reader.death.trace_sites == () and reader.death.call_sites == ()

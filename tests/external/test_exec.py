@@ -21,8 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from build_cache import cached_build
 from conftest import session_processes
+
+from .exec_support import assert_nothing_left, run_exec
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -40,40 +41,8 @@ MAP_2MIB_HUGETLB = (
 )
 
 
-@pytest.fixture(scope="session")
-def probe(tmp_path_factory: pytest.TempPathFactory) -> str:
-    out = str(tmp_path_factory.mktemp("exec") / "exec_probe")
-    cmd = ["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", str(HERE / "exec_probe.c"), "-o", out]
-    return cached_build(cmd, out)
-
-
-def _exec(tmp_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """``umbp-sim exec ARGS`` (TMPDIR: tmp_path/tmp); checks that it left no process and no
-    private directory behind."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir(exist_ok=True)
-    env = {**os.environ, "TMPDIR": str(tmp)}
-    env.pop("UMBP_SIM_TRACEBACK", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "umbp_sim.cli", "exec", *args], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env=env, start_new_session=True, cwd=tmp_path,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"umbp-sim exec {' '.join(args)} still running after {timeout} s")
-    _assert_nothing_left(proc.pid)
-    assert list(tmp.iterdir()) == []
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def _assert_nothing_left(sid: int, wait: float = 10) -> None:
-    deadline = time.monotonic() + wait
-    while (left := session_processes(sid)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert left == []
+_exec = run_exec
+_assert_nothing_left = assert_nothing_left
 
 
 def _lines(out: str) -> dict[str, str]:
@@ -253,7 +222,7 @@ def test_sigterm_to_umbp_sim_ends_the_program(tmp_path: Path) -> None:
     )  # fmt: skip
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "up\n"
-        assert len(session_processes(proc.pid)) == 2  # umbp-sim and the program
+        assert len(session_processes(proc.pid)) == 3  # umbp-sim, its keeper and the program
         os.kill(proc.pid, signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:

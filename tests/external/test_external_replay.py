@@ -183,7 +183,7 @@ def test_admin_writes_are_data_applied_in_the_allocators_process(
     """A fix's admin writes (``PoolWrite``) go with the run as data: the external build's
     process applies them to its own fresh host, as the built-in run does in this one, with the
     same host state and the same note for what the kernel would not do."""
-    from umbp_sim import Machine, engine
+    from umbp_sim import Machine, run_router
     from umbp_sim.diagnose.pool_writes import PoolWrite
     from umbp_sim.engine.spec import Alloc, Run
     from umbp_sim.request import AllocRequest
@@ -197,7 +197,7 @@ def test_admin_writes_are_data_applied_in_the_allocators_process(
     work = Alloc(AllocRequest(4 << 20, "AnonymousHugetlb", numa_node=1))
     got = {}
     for allocator in ("mori-624002c", tiny_builds["preload"]):
-        rec = engine.run(Run(m, work, allocator=allocator, changes=writes, counters=counters))
+        rec = run_router.run(Run(m, work, allocator=allocator, changes=writes, counters=counters))
         got[allocator] = (rec.outcome, rec.counters, rec.setup_notes)
     built_in, external = got.values()
     assert built_in == external

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 import pytest
 
 from umbp_sim.allocator_spec import parse_allocator_spec
-from umbp_sim.engine.dispatch import ExternalAllocator, open_allocator
 from umbp_sim.engine.spec import Alloc, Run as EngineRun
 from umbp_sim.external.interposer import FAULT_PATH_ENV
 from umbp_sim.external.matrix import machine
@@ -16,6 +15,7 @@ from umbp_sim.external.runner import CouldNotRun
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
 from umbp_sim.request import AllocRequest as AllocCall
+from umbp_sim.run_router import ExternalAllocator, open_allocator
 
 MiB = 1 << 20
 

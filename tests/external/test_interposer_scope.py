@@ -140,6 +140,34 @@ def test_opens_of_proc_inside_the_scope_read_the_simulated_host() -> None:
     assert json.loads(p.stdout) == [1, "ENOENT", 0]
 
 
+def test_opens_of_proc_the_host_does_not_render_are_this_boxs() -> None:
+    """Inside the scope the simulated host answers the files it renders (a node it does not
+    have is ENOENT); /proc/self/maps and /proc/cpuinfo are this box's, as the kernel answers
+    them, not missing files."""
+    p = _run(
+        """
+        stack = instrument(build_kernel(Machine.x86_64()))
+        ip.activate(stack.kernel)
+        real_cpus = open("/proc/cpuinfo").read().count("processor")
+        with ip.scope():
+            maps = open("/proc/self/maps").read()
+            cpus = open("/proc/cpuinfo").read().count("processor")
+            status = os.open("/proc/self/status", os.O_RDONLY)  # open(2), not only fopen
+            own = os.read(status, 4096).decode()
+            os.close(status)
+            try:
+                open("/sys/devices/system/node/node7/meminfo")
+                node7 = "opened"
+            except FileNotFoundError:
+                node7 = "ENOENT"
+        print(json.dumps(["[stack]" in maps, cpus == real_cpus > 0,
+                          f"Pid:\t{os.getpid()}" in own, node7]))
+        """
+    )
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == [True, True, True, "ENOENT"]
+
+
 def test_a_simulated_fd_never_reaches_the_real_kernel(tiny_builds: dict[str, str]) -> None:
     p = _run(
         """
@@ -465,8 +493,8 @@ def test_an_allocator_server_without_userfaultfd_could_not_run(
     tiny_builds: dict[str, str], no_userfaultfd: str
 ) -> None:
     from umbp_sim.allocator_spec import parse_allocator_spec
-    from umbp_sim.engine.dispatch import open_allocator
     from umbp_sim.external.runner import CouldNotRun
+    from umbp_sim.run_router import open_allocator
 
     preload = " ".join([os.environ.get("LD_PRELOAD", ""), interposer_path(), no_userfaultfd])
     env = {FAULT_PATH_ENV: "uffd", "LD_PRELOAD": preload.strip()}

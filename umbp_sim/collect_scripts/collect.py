@@ -469,15 +469,17 @@ def cannot_write(out, e, flag="-o"):
     return OSError("%s %s: cannot write: %s" % (flag, out, e.strerror or type(e).__name__))
 
 
-def check_output(out, flag="-o"):
+def check_output(out, flag="-o", dash=None):
     """Raise OSError (its one line) unless ``out`` may be written: ``-`` (stdout, not a
     terminal), a path that does not exist in a writable directory, or an existing regular file
     (replaced). A symbolic link, a directory, a device, a FIFO or a socket is never replaced
     (nor written through): run before any collecting work and again just before the write.
     Returns the lstat of the existing regular file, or None. ``flag`` is the option that named
     ``out``, in the message (umbp-sim's other output files are checked here too); only ``-o``
-    takes ``-`` for stdout."""
-    if out == "-" and flag == "-o":
+    takes ``-`` for stdout (``dash=False``: a ``-o`` that does not)."""
+    if dash is None:
+        dash = flag == "-o"
+    if out == "-" and dash:
         if sys.stdout.isatty():
             raise OSError("-o -: stdout is a terminal; redirect it to a file (-o - > host.tar.gz)")
         return None
@@ -491,7 +493,7 @@ def check_output(out, flag="-o"):
         if stat.S_ISREG(st.st_mode):
             return st
         what = next((w for test, w in KINDS if test(st.st_mode)), "not a file")
-        refused = REFUSED if flag == "-o" else REFUSED.split(" (")[0]
+        refused = REFUSED if dash else REFUSED.split(" (")[0]
         raise OSError("%s %s: %s, %s" % (flag, out, what, refused))
     directory = os.path.dirname(out) or "."
     try:
@@ -518,19 +520,18 @@ def write_output(out, data):
         raise cannot_write(out, e) from None
 
 
-def write_new(out, data, flag="-o", keep_mode=False):
+def write_new(out, data, flag="-o", keep_mode=False, dash=None):
     """Write the regular file ``out`` through a fresh temporary file beside it, then move it
-    into place; what is at ``out`` is replaced only when it is a regular file (check_output).
+    into place (``move_into_place``); what is at ``out`` is replaced only when it is a regular
+    file (check_output).
 
     The temporary file is created with O_EXCL (``tempfile.mkstemp``: a random name, 0600), so
     a file or symbolic link planted under a predictable name is never written through (this
-    runs as root, often into /tmp). A new ``out`` is made with link(2), which never replaces
-    anything that appeared there meanwhile; an existing regular file is replaced by rename(2)
-    after checking again that it still is one. The final mode is 0644 minus the umask, as
-    ``open()`` would make it (``keep_mode``: an existing file's own mode). OSError "-o OUT:
-    ..." (one line, ``flag`` for -o) when it cannot.
+    runs as root, often into /tmp). The final mode is 0644 minus the umask, as ``open()`` would
+    make it (``keep_mode``: an existing file's own mode). OSError "-o OUT: ..." (one line,
+    ``flag`` for -o) when it cannot.
     """
-    old = check_output(out, flag)
+    old = check_output(out, flag, dash)
     directory = os.path.dirname(out) or "."
     try:
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(out) + ".", dir=directory)
@@ -545,11 +546,26 @@ def write_new(out, data, flag="-o", keep_mode=False):
                 mode = stat.S_IMODE(old.st_mode)
             os.fchmod(f.fileno(), mode)
             f.write(data)
-        if check_output(out, flag) is None:
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise cannot_write(out, e, flag) from None
+    move_into_place(tmp, out, flag, dash)
+
+
+def move_into_place(tmp, out, flag="-o", dash=None):
+    """The file ``tmp`` (in ``out``'s directory) becomes ``out``: a new ``out`` is made with
+    link(2), which never replaces anything that appeared there meanwhile; an existing regular
+    file is replaced by rename(2) after checking again that it still is one. ``tmp`` is gone
+    afterwards, whatever happens; OSError "-o OUT: ..." (one line) when it cannot."""
+    try:
+        if check_output(out, flag, dash) is None:
             try:
                 os.link(tmp, out)  # EEXIST when anything appeared at out meanwhile
             except FileExistsError:
-                check_output(out, flag)  # names what it is; a regular file: replaced below
+                check_output(out, flag, dash)  # names what it is; a regular file: replaced
                 os.replace(tmp, out)
             except OSError as e:
                 if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK):

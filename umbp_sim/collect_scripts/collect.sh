@@ -164,6 +164,8 @@ why() {  # host path -> the reason it cannot be read
         printf 'No such file or directory'
     elif [ ! -r "$1" ]; then
         printf 'Permission denied'
+    elif [ -d "$1" ]; then
+        printf 'Is a directory'
     else
         printf 'cannot be read'
     fi
@@ -392,14 +394,16 @@ if [ -n "$PID" ]; then
     else
         missing "$S/status" "$(why "$ROOT/proc/$PID/status")"
     fi
-    if [ -r "$ROOT/proc/$PID/numa_maps" ]; then
+    # Read first, then filtered: a file that cannot be read (a process that exited, a
+    # directory) is recorded missing with the reason, not filtered into an empty file.
+    if [ -r "$ROOT/proc/$PID/numa_maps" ] && cat "$ROOT/proc/$PID/numa_maps" >"$TMP/numa_maps" 2>/dev/null; then
         awk 'NF >= 2 {
             out = $1 " " $2
             for (i = 3; i <= NF; i++)
                 if ($i ~ /^(N[0-9]+|anon|dirty|active|mapped|mapmax|swapcache|writeback|kernelpagesize_kB)=[0-9]+$/ || $i ~ /^(huge|heap|stack)$/)
                     out = out " " $i
             print out
-        }' "$ROOT/proc/$PID/numa_maps" | add "$S/numa_maps"
+        }' "$TMP/numa_maps" | add "$S/numa_maps"
     else
         missing "$S/numa_maps" "$(why "$ROOT/proc/$PID/numa_maps")"
     fi

@@ -160,7 +160,7 @@ def _merge(args: argparse.Namespace) -> int:
         return EX_USAGE
     junit = None
     if args.junit:
-        from umbp_sim.diagnose.html_report import PageFile
+        from umbp_sim.html_page import PageFile
 
         junit = PageFile(args.junit, "--junit")
     try:
@@ -186,7 +186,6 @@ def _print(result: Any, args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from umbp_sim.allocator_spec import parse_allocator_spec
-    from umbp_sim.engine.dispatch import open_allocator
     from umbp_sim.errors import Terminated
     from umbp_sim.external import matrix
     from umbp_sim.external.compare import (
@@ -198,6 +197,7 @@ def _run(args: argparse.Namespace) -> int:
     from umbp_sim.external.runner import DEFAULT_RUN_TIMEOUT, CouldNotRun
     from umbp_sim.profiles import with_mori_warnings
     from umbp_sim.progress import Progress
+    from umbp_sim.run_router import open_allocator
 
     spec_a = parse_allocator_spec(args.spec_a, "SPEC_A")
     spec_b = parse_allocator_spec(args.spec_b, "SPEC_B")
@@ -215,7 +215,11 @@ def _run(args: argparse.Namespace) -> int:
         from umbp_sim.external.observe import has_registry
 
         limit = args.run_timeout or DEFAULT_RUN_TIMEOUT
-        both = has_registry(spec_a, limit) and has_registry(spec_b, limit)
+        try:
+            both = has_registry(spec_a, limit) and has_registry(spec_b, limit)
+        except CouldNotRun as e:  # an import past --run-timeout: once, not again per run
+            print(f"umbp-sim compare: {e}", file=sys.stderr)
+            return EX_COULD_NOT_RUN
         runs = list(matrix.scenario_runs(both))
     if args.matrix == "quick":
         runs += list(matrix.quick())
@@ -240,7 +244,7 @@ def _run(args: argparse.Namespace) -> int:
         jobs = jobs if runs else 1  # a share with no run (N above the runs): nothing to spread
     page = junit = None
     if args.html or args.junit:  # before the runs: an unwritable FILE fails at once
-        from umbp_sim.diagnose.html_report import PageFile
+        from umbp_sim.html_page import PageFile
 
         page = PageFile(args.html) if args.html else None
         junit = PageFile(args.junit, "--junit") if args.junit else None

@@ -10,12 +10,17 @@ the simulated host, on every thread; the language runtime's own calls (the C and
 the Python interpreter's arenas) stay on this box (csrc/interposer/routing.cpp says why).
 A program it execs gets a fresh copy of the same host.
 
+A program the interposer cannot reach (static; set-user-ID, set-group-ID or with file
+capabilities) is refused unless --allow-real-host; a program linked with a sanitizer runtime
+gets it loaded before the interposer; what was preloaded already comes after the interposer.
+
 Exit status: the program's (a death by a signal, simulated or not, is 128 + the signal: 135 for
-a simulated SIGBUS); 64 for bad input (a missing dump, a bad fault plan, no CMD), 70 when the
-simulated host cannot start in the program, 73 when --json cannot be written; 130, 143, 129
-when umbp-sim is ended by Ctrl-C, SIGTERM or SIGHUP (the program is ended first). One paragraph
-on stderr says which host it ran on, how many calls the simulated host answered, and why the
-program died when the host killed it; ``--json FILE`` writes the same as data.
+a simulated SIGBUS); 64 for bad input (a missing dump, a bad fault plan, no CMD, a program the
+interposer cannot reach), 70 when the simulated host cannot start in the program, 73 when
+--json cannot be written; 130, 143, 129 when umbp-sim is ended by Ctrl-C, SIGTERM or SIGHUP,
+128 + N by another signal N whose default would end it (the program's tree is ended first).
+One paragraph on stderr says which host it ran on, how many calls the simulated host answered,
+and why the program died when the host killed it; ``--json FILE`` writes the same as data.
 """
 
 from __future__ import annotations
@@ -48,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"end the program (and what it started) after this long (default "
         f"{DEFAULT_TIMEOUT:g} s)",
     )  # fmt: skip
+    parser.add_argument(
+        "--allow-real-host", action="store_true",
+        help="run a program the interposer cannot reach (a static program; a set-user-ID, "
+        "set-group-ID or file-capability one) on this box's real host instead of refusing it; "
+        "the report says it ran there",
+    )  # fmt: skip
     parser.add_argument("--json", metavar="FILE", help="write the report as JSON to FILE")
     parser.add_argument(
         "program", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
@@ -56,9 +67,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from umbp_sim.external.procs import ended_by_signals
+    from umbp_sim.external.procs import TERMINATING_SIGNALS, ended_by_signals
 
-    with ended_by_signals():
+    # Any signal whose default would end umbp-sim ends it through its clean-up (the program's
+    # tree, the host directory): SIGTERM, SIGHUP, and a stray SIGUSR1, SIGALRM...
+    with ended_by_signals(TERMINATING_SIGNALS):
         return _run(args)
 
 
@@ -84,7 +97,10 @@ def _run(args: argparse.Namespace) -> int:
     problem = Interposer(interposer_path()).fault_path_problem()
     if problem:
         raise ExecUsageError(problem)
-    report = run_program(command, machine, source, plan, args.run_timeout, interposer_path())
+    report = run_program(
+        command, machine, source, plan, args.run_timeout, interposer_path(),
+        allow_real_host=args.allow_real_host,
+    )  # fmt: skip
     print(report.paragraph(), file=sys.stderr)
     if out is not None:
         out.write(json.dumps(report.to_json(), indent=2) + "\n")

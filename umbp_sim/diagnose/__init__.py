@@ -104,7 +104,7 @@ class Diagnosis:
             "sglang": self.request.sglang_release if self.request.kind == "sglang" else None,
             "log": log_lines(self),
             "reproduces_error_line": (
-                self.request.error_line.matches(o.error) if self.request.error_line else None
+                self.request.error_line.matches(o) if self.request.error_line else None
             ),
             "symptom": _symptom_json(self),
             "hypotheses": self.hypotheses.to_json() if self.hypotheses else None,
@@ -190,7 +190,7 @@ def diagnose(
         d.fixes, d.not_helping, d.limit = found.fixes, found.not_helping, found.limit
         d.behind = blockers_behind(run, found.singles)
     d.with_fixes = _with_fixes(machine, request, run)
-    if request.error_line is not None and not request.error_line.matches(run.observed.error):
+    if request.error_line is not None and not request.error_line.matches(run.observed):
         d.hypotheses = search(machine, facts, request, run.outcome, profile)
     # A symptom the host as dumped does not give (an "ok" host too): its hidden causes.
     if request.symptom is not None and not request.symptom.seen(run.observed):

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from umbp_sim.backing import BACKINGS
 from umbp_sim.bounded import short_list
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_USAGE
+
+if TYPE_CHECKING:
+    from umbp_sim.engine.record import RunRecord
 
 _LINE = re.compile(
     r"UMBPHostMemAllocator\.alloc\((?P<size>\d+) bytes\) failed\s*"
@@ -48,9 +51,15 @@ class ErrorLine:
     numa_node: int
     text: str  # the line as sglang formats it, "RuntimeError: " included
 
-    def matches(self, error: str | None) -> bool:
-        """Whether a simulated error is this exact line."""
-        return (error or "").strip() == self.text
+    def matches(self, record: RunRecord) -> bool:
+        """Whether a run ended in this line: the alloc it names (size, backing, node) returned
+        a null handle, the record's error (``RunRecord.null_alloc``): fields, never the text."""
+        call = record.null_alloc
+        return call is not None and (call.size, call.backing, call.numa_node) == (
+            self.size,
+            self.backing,
+            self.numa_node,
+        )
 
 
 MAX_LINE = 64 << 10  # an error line, or any line of a paste, longer than this is not one

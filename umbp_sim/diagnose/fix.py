@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 from umbp_sim.diagnose.request import Request
 from umbp_sim.diagnose.run import Run
+from umbp_sim.engine.host_changes import HostChange
 from umbp_sim.machine import Machine
 from umbp_sim.sglang.host_memory import HICACHE_HOST_MEMORY_RESERVE_BYTES
-from umbp_sim.sim import HostState, SimHost
+from umbp_sim.sim import HostState
 
-HostChange = Callable[[SimHost], "str | None"]
 RequestChange = Callable[[Request], Request]
 MachineChange = Callable[[Machine], Machine]
 

@@ -35,6 +35,7 @@ from umbp_sim.diagnose.fixes import candidates
 from umbp_sim.diagnose.pool_writes import PoolWrite
 from umbp_sim.diagnose.request import Request
 from umbp_sim.diagnose.run import Run, simulate_request
+from umbp_sim.engine.host_changes import apply_change
 from umbp_sim.machine import Machine
 from umbp_sim.sim import HostState, SimHost
 
@@ -70,7 +71,7 @@ def host_after(machine: Machine, fix: Fix) -> HostState:
         return fix.run.state
     host = SimHost(fix.machine(machine).copy())
     for change in fix.host_changes:
-        change(host)
+        apply_change(host, change)
     return host.state()
 
 

@@ -167,7 +167,7 @@ class _Searcher:
         if self.request.symptom is not None:
             return self.request.symptom.seen(run.observed)
         assert self.request.error_line is not None
-        return self.request.error_line.matches(run.observed.error)
+        return self.request.error_line.matches(run.observed)
 
     def run(self, change: str, **fields: Any) -> tuple[Tried, Run]:
         run = simulate_request(replace(self.machine, **fields), self.request, profile=self.profile)

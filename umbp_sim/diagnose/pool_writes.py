@@ -1,48 +1,11 @@
-"""Admin writes of a hugepage pool setting, as a fix applies them to a simulated host, and the
-commands a person would type for them."""
+"""Admin writes of a hugepage pool setting, as a fix asks for them (``PoolWrite``: data the
+engine applies, ``umbp_sim.engine.host_changes``), and the commands a person would type for
+them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from umbp_sim.diagnose.fix import HostChange
+from umbp_sim.engine.host_changes import HostChange, PoolWrite as PoolWrite
 from umbp_sim.machine import Machine
-from umbp_sim.sim import SimHost
-
-
-@dataclass(frozen=True)
-class PoolWrite:
-    """An admin write of a hugepage pool setting (a :data:`HostChange`): ``nr_hugepages`` or
-    ``nr_overcommit_hugepages`` of one page size, host-wide or (``node``) one node's."""
-
-    setting: str  # "nr_hugepages" | "nr_overcommit_hugepages"
-    size: int
-    count: int
-    node: int | None = None
-
-    @property
-    def target(self) -> tuple[str, int, int | None]:
-        """The file written: two writes with one target leave only the last one's value."""
-        return (self.setting, self.size, self.node)
-
-    def __call__(self, host: SimHost) -> str | None:
-        if self.setting == "nr_overcommit_hugepages":
-            try:
-                host.set_nr_overcommit_hugepages(self.size, self.count)
-            except OSError as e:
-                return f"the kernel refused nr_overcommit_hugepages={self.count}: {e.strerror}"
-            return None
-        node, size, count = self.node, self.size, self.count
-        before = host.node_hugepages(node, size) if node is not None else host.hugepages(size)
-        try:
-            host.set_nr_hugepages(size, count, node)
-        except OSError as e:
-            return f"the kernel refused nr_hugepages={count}: {e.strerror}"
-        after = host.node_hugepages(node, size) if node is not None else host.hugepages(size)
-        if after.total < count and after.total >= before.total:
-            where = f"node {node}" if node is not None else "the host"
-            return f"the kernel made only {after.total} of {count} pages on {where}"
-        return None
 
 
 def pool_write(size: int, count: int, node: int | None = None) -> HostChange:

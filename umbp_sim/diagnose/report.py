@@ -90,7 +90,7 @@ def sections(d: Diagnosis, mode: str = "replay") -> Sections:
         saw_lines.append(f"error: {o.error}")
     line = d.request.error_line
     if line is not None:
-        reproduced = line.matches(o.error)
+        reproduced = line.matches(o)
         saw_lines.append(
             "the error line given: " + ("reproduced exactly" if reproduced else "NOT reproduced")
         )

@@ -5,7 +5,7 @@ fresh SimKernel built from ``machine`` with the admin writes ``changes`` applied
 (``host.set_nr_hugepages``: a fix's ``PoolWrite``) and returns a :class:`Run`: the engine's
 ``RunRecord`` (with SimKernel's reasons) plus whether a NUMA binding was dropped and what the
 writes could not do. Every simulated run of the diagnosis goes through it; an external build
-(``--allocator PATH|MODULE``) runs the same ``Run`` in its own process (``umbp_sim.engine``).
+(``--allocator PATH|MODULE``) runs the same ``Run`` in its own process (``umbp_sim.run_router``).
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from umbp_sim import engine
 from umbp_sim.diagnose.request import Request
 from umbp_sim.engine.execute import ALLOCATOR_LOGGER
-from umbp_sim.engine.record import RunRecord
+from umbp_sim.engine.record import NoRoom, RunRecord, RunTimedOut
 from umbp_sim.engine.spec import HostChange
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.external.runner import NoRoom, RunTimedOut
 from umbp_sim.machine import Machine
 from umbp_sim.sim import HostState
 from umbp_sim.units import spaced_size
@@ -153,11 +151,13 @@ def simulate_request(
     behind sglang's host check (``Request.engine_run``). An external run past
     ``--run-timeout`` raises RunTimedOut, one whose process failed UmbpSimError, one without
     address space NoRoom."""
+    from umbp_sim import run_router  # above the engine: on the first run, not at import
+
     allocator = profile or request.allocator
     try:
         run = request.engine_run(machine, allocator, tuple(changes), host_check)
         run = replace(run, keep_state=True)
-        rec = engine.run(run)
+        rec = run_router.run(run)
     except NoRoom as e:
         raise NoRoom(f"--allocator {allocator}: {e}") from None
     if rec.outcome == "timeout":

@@ -20,12 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from umbp_sim import engine
 from umbp_sim.backing import HUGETLB_BACKINGS as HUGETLB
+from umbp_sim.engine.record import RunTimedOut
 from umbp_sim.engine.spec import Measure, Run
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_DISAGREE, EX_USAGE
-from umbp_sim.external.runner import RunTimedOut
 from umbp_sim.units import format_size
 
 DEFAULT_MAX_SIZE = 1 << 30
@@ -127,9 +126,11 @@ def perform(d: Any) -> Side:
     """The real allocation (an engine ``Measure`` run): an external build's in a run of its
     server (as its other runs: bounded by ``--run-timeout``, its own process group),
     umbp-sim's in ``python -m umbp_sim.engine.measure``."""
+    from umbp_sim import run_router  # above the engine: on the first run, not at import
+
     allocator = d.request.allocator
     req = d.request.alloc_request()
-    rec = engine.run(Run(d.machine, Measure(req), allocator=allocator))
+    rec = run_router.run(Run(d.machine, Measure(req), allocator=allocator))
     if rec.outcome == "timeout":
         raise RunTimedOut(f"--allocator {allocator}: a run {rec.error} (--run-timeout)")
     if rec.outcome == "could-not-run":

@@ -19,6 +19,7 @@ from typing import Any
 
 from umbp_sim import _native
 from umbp_sim.engine.counters import read_counters
+from umbp_sim.engine.host_changes import apply_change
 from umbp_sim.engine.record import RunRecord, handle_record
 from umbp_sim.engine.spec import Alloc, Run, SglangStartup, Steps
 from umbp_sim.engine.subject import Subject
@@ -28,7 +29,7 @@ from umbp_sim.leaks import collect_leaks
 from umbp_sim.log_capture import capture_logs
 from umbp_sim.machine import Machine
 from umbp_sim.sim import SimHost, to_sim_config
-from umbp_sim.trace import instrument
+from umbp_sim.trace import instrument, made_by
 
 WARNING_LOGGERS = ("umbp_sim", "sglang")
 ALLOCATOR_LOGGER = "umbp_sim.allocator"
@@ -59,7 +60,7 @@ def execute(run: Run, subject: Subject) -> RunRecord:
     """``run`` on ``subject``, on a fresh simulated host: what came of it."""
     rec = RunRecord(outcome="ok")
     host = fresh_host(run.machine)
-    rec.setup_notes = [n for n in (change(host) for change in run.changes) if n]
+    rec.setup_notes = [n for n in (apply_change(host, c) for c in run.changes) if n]
     if run.keep_state:
         rec.host_state = host.state()
     stack = instrument(host.kernel, run.plan)
@@ -84,7 +85,7 @@ def execute(run: Run, subject: Subject) -> RunRecord:
             subject.stage("free")
             _free(run, subject, rec, held)
         except SimulatedCrash as e:
-            rec.outcome, rec.failure, rec.error = "crashed", None, str(e)
+            rec.outcome, rec.failure, rec.error, rec.null_alloc = "crashed", None, str(e), None
             rec.signal, rec.crash_node, rec.detail = e.signal, e.node, e.detail
             rec.stage, rec.simulated = held.stage, True
             if not counted:  # the counters of the host it died on
@@ -92,16 +93,19 @@ def execute(run: Run, subject: Subject) -> RunRecord:
         finally:
             subject.detach(stack.kernel)
         subject.stage("exit")
+        records = stack.tracing.records()
         if rec.outcome != "crashed":  # a dead process leaks nothing
             a = held.allocator
             mine = [a] if a is not None and hasattr(a, "snapshot") else []
             rec.leaks = collect_leaks(host, *mine, stack.kernel)
-            rec.held = {
-                "mappings": len(stack.tracing.live_mappings()),
-                "fds": len(stack.tracing.open_fds()),
-            }
-        rec.trace = [r.text() for r in stack.tracing.records()]
+            mappings, fds = stack.tracing.live_mappings(), stack.tracing.open_fds()
+            rec.held = {"mappings": len(mappings), "fds": len(fds)}
+            rec.leaked_by = made_by(records, mappings, fds)
+        rec.trace = [r.text() for r in records]
         rec.trace_dropped = stack.tracing.dropped
+        sites = [r.site for r in records]
+        if any(s >= 0 for s in sites):  # an external build's calls, from the interposer
+            rec.trace_sites, rec.call_sites = sites, stack.tracing.call_sites()
         rec.reasons = host.reasons()
     rec.warnings = list(logs.messages)
     rec.allocator_warnings = logs.of(ALLOCATOR_LOGGER)
@@ -133,3 +137,4 @@ def _free(run: Run, subject: Subject, rec: RunRecord, held: Held) -> None:
         raise
     except Exception as e:  # noqa: BLE001 - the allocator's exception is the outcome
         rec.outcome, rec.failure, rec.error = "failed", "raised", f"free: {raised(e)}"
+        rec.null_alloc = None

@@ -109,6 +109,7 @@ def measure(
     if not h:
         rec = RunRecord("failed", failure="invalid")
         rec.error = null_handle_error(req.size, req.backing, req.numa_node)
+        rec.null_alloc = req
         return rec
     report("measure")
     try:

@@ -16,6 +16,11 @@
 - ``could-not-run``: the harness failed (an external allocator's process died without a
   result): ``error`` says why.
 
+A caller that cannot go on without a verdict raises them as the exceptions below:
+``RunTimedOut`` (a run's ``timeout``), ``NoRoom`` (no real address space in umbp-sim's own
+process for the buffer: no verdict) and their base, ``CouldNotRun``; the external runner raises
+them too.
+
 Scenario files' ``[expect].outcome`` uses the first four words; compare shows a record in its
 own words (``umbp_sim.external.compare``).
 """
@@ -25,11 +30,47 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from umbp_sim.errors import UmbpSimError
+from umbp_sim.exit_codes import EX_FAILS, EX_TEMPFAIL
 from umbp_sim.log_capture import LogEntry
+from umbp_sim.request import AllocRequest
 
-__all__ = ["OUTCOMES", "RunRecord", "handle_fields", "handle_record", "handle_state"]
+__all__ = [
+    "OUTCOMES",
+    "CouldNotRun",
+    "NoRoom",
+    "RunRecord",
+    "RunTimedOut",
+    "handle_fields",
+    "handle_record",
+    "handle_state",
+]
 
 OUTCOMES = ("ok", "demoted", "failed", "crashed", "timeout", "could-not-run")
+
+
+class CouldNotRun(UmbpSimError):
+    """The allocator could not be loaded or its server died (compare: exit 2)."""
+
+    exit_code = EX_FAILS  # compare's "could not run"
+
+
+class RunTimedOut(CouldNotRun):
+    """An external allocator's run (or its import) went past ``--run-timeout`` (replay,
+    preflight: exit 75; compare: the allocator could not run, exit 2)."""
+
+    exit_code = EX_TEMPFAIL
+
+
+class NoRoom(CouldNotRun):
+    """A run died of a real SIGSEGV/SIGBUS at an address SimKernel left unbacked because
+    umbp-sim's own process has no real address space for the buffer (the analyst's RLIMIT_AS):
+    not a verdict (replay, preflight: exit 75, as a run that could not end; compare: the
+    allocator could not run, exit 2; run: the scenario fails with the line)."""
+
+    exit_code = EX_TEMPFAIL
+
+
 # What a record shows in JSON output (replay, compare, run --json), in this order.
 JSON_FIELDS = (
     "outcome",
@@ -120,6 +161,9 @@ class RunRecord:
     outcome: str
     failure: str | None = None  # "invalid" | "raised", when failed
     error: str | None = None
+    # The alloc call whose null handle ``error`` is (failure "invalid"): sglang's error line is
+    # made of its size, backing and node, and a replay compares those fields, not the text.
+    null_alloc: AllocRequest | None = None
     # The (last) buffer: handle_fields, its backing and size, the node mbind bound it to (-1
     # none), and compare's account of its binding ("bind 1; hugepages 2 x 2MiB on node 1").
     handle: dict[str, Any] | None = None
@@ -149,6 +193,13 @@ class RunRecord:
     reasons: list[Any] = field(default_factory=list)  # SimKernel's (umbp_sim.sim.Reason)
     trace: list[str] = field(default_factory=list)  # every call through the TracingKernel
     trace_dropped: int = 0  # calls before ``trace`` the TracingKernel did not keep
+    # Where each call of ``trace`` came from (an external build's, as the interposer saw it):
+    # an index in ``call_sites`` or -1; both empty when no call has one (a built-in allocator).
+    trace_sites: list[int] = field(default_factory=list)
+    call_sites: list[tuple[str, int]] = field(default_factory=list)  # (object path, offset)
+    # The call that made each mapping or fd the run left held: (what, its index in ``trace``,
+    # -1 when not kept): ``umbp_sim.trace.made_by``.
+    leaked_by: list[tuple[str, int]] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)  # what the run left held (umbp_sim.leaks)
     held: dict[str, int] = field(default_factory=lambda: {"mappings": 0, "fds": 0})
     counters: dict[str, int] = field(default_factory=dict)

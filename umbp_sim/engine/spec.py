@@ -2,8 +2,8 @@
 environment, admin writes, counters to read). The same ``Run`` runs in process (a built-in
 profile) or is sent to an external allocator's server (``umbp_sim.external.wire``: dataclasses
 rebuilt field by field) and runs in its forked child (``umbp_sim.engine.execute``). It is plain
-data: its one kind of callable, the admin writes in ``changes``, are frozen dataclasses
-(``HostChange``) that the engine applies.
+data: the admin writes in ``changes`` are values (``PoolWrite``, engine/host_changes.py) that
+the engine applies; nothing in a Run is called.
 
 The work is one of:
 
@@ -19,10 +19,11 @@ The work is one of:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from umbp_sim.engine.host_changes import HostChange
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
@@ -86,19 +87,13 @@ class Measure:
 
 Work = Alloc | Steps | SglangStartup | Measure
 
-# An admin write applied to the fresh host before the work (``host.set_nr_hugepages(...)``): a
-# callable frozen dataclass of umbp_sim's (``diagnose.pool_writes.PoolWrite``; wire.py sends it
-# field by field) that returns a note when the kernel did not do all it was asked ("the kernel
-# made only 3 of 8 pages").
-HostChange = Callable[[Any], "str | None"]
-
 
 @dataclass(frozen=True)
 class Run:
     """One process's life on one allocator: a fresh simulated host of ``machine`` (``changes``
     applied), ``plan``'s faults, the ``work``, then cleanup. ``allocator``: a profile name or
     an external SPEC (``umbp_sim.allocator_spec``); an allocator opened with
-    ``engine.open_allocator`` runs a Run as itself, whatever this field says (compare's runs
+    ``run_router.open_allocator`` runs a Run as itself, whatever this field says (compare's runs
     go to both sides)."""
 
     machine: Machine

@@ -55,8 +55,16 @@ class Held:
     probe: tuple[int, int, tuple[int, ...] | None] | None = None
 
 
-def _failed(rec: RunRecord, failure: str, error: str) -> None:
-    rec.outcome, rec.failure, rec.error = "failed", failure, error
+def _failed(
+    rec: RunRecord, failure: str, error: str, null_alloc: AllocRequest | None = None
+) -> None:
+    """``rec`` failed with ``error``; ``null_alloc``: the call whose null handle it is."""
+    rec.outcome, rec.failure, rec.error, rec.null_alloc = "failed", failure, error, null_alloc
+
+
+def _null_handle(rec: RunRecord, req: AllocRequest) -> None:
+    """``req`` returned a null handle: sglang's wrapper raises its line."""
+    _failed(rec, "invalid", null_handle_error(req.size, req.backing, req.numa_node), req)
 
 
 def run_alloc(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held: Held) -> None:
@@ -81,7 +89,7 @@ def run_alloc(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held
     rec.handle = handle_fields(h)
     rec.handle_after_alloc = handle_record(h)
     if not h:
-        _failed(rec, "invalid", null_handle_error(req.size, req.backing, req.numa_node))
+        _null_handle(rec, req)
         return
     rec.faulted = faulted(kernel, int(h.ptr), int(h.mapped_size))  # before the user's write
     if work.write:
@@ -124,7 +132,7 @@ def run_ranks(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held
             else:
                 held.handles.append(h)
                 if not h:
-                    _failed(one, "invalid", null_handle_error(req.size, req.backing, req.numa_node))
+                    _null_handle(one, req)
                 else:
                     one.actual_backing = backing_name(h)
                     one.mapped_size = int(h.mapped_size)
@@ -141,6 +149,7 @@ def run_ranks(work: Alloc, subject: Subject, host: SimHost, rec: RunRecord, held
             worst = one
     assert worst is not None
     rec.outcome, rec.failure, rec.error = worst.outcome, worst.failure, worst.error
+    rec.null_alloc = worst.null_alloc
     rec.actual_backing, rec.mapped_size = worst.actual_backing, worst.mapped_size
     rec.bound_node, rec.budget = worst.bound_node, worst.budget
 
@@ -209,7 +218,7 @@ def run_steps(work: Steps, subject: Subject, host: SimHost, rec: RunRecord, held
             fds[step["id"]] = record_fds(host, h.ptr) if h else None
             if not h:
                 rec.steps.append("alloc failed")
-                _failed(rec, "invalid", null_handle_error(req.size, req.backing, req.numa_node))
+                _null_handle(rec, req)
                 continue
             got = backing_name(h)
             demoted = is_demoted(req.backing, got)

@@ -173,8 +173,10 @@ def serve(spec: dict[str, Any]) -> int:
     if not wrapped and not preloaded:
         # A prebuilt module: start again with the interposer preloaded.
         env = dict(os.environ)
-        # After what is preloaded already (a sanitizer runtime must come first).
-        env["LD_PRELOAD"] = (env.get("LD_PRELOAD", "") + " " + interposer).strip()
+        from umbp_sim.external.exec_program import preload_list
+
+        # After a sanitizer runtime, before what else is preloaded (exec_program says why).
+        env["LD_PRELOAD"] = preload_list(env.get("LD_PRELOAD", ""), interposer)
         for fd in (inp, out, keeper_fd):
             if fd is not None:
                 os.set_inheritable(fd, True)  # the protocol and the keeper's pipe go along

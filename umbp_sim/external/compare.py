@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.bounded import shown
-from umbp_sim.engine.dispatch import OpenedAllocator
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.engine.spec import Run
+from umbp_sim.external.divergence import divergence, located, where_lines
 from umbp_sim.external.runner import CouldNotRun, seconds
 from umbp_sim.printable import printable
+from umbp_sim.run_router import OpenedAllocator
 
 # The classes of difference, in report order.
 CLASSES = (
@@ -215,6 +216,8 @@ class Comparison:
                     if len(texts) > MAX_TEXTS_SHOWN:
                         more = len(texts) - MAX_TEXTS_SHOWN
                         lines.append(f"       ... {more:,} more (--json for all)")
+                if "where" in item:
+                    lines += [f"    {_echoed(t)}" for t in where_lines(item["where"])]
             if len(items) > examples:
                 lines.append(f"  ... {len(items) - examples} more (--json for all)")
         return "\n".join(lines) + "\n"
@@ -232,9 +235,11 @@ def _echoed(value: Any) -> str:
     return printable(text if len(text) <= MAX_ECHOED else shown(value))
 
 
-# run, differences, each record in one line, and the stage each side's run timed out in (None:
-# it did not time out).
-Compared = tuple[Run, dict[str, tuple[Any, Any]], str, str, tuple[str | None, str | None]]
+# run, differences, each record in one line, the stage each side's run timed out in (None: it
+# did not time out), and where the two runs part (``divergence``: a differing run's, else None).
+Compared = tuple[
+    Run, dict[str, tuple[Any, Any]], str, str, tuple[str | None, str | None], dict[str, Any] | None
+]
 
 # Runs in a row that timed out in one stage on one allocator: compare stops there (an allocator
 # that hangs in every alloc would cost --run-timeout per run), unless --keep-going.
@@ -254,8 +259,11 @@ def serial_differences(
 
 
 def compared(run: Run, oa: RunRecord, ob: RunRecord) -> Compared:
-    """What the comparison keeps of one run: its differences and each record in one line."""
-    return run, differences(oa, ob), summary(oa), summary(ob), (_timed_out(oa), _timed_out(ob))
+    """What the comparison keeps of one run: its differences, each record in one line, and
+    where the two runs part (a differing run's)."""
+    diff = differences(oa, ob)
+    where = divergence(oa, ob) if diff else None
+    return run, diff, summary(oa), summary(ob), (_timed_out(oa), _timed_out(ob)), where
 
 
 def _timed_out(r: RunRecord) -> str | None:
@@ -303,12 +311,16 @@ def compare_differences(
 ) -> Comparison:
     """The comparison of ``a`` and ``b`` over ``items`` (in run order)."""
     result = Comparison(a, b)
-    for i, (run, diff, *_rest) in enumerate(items, 1):
+    for i, (run, diff, *_rest, where) in enumerate(items, 1):
         result.runs += 1
         if diff:
             result.differing_runs += 1
             for cls, (va, vb) in diff.items():
-                result.by_class.setdefault(cls, []).append(_item(run.label, cls, va, vb))
+                item = _item(run.label, cls, va, vb)
+                first = cls not in result.by_class
+                if first and where is not None:  # a class's first run says where
+                    item["where"] = located(where)
+                result.by_class.setdefault(cls, []).append(item)
         if progress:
             progress(i)
     return result

@@ -2,8 +2,10 @@
 
 One ``section.diff-class`` per class of difference (in ``CLASSES`` order), headed by the class
 and its count of runs, with a ``tr.run`` per differing run: the run (the request and the host
-it ran on), each allocator's outcome, and the two values that differ. Every text is escaped:
-warning texts and error messages come from the allocators under test.
+it ran on), each allocator's outcome, and the two values that differ; under a class's first
+run, a ``tr.where``: the two syscall traces side by side from the first call that differs, that
+call's source line on each side, and the call that made each leaked fd or mapping. Every text
+is escaped: warning texts and error messages come from the allocators under test.
 
 >>> from umbp_sim.external.compare import Comparison
 >>> c = Comparison("umbp-sim", "x.so", runs=2, differing_runs=1,
@@ -19,8 +21,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from umbp_sim.diagnose.html_report import escaped, page
+from umbp_sim.external.call_sites import site_text
 from umbp_sim.external.compare import CLASSES, Comparison
+from umbp_sim.html_page import escaped, page
 
 # Runs listed per class (a full matrix can differ in tens of thousands; --json has them all).
 MAX_RUNS_PER_CLASS = 2000
@@ -34,6 +37,43 @@ def _value(v: Any, texts: list[str] | None = None) -> str:
     if isinstance(v, dict):
         return json.dumps(v, sort_keys=True)
     return str(v)
+
+
+def _where_row(where: dict[str, Any]) -> str:
+    """A class's first run's ``where`` (``umbp_sim.external.divergence``) as a row: the calls
+    side by side (A's column, B's column) from the first that differs, then the leaks."""
+    esc = escaped
+    pre = ' style="white-space:pre-wrap"'
+    parts: list[str] = []
+    if where.get("call") is None:
+        parts.append(f"<p>the two runs made the same {int(where.get('same_calls', 0))} calls</p>")
+    else:
+        first = int(where["call"])
+        a, b = where.get("a", []), where.get("b", [])
+        rows = []
+        for i in range(max(len(a), len(b))):
+            cells = [f"#{first + i}"]
+            for side, calls in (("a", a), ("b", b)):
+                text = calls[i] if i < len(calls) else ""
+                at = site_text(where.get(f"site_{side}")) if i == 0 else ""
+                cells.append(text + (f"\nat {at}" if at else ""))
+            rows.append("<tr>" + "".join(f"<td{pre}>{esc(c)}</td>" for c in cells) + "</tr>")
+        parts.append(
+            f"<p>where the traces part: call #{first}</p>"
+            '<table class="calls"><tr><th>call</th><th>A</th><th>B</th></tr>'
+            + "".join(rows) + "</table>"
+        )  # fmt: skip
+    for side in ("a", "b"):
+        for leak in where.get(f"leaks_{side}", ()):
+            made = (
+                f"call #{leak['call_number']} {leak['call']}" if leak["call"] else "a call not kept"
+            )
+            at = site_text(leak.get("site"))
+            text = f"{side.upper()} left {leak['what']}: made by {made}" + (
+                f" at {at}" if at else ""
+            )
+            parts.append(f'<p class="leak">{esc(text)}</p>')
+    return f'<tr class="where"><td colspan="5">{"".join(parts)}</td></tr>'
 
 
 def render_compare_html(
@@ -82,6 +122,8 @@ def render_compare_html(
             )
             tds = "".join(f'<td style="white-space:pre-wrap">{esc(c)}</td>' for c in cells)
             rows.append(f'<tr class="run">{tds}</tr>')
+            if "where" in item:
+                rows.append(_where_row(item["where"]))
         more = ""
         if len(items) > MAX_RUNS_PER_CLASS:
             more = f"<p>... {len(items) - MAX_RUNS_PER_CLASS} more (--json for all)</p>"

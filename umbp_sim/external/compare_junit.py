@@ -2,7 +2,8 @@
 
 One ``testcase`` per class of difference (``CLASSES``, in order): it passes when no run differs
 in that class, else it fails with the count of runs in its ``message`` and every differing run
-(its label names the request, the host and the fault) with both values in its text. The suite
+(its label names the request, the host and the fault) with both values in its text, the first
+run with where the two runs part (``umbp_sim.external.divergence.where_lines``). The suite
 counts the runs compared in a ``property``.
 
 >>> from umbp_sim.external.compare import Comparison
@@ -19,6 +20,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from umbp_sim.external.compare import CLASSES, Comparison
+from umbp_sim.external.divergence import where_lines
 from umbp_sim.printable import markup
 
 # Runs listed in one failure's text (a full matrix can differ in thousands; --json has all).
@@ -60,6 +62,8 @@ def render_junit(result: Comparison) -> str:
         lines: list[str] = []
         for item in items[:MAX_RUNS_PER_CASE]:
             lines += [str(item["run"]), *_side(item, "a"), *_side(item, "b")]
+            if "where" in item:
+                lines += [f"  {t}" for t in where_lines(item["where"])]
         if len(items) > MAX_RUNS_PER_CASE:
             lines.append(f"... {len(items) - MAX_RUNS_PER_CASE} more (--json for all)")
         failure.text = markup("\n".join(lines))

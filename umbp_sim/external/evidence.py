@@ -62,6 +62,10 @@ class Death:
     trace: tuple[str, ...]  # the syscall trace, one line per call
     pid: int = 0  # the process that died
     counts: InterposerCounts | None = None
+    # Each trace line's call site (an index in call_sites, -1 none) and the sites (object path,
+    # offset): where an external build's calls came from (RunRecord.trace_sites, call_sites).
+    trace_sites: tuple[int, ...] = ()
+    call_sites: tuple[tuple[str, int], ...] = ()
 
     @property
     def detail(self) -> str:
@@ -176,7 +180,7 @@ def _summary(event: Death | ProgramExit | SetupError) -> Death | ProgramExit | S
     """Another process's record without what only the program's report shows."""
     if isinstance(event, Death):
         reasons = event.reasons[-OTHER_REASONS_KEPT:]
-        return dataclasses.replace(event, reasons=reasons, trace=())
+        return dataclasses.replace(event, reasons=reasons, trace=(), trace_sites=(), call_sites=())
     if isinstance(event, ProgramExit):
         return dataclasses.replace(event, reasons=(), trace=())
     return event
@@ -227,6 +231,33 @@ def _kernel(doc: Any) -> tuple[tuple[Reason, ...], tuple[str, ...]]:
     return reasons, tuple(line[:TEXT_KEPT] for line in trace)
 
 
+MAX_CALL_SITES = 1024  # the TracingKernel's bound (csrc/kernel/tracing_kernel.h)
+
+
+def _sites(doc: Any, lines: int) -> tuple[tuple[int, ...], tuple[tuple[str, int], ...]]:
+    """The trace's call sites (absent from an older interposer's frame: none): one index per
+    line, each -1 or a place in the table of at most MAX_CALL_SITES [object, offset] pairs."""
+    kernel = _field(doc, "kernel", dict)
+    if "sites" not in kernel and "call_sites" not in kernel:
+        return (), ()
+    table = []
+    for pair in _list(kernel, "call_sites"):
+        if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
+            raise TypeError("call_sites: an entry that is not [object, offset]")
+        if type(pair[1]) is not int or pair[1] < 0:
+            raise TypeError("call_sites: an offset that is not a number")
+        table.append((pair[0][:TEXT_KEPT], pair[1]))
+    if len(table) > MAX_CALL_SITES:
+        raise ValueError(f"call_sites: {len(table):,}, more than {MAX_CALL_SITES}")
+    sites = _list(kernel, "sites")
+    if len(sites) != lines:
+        raise ValueError(f"sites: {len(sites):,} for {lines:,} trace lines")
+    for s in sites:
+        if type(s) is not int or not -1 <= s < len(table):
+            raise ValueError("sites: an entry that is not a call site's place")
+    return tuple(sites), tuple(table)
+
+
 def _counts(doc: dict[str, Any]) -> InterposerCounts | None:
     stats = doc.get("stats")
     if stats is None:
@@ -259,6 +290,7 @@ def death_from_json(doc: Any) -> Death:
         raise ValueError(f"an evidence frame of event {shown(doc['event'])}")
     crash = _field(_field(doc, "kernel", dict), "crash", dict, none=True)
     reasons, trace = _kernel(doc)
+    trace_sites, call_sites = _sites(doc, len(trace))
     return Death(
         signal=signal_name(_field(doc, "signal", int)),
         stage=_field(doc, "stage", str),
@@ -267,6 +299,8 @@ def death_from_json(doc: Any) -> Death:
         trace=trace,
         pid=_field(doc, "pid", int) if "pid" in doc else 0,
         counts=_counts(doc),
+        trace_sites=trace_sites,
+        call_sites=call_sites,
     )
 
 

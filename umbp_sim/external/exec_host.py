@@ -35,6 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_CANTCREAT, EX_USAGE
+from umbp_sim.external.exec_program import (
+    EVIDENCE_ENV,
+    EXEC_ENV as EXEC_ENV,  # exec_run's, through here
+    leave_exec,
+)
 
 if TYPE_CHECKING:  # the command's --help imports this module: nothing of the extension
     from umbp_sim.faults import FaultPlan
@@ -42,16 +47,48 @@ if TYPE_CHECKING:  # the command's --help imports this module: nothing of the ex
 
 HOST_FORMAT = 1  # csrc/capi/exec_host.h UMBP_SIM_EXEC_HOST_FORMAT
 TRACE_LIMIT = 100_000  # syscall records kept (the TracingKernel's default)
-EXEC_ENV = "UMBP_SIM_EXEC"  # the private directory
-EVIDENCE_ENV = "UMBP_SIM_EXEC_EVIDENCE"  # fd:dev:ino of the evidence pipe
 
-# Named machines: the compare matrix's pool states on its 2-node host (external/matrix.py).
+# Named machines: the 2-node hosts compare also runs on (umbp_sim/named_machines.py).
 NAMED_MACHINES = {
     "ample": "2 nodes of 64 GiB, 1024 x 2 MiB and 2 x 1 GiB hugepages on each, kernel 6.8.0",
     "pool-on-node0": "2 nodes of 64 GiB, 64 x 2 MiB and 1 x 1 GiB hugepages on node 0 only",
     "no-pool": "2 nodes of 64 GiB, no hugepages",
 }
 DEFAULT_MACHINE = "ample"
+
+
+def out_of_exec() -> None:
+    """First thing in an ``umbp-sim`` process whose environment has an exec run's variables.
+    Started by ``umbp-sim exec`` (its interposer is loaded here): umbp-sim starts again without
+    the interposer and the variables, and runs as it does outside exec (its commands simulate
+    hosts of their own; under the program's host its allocator servers started that host too
+    and its own runs' deaths were reported as the program's). A stray variable otherwise:
+    dropped, so that nothing umbp-sim starts inherits it."""
+    interposer = "libumbp_sim_interpose.so"
+    try:
+        with open("/proc/self/maps") as f:
+            loaded = any(line.rstrip().endswith("/" + interposer) for line in f)
+    except OSError:
+        loaded = False
+    evidence = os.environ.get(EVIDENCE_ENV, "")
+    leave_exec(os.environ)
+    if not loaded:
+        return
+    import re
+    import sys
+
+    kept = [n for n in re.split(r"[ :]+", os.environ.get("LD_PRELOAD", ""))
+            if n and os.path.basename(n) != interposer]  # fmt: skip
+    env = dict(os.environ, LD_PRELOAD=" ".join(kept))
+    if not kept:
+        del env["LD_PRELOAD"]
+    fd = evidence.split(":", 1)[0]
+    if fd.isdigit():
+        try:
+            os.set_inheritable(int(fd), False)  # the program's evidence pipe: not ours to pass
+        except OSError:
+            pass
+    os.execve(sys.executable, sys.orig_argv, env)
 
 
 class ExecUsageError(UmbpSimError):
@@ -77,11 +114,11 @@ def check_report_path(path: str) -> None:
 def load_machine(arg: str | None) -> tuple[Machine, str]:
     """The machine ``--machine`` names (a named machine, or a dump directory or tarball) and
     where it came from ("named machine ample", "dump /path")."""
-    from umbp_sim.external.matrix import machine as matrix_machine
+    from umbp_sim.named_machines import machine as named_machine
 
     name = arg or DEFAULT_MACHINE
     if name in NAMED_MACHINES:
-        m = matrix_machine(name).copy()
+        m = named_machine(name).copy()
         m.name = name
         return m, f"named machine {name}"
     path = Path(name)

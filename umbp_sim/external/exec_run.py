@@ -1,9 +1,12 @@
 """``umbp-sim exec``: run a program with its OS calls on a simulated host, and say what happened.
 
-The program runs with the interposer preloaded and the host's private directory named in its
-environment (``umbp_sim.external.exec_host``); it starts in a process group of its own, dies
-with umbp-sim (``PR_SET_PDEATHSIG``), and its group is ended when it exits, when it runs past
-``--run-timeout``, and when umbp-sim is ended by a signal (SIGTERM, SIGHUP, SIGINT). When
+The program runs with the interposer preloaded (after a sanitizer runtime it needs, before what
+was preloaded already: ``umbp_sim.external.exec_program``, which also refuses a program the
+interposer cannot reach) and the host's private directory named in its environment
+(``umbp_sim.external.exec_host``). Its keeper (``umbp_sim.external.exec_keeper``) starts it in a
+process group of its own and holds its whole tree: the tree is ended when the program exits,
+when it runs past ``--run-timeout``, when umbp-sim is ended by a signal, and when umbp-sim dies
+(SIGKILL: the keeper removes the host directory too). When
 umbp-sim runs in the foreground of a terminal, the program's group gets the terminal, as a
 shell's job does: Ctrl-C goes to the program (pytest prints its summary, a debugger reads the
 terminal), and its exit status is umbp-sim's.
@@ -20,7 +23,6 @@ from __future__ import annotations
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -36,8 +38,11 @@ from umbp_sim.external.exec_host import (
     ExecUsageError,
     HostDir,
     describe_host,
+    leave_exec,
 )
-from umbp_sim.external.procs import die_with_parent, kill_group, pidfd, signal_name, wait_readable
+from umbp_sim.external.exec_keeper import ProgramKeeper
+from umbp_sim.external.exec_program import inspect, leak_check_off, preload_list
+from umbp_sim.external.procs import signal_name, wait_readable
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
 
@@ -72,6 +77,11 @@ class ExecReport:
     other_processes_not_kept: int = 0  # past evidence.OTHERS_KEPT: counted, not listed
     # "a frame on the evidence channel was not umbp-sim's: ...": the reading ended there
     evidence_problem: str | None = None
+    # Why the program ran on this box's real host (--allow-real-host: "a static program ...");
+    # None: it ran with the interposer, on the simulated host
+    not_simulated: str | None = None
+    sanitizer_runtimes: list[str] = field(default_factory=list)  # preloaded before the interposer
+    leak_check_off: bool = False  # ASAN_OPTIONS detect_leaks=0 added (exec_program says why)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,15 +92,27 @@ class ExecReport:
         if len(cmd) > 80:
             cmd = cmd[:77] + "..."
         faults = f" with {self.fault_rules} fault rule{'s' * (self.fault_rules != 1)}"
-        text = (
-            f"umbp-sim exec: `{cmd}` ran on the simulated host {self.host} ({self.host_source}: "
-            f"{self.host_summary}){faults if self.fault_rules else ''}; "
+        host = (
+            f"the simulated host {self.host} ({self.host_source}: {self.host_summary})"
+            f"{faults if self.fault_rules else ''}"
         )
-        if self.simulated_calls is None:
-            text += f"no record from the simulated host ({self._why_no_record()})"
+        if self.not_simulated is not None:
+            text = (
+                f"umbp-sim exec: `{cmd}` ran on this box's real host, not on {host}: it is "
+                f"{self.not_simulated}, which the interposer cannot reach (--allow-real-host)"
+            )
         else:
-            text += f"{self.simulated_calls} calls answered by the simulated host, "
-            text += f"{self.page_faults} page faults"
+            verb = "was started on" if self.simulated_calls is None else "ran on"
+            text = f"umbp-sim exec: `{cmd}` {verb} {host}; "
+            if self.sanitizer_runtimes:
+                runtimes = ", ".join(self.sanitizer_runtimes)
+                text += f"its sanitizer runtime {runtimes} loaded before the interposer"
+                text += " (LeakSanitizer off); " if self.leak_check_off else "; "
+            if self.simulated_calls is None:
+                text += f"no record from the simulated host ({self._why_no_record()})"
+            else:
+                text += f"{self.simulated_calls} calls answered by the simulated host, "
+                text += f"{self.page_faults} page faults"
         if self.timed_out is not None:
             text += f"; it ran past --run-timeout {self.timed_out:g} s and was ended"
         elif self.death is not None:
@@ -123,8 +145,8 @@ class ExecReport:
         if self.timed_out is not None:
             return "it was ended at the time limit"
         return (
-            "the program ended without exit(), closed its evidence pipe, or did not load the "
-            "interposer: a static or set-user-ID program"
+            "the program ended without exit() (by _exit() or an exec of another program) or "
+            "closed its evidence pipe"
         )
 
 
@@ -157,10 +179,9 @@ def _give_terminal(fd: int | None, pgid: int) -> None:
         signal.signal(signal.SIGTTOU, old)
 
 
-def _preexec(owner: int, terminal: int | None) -> None:
+def _in_program(terminal: int | None) -> None:
     os.setpgid(0, 0)
     _give_terminal(terminal, os.getpid())
-    die_with_parent(owner)
 
 
 def run_program(
@@ -170,80 +191,92 @@ def run_program(
     plan: FaultPlan | None,
     timeout: float,
     interposer: str,
+    allow_real_host: bool = False,
 ) -> ExecReport:
-    """Run ``command`` on ``machine`` (with ``plan``'s faults), at most ``timeout`` seconds."""
+    """Run ``command`` on ``machine`` (with ``plan``'s faults), at most ``timeout`` seconds. A
+    program the interposer cannot reach (``exec_program``) is refused (``ExecUsageError``)
+    unless ``allow_real_host``: then it runs, and the report says it ran on the real host."""
+    env = leave_exec(dict(os.environ))  # a stray host of someone else's is not this run's
+    program = inspect(command[0], env)
+    not_simulated = program.unreachable if program is not None else None
+    if not_simulated is not None and not allow_real_host:
+        raise ExecUsageError(
+            f"CMD {command[0]}: {not_simulated}: the interposer cannot reach it, so it would run "
+            "on this box's real host, not the simulated one (--allow-real-host runs it there)"
+        )
+    sanitizers = program.sanitizers if program is not None else ()
+    leaks_off = leak_check_off(env, sanitizers)
+    # The sanitizer runtimes first, the interposer next, then what was preloaded already.
+    env["LD_PRELOAD"] = preload_list(env.get("LD_PRELOAD", ""), interposer, sanitizers)
     with HostDir(machine, plan) as host:
         rfd, wfd = os.pipe()
         try:
             st = os.fstat(wfd)
-            env = dict(os.environ)
-            # After what is preloaded already (a sanitizer runtime must come first).
-            env["LD_PRELOAD"] = (env.get("LD_PRELOAD", "") + " " + interposer).strip()
             env[EXEC_ENV] = host.path
             env[EVIDENCE_ENV] = f"{wfd}:{st.st_dev}:{st.st_ino}"
-            owner, terminal = os.getpid(), _terminal()
+            terminal = _terminal()
             try:
-                proc = subprocess.Popen(
-                    list(command), env=env, pass_fds=(wfd,),
-                    preexec_fn=lambda: _preexec(owner, terminal),
-                )  # fmt: skip
+                keeper = ProgramKeeper(
+                    command, env, wfd, lambda _keeper: _in_program(terminal), host.path
+                )
             except OSError as e:
                 raise ExecUsageError(f"CMD {command[0]}: {e.strerror or e}") from None
             os.close(wfd)
             wfd = -1
             try:
-                reader, timed_out = _watch(proc, rfd, timeout, host.token)
+                reader, timed_out = _watch(keeper, rfd, timeout, host.token)
+                returncode = keeper.end() if timed_out else keeper.returncode()
             finally:
-                kill_group(proc.pid)  # what the program started goes with it
-                returncode = proc.wait()
+                keeper.close()  # the program's tree is ended (it went with it at its exit)
                 _give_terminal(terminal, os.getpgrp())
+            _drain(rfd, reader)
         finally:
             os.close(rfd)
             if wfd >= 0:
                 os.close(wfd)
     ran_out = timeout if timed_out else None
-    return _report(command, machine, source, plan, proc.pid, returncode, ran_out, reader)
+    report = _report(command, machine, source, plan, keeper.pid, returncode, ran_out, reader)
+    report.not_simulated = not_simulated
+    report.sanitizer_runtimes = list(sanitizers)
+    report.leak_check_off = leaks_off
+    return report
 
 
 def _watch(
-    proc: subprocess.Popen[bytes], rfd: int, timeout: float, token: str
+    keeper: ProgramKeeper, rfd: int, timeout: float, token: str
 ) -> tuple[EvidenceReader, bool]:
-    """Read the evidence until the program exits or runs out of time: (the evidence, whether it
-    timed out). A process the program started may hold the pipe open: the program's exit ends
-    the reading, not the pipe's end. The program is not reaped here: its pid, its group's id,
-    stays ours until the caller has ended the group."""
-    reader = EvidenceReader(program=proc.pid, token=token)
+    """Read the evidence until the program exits (the keeper says so, its tree ended) or runs
+    out of time: (the evidence, whether it timed out). A process the program started may hold
+    the pipe open: the program's exit ends the reading, not the pipe's end."""
+    reader = EvidenceReader(program=keeper.pid, token=token)
     deadline = time.monotonic() + timeout
-    watch = pidfd(proc.pid)
     pipes = [rfd]
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return reader, True
-            fds = pipes + ([watch] if watch is not None else [])
-            ready = wait_readable(fds, min(left, 0.25))
-            if rfd in ready:
-                data = os.read(rfd, 1 << 16)
-                if data:
-                    reader.feed(data)
-                    continue
-                pipes = []
-            if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-                continue
-            os.set_blocking(rfd, False)
-            while True:  # what it wrote before it exited
-                try:
-                    data = os.read(rfd, 1 << 16)
-                except BlockingIOError:
-                    break
-                if not data:
-                    break
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return reader, True
+        ready = wait_readable(pipes + [keeper.status_fd], left)
+        if rfd in ready:
+            data = os.read(rfd, 1 << 16)
+            if data:
                 reader.feed(data)
+                continue
+            pipes = []
+        if keeper.status_fd in ready:
             return reader, False
-    finally:
-        if watch is not None:
-            os.close(watch)
+
+
+def _drain(rfd: int, reader: EvidenceReader) -> None:
+    """What the program's tree wrote before it ended (its writers are gone: the keeper waited)."""
+    os.set_blocking(rfd, False)
+    while True:
+        try:
+            data = os.read(rfd, 1 << 16)
+        except BlockingIOError:
+            return
+        if not data:
+            return
+        reader.feed(data)
 
 
 def _report(

@@ -18,6 +18,7 @@ from umbp_sim.backing import BACKINGS
 from umbp_sim.engine.spec import Alloc, Run, Steps
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
+from umbp_sim.named_machines import POOLS, machine
 from umbp_sim.request import AllocRequest
 
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
@@ -44,7 +45,6 @@ KERNELS = ("3.10.0", "4.9.0", "5.10.0", "6.8.0")
 # hand. Past 4 GiB a touch loop with a 32-bit offset wraps and never ends.
 FIELD_KERNEL = "4.18.0"
 FIELD_SIZES = (5 * GiB, 100 * GiB)
-POOLS = ("no-pool", "pool-on-node0", "ample")
 # The full matrix's hosts: a node holds the 'ample' pools (4 GiB) and a 1 GiB buffer beside
 # them; what costs a run is what the allocator does, and a 1 TiB request touched by hand on a
 # kernel before 5.14 touches the whole host before the OOM kill (bench/bench_full_matrix.py
@@ -60,28 +60,6 @@ FAULTS = {
     "ftruncate": "ENOSPC",
     "close": "EIO",
 }
-
-
-@functools.cache
-def machine(pool: str, kernel: str = "6.8.0", mem_per_node: str = "64GiB") -> Machine:
-    """A 2-node host: no hugepages, the field's 'pool all on node 0', or pools on both.
-
-    One object per (pool, kernel, memory), shared by the runs (nothing changes a run's
-    machine)."""
-    per_node: list[dict[int | str, int]]
-    if pool == "no-pool":
-        per_node = [{}, {}]
-    elif pool == "pool-on-node0":
-        per_node = [{"2MiB": 64, "1GiB": 1}, {}]
-    elif pool == "ample":
-        per_node = [{"2MiB": 1024, "1GiB": 2}, {"2MiB": 1024, "1GiB": 2}]
-    else:
-        raise ValueError(f"unknown pool state {pool!r}")
-    m = Machine.x86_64(
-        nodes=2, mem_per_node=mem_per_node, hugepages_per_node=per_node, kernel_version=kernel
-    )
-    m.name = f"{pool} k{kernel}"
-    return m
 
 
 @functools.cache
@@ -176,7 +154,7 @@ def scenario_runs(registry: bool = True) -> Iterator[Run]:
     """The bundled scenarios whose request is one alloc, or steps, as runs: the steps those of
     any build can do, and with ``registry`` (both builds have the shm registry) those that
     acquire, look up or release too."""
-    from umbp_sim.external.observe import steps_not_runnable
+    from umbp_sim.external.scenario import steps_not_runnable
     from umbp_sim.scenario.bundled import bundled_scenarios_dir
     from umbp_sim.scenario.runner import build_machine
     from umbp_sim.scenario.schema import find_scenarios, load_scenario

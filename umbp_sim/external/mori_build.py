@@ -22,7 +22,15 @@ from importlib import resources
 from pathlib import Path
 
 from umbp_sim.exit_codes import EX_CANTCREAT
-from umbp_sim.external.build import BuildError, compiler_env, include_dirs
+from umbp_sim.external.build import (
+    BuildError,
+    compiler_env,
+    include_dirs,
+    named,
+    read_header,
+    regular_file,
+)
+from umbp_sim.external.compiler import BuildLimits, CompilerTimeout, run_compiler
 
 SOURCE = "src/umbp/local/host_mem_allocator.cpp"
 HEADER = "src/umbp/include/umbp/local/host_mem_allocator.h"
@@ -59,27 +67,35 @@ def module_name(output: str) -> str:
     return name
 
 
-def mori_build(checkout: str, output: str, cxx: str | None = None) -> MoriBuild:
+def mori_build(
+    checkout: str, output: str, cxx: str | None = None, limits: BuildLimits | None = None
+) -> MoriBuild:
     """The sources, include directories, defines and link arguments of a mori checkout."""
     root = Path(checkout)
+    checkout = named(checkout)
     if not root.is_dir():
         raise BuildError(f"--mori {checkout}: no such directory")
     for rel in (SOURCE, HEADER):
-        if not (root / rel).is_file():
+        if not os.path.lexists(root / rel):
             raise BuildError(f"--mori {checkout}: not a mori checkout (no {rel})")
+        regular_file(str(root / rel), f"--mori {checkout}: {rel}")
     includes = [str(root / d) for d in INCLUDES if (root / d).is_dir()]
-    return mori_api_build([str(root / SOURCE)], includes, output, cxx)
+    return mori_api_build([str(root / SOURCE)], includes, output, cxx, limits)
 
 
 def mori_api_build(
-    sources: list[str], includes: list[str], output: str, cxx: str | None = None
+    sources: list[str],
+    includes: list[str],
+    output: str,
+    cxx: str | None = None,
+    limits: BuildLimits | None = None,
 ) -> MoriBuild:
     """An allocator with mori's ``HostMemAllocator`` API, wherever its files are: ``sources``
     and umbp-sim's binding, compiled against the header found as ``umbp/local/
     host_mem_allocator.h`` in ``includes`` (a BuildError naming it when none holds it); spdlog
     linked as it was built when an include directory holds mori's logging header."""
     if not any((Path(d) / API_HEADER).is_file() for d in includes):
-        shown = ", ".join(includes) or "none given"
+        shown = ", ".join(named(d) for d in includes) or "none given"
         raise BuildError(
             f"--mori-binding: no -I directory holds {API_HEADER} (mori's allocator header; "
             f"-I: {shown})"
@@ -88,16 +104,18 @@ def mori_api_build(
     extra: list[str] = []
     for d in includes:
         log_header = Path(d) / LOG_INCLUDE
-        if log_header.is_file() and "spdlog" in log_header.read_text(errors="replace"):
-            extra = spdlog_link_args(cxx or os.environ.get("CXX") or "c++", includes)
+        if os.path.lexists(log_header) and "spdlog" in read_header(
+            str(log_header), str(log_header)
+        ):
+            extra = spdlog_link_args(cxx or os.environ.get("CXX") or "c++", includes, limits)
             break
     return MoriBuild([*sources, binding_source()], list(includes), defines, extra)
 
 
-def spdlog_link_args(cxx: str, includes: list[str]) -> list[str]:
+def spdlog_link_args(cxx: str, includes: list[str], limits: BuildLimits | None = None) -> list[str]:
     """What the installed spdlog needs at link time, from its configuration macros; a
     BuildError naming the packages that bring it when its headers are not found."""
-    macros = _preprocess_macros(cxx, f"#include <{SPDLOG_HEADER}>\n", includes)
+    macros = _preprocess_macros(cxx, f"#include <{SPDLOG_HEADER}>\n", includes, limits)
     if macros is None:
         raise BuildError(
             f"mori logs through spdlog ({LOG_HEADER}) and the compiler finds no {SPDLOG_HEADER}: "
@@ -111,30 +129,43 @@ def spdlog_link_args(cxx: str, includes: list[str]) -> list[str]:
     return args
 
 
-def _preprocess_macros(cxx: str, text: str, includes: list[str]) -> str | None:
-    """The macros defined after preprocessing ``text`` (``-dM -E``), None when it fails."""
+def _preprocess_macros(
+    cxx: str, text: str, includes: list[str], limits: BuildLimits | None = None
+) -> str | None:
+    """The macros defined after preprocessing ``text`` (``-dM -E``), None when it fails. The
+    compiler runs bounded (``umbp_sim.external.compiler``), ``text`` a file of its own."""
     if shutil.which(cxx) is None:
-        raise BuildError(f"{cxx}: compiler not found (set CXX)")
-    cmd = [cxx, "-std=c++17", "-x", "c++", "-dM", "-E", "-"]
-    cmd += [f"-I{d}" for d in [*includes, *include_dirs()]]
-    try:
-        proc = subprocess.run(
-            cmd, input=text, capture_output=True, text=True, env=compiler_env(), timeout=120
-        )
-    except subprocess.TimeoutExpired:
-        raise BuildError(f"{cxx}: preprocessing a one-line file did not end in 120 s") from None
-    return proc.stdout if proc.returncode == 0 else None
+        raise BuildError(f"{named(cxx)}: compiler not found (set CXX)")
+    limits = limits or BuildLimits()
+    with tempfile.TemporaryDirectory(prefix="umbp-sim-macros-") as work:
+        source = os.path.join(work, "macros.cpp")
+        with open(source, "w") as f:
+            f.write(text)
+        macros = os.path.join(work, "macros.h")
+        cmd = [cxx, "-std=c++17", "-dM", "-E", source, "-o", macros]
+        cmd += [f"-I{d}" for d in [*includes, *include_dirs()]]
+        try:
+            done = run_compiler(cmd, compiler_env(), limits, remove=work)
+        except CompilerTimeout:
+            raise BuildError(
+                f"preprocessing {SPDLOG_HEADER}: the compiler did not end within "
+                f"{limits.timeout:g} s and was ended (--build-timeout)"
+            ) from None
+        if done.returncode != 0:
+            return None
+        return read_header(macros, f"the macros of {SPDLOG_HEADER}")
 
 
-def check_loads(output: str) -> None:
+def check_loads(output: str, path: str | None = None) -> None:
     """Load the built module as ``--allocator OUT`` does: the start of its allocator server
     (external/runner.py: its own process group, the run time limit, ended by any signal that
     ends this command); a BuildError saying why it does not load (an undefined symbol
-    demangled, with the flag that brings it when known)."""
+    demangled, with the flag that brings it when known). ``path``: where the build is now (not
+    yet moved to ``output``)."""
     from umbp_sim.allocator_spec import AllocatorSpec
     from umbp_sim.external.runner import CouldNotRun, ExternalRunner
 
-    path = os.path.abspath(output)
+    path = os.path.abspath(path or output)
     try:
         ExternalRunner(AllocatorSpec("shared-object", output, path)).close()
     except CouldNotRun as e:
@@ -163,7 +194,8 @@ def _demangle(symbol: str) -> str:
 
 
 def check_output_writable(output: str) -> None:
-    """OUT can be written: checked before any compiling (exit 73 otherwise)."""
+    """OUT can be written (exit 73 otherwise). Deprecated: ``build.build_allocator`` checks
+    OUT itself, as every output file is checked (``umbp_sim.output_file.OutputFile``)."""
     path = Path(output)
     parent = path.parent if str(path.parent) else Path(".")
     problem = None

@@ -23,7 +23,6 @@ from umbp_sim.engine.execute import ALLOCATOR_LOGGER
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.errors import SimulatedCrash
 from umbp_sim.external.outcome import warning_lines
-from umbp_sim.external.run_job import REGISTRY_FUNCTIONS
 from umbp_sim.external.runner import (
     DEFAULT_RUN_TIMEOUT,
     CouldNotRun,
@@ -34,7 +33,6 @@ from umbp_sim.external.runner import (
     no_room_text,
     timed_out_text,
 )
-from umbp_sim.scenario.schema import Scenario
 from umbp_sim.warning_ids import warning_id
 
 _RUNNERS: dict[str, ExternalRunner] = {}
@@ -66,12 +64,15 @@ def has_registry(spec: AllocatorSpec, run_timeout: float = DEFAULT_RUN_TIMEOUT) 
     """Whether ``spec``'s allocator has the shm registry's calls: a built-in one, always; an
     external build when its server says so (started for the question within ``run_timeout``,
     the command's own limit, and ended: the command's runs start theirs). One that cannot start
-    has none (the command's runs say why)."""
+    has none (the command's runs say why), but one whose import went past the limit raises
+    RunTimedOut: the command reports it now, not after its runs wait the limit again."""
     if spec.kind == "builtin":
         return True
     try:
         runner = ExternalRunner(spec, run_timeout=run_timeout)
-    except (RunTimedOut, CouldNotRun):
+    except RunTimedOut:
+        raise
+    except CouldNotRun:
         return False
     try:
         return runner.registry
@@ -87,26 +88,6 @@ def close_runners() -> None:
 
 
 atexit.register(close_runners)
-
-
-# What mori's Python surface has: steps of these ops run on any build with it.
-EXTERNAL_STEP_OPS = ("alloc", "free", "mapped", "set_nr_hugepages")
-
-
-def steps_not_runnable(scn: Scenario, registry: bool) -> str | None:
-    """Why ``scn``'s steps cannot run on an external build (None: they can, or it has none).
-    ``registry``: the build has the shm registry (a checkout built with umbp-sim's binding,
-    ``build-allocator --mori``), so acquire, lookup and release steps run too."""
-    if scn.request_kind != "steps":
-        return None
-    runnable = set(EXTERNAL_STEP_OPS) | (set(REGISTRY_FUNCTIONS) if registry else set())
-    ops = sorted({s["op"] for s in scn.request["steps"]} - runnable)
-    if ops:
-        return (
-            f"steps use the shm registry ({', '.join(ops)}), which the build does not have "
-            "(mori's is C++ only: umbp-sim build-allocator --mori CHECKOUT binds it)"
-        )
-    return None
 
 
 def record_from_reply(reply: dict[str, Any]) -> RunRecord:
@@ -168,4 +149,6 @@ def _killed(signum: int, death: Any, stage: str) -> RunRecord:
         rec.error = f"killed by {sig} during {stage}" + (f": {detail}" if detail else "")
     rec.reasons = list(death.reasons) if death is not None else []
     rec.trace = list(death.trace) if death is not None else []
+    if death is not None and death.call_sites:  # where its calls came from
+        rec.trace_sites, rec.call_sites = list(death.trace_sites), list(death.call_sites)
     return rec

@@ -26,11 +26,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from umbp_sim.allocator_spec import AllocatorSpec
-from umbp_sim.engine.dispatch import open_allocator
 from umbp_sim.engine.spec import Run
 from umbp_sim.external.compare import Compared, compared
 from umbp_sim.external.procs import die_with_parent
 from umbp_sim.external.runner import DEFAULT_RUN_TIMEOUT, CouldNotRun
+from umbp_sim.run_router import open_allocator
 
 MAX_CHUNK = 64  # runs handed to a worker at a time: about 1/20 of its share, 1..64
 _GRACE = 15.0  # seconds a worker gets to close its allocator servers once told to stop

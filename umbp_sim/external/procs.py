@@ -15,8 +15,11 @@ that run's group. So:
   comes (closed, killed, its owner SIGKILLed) and then ends the current run's group and the
   server's group: the allocator's forks do not outlive it.
 
-A process that leaves its group on purpose (``setsid``, ``setpgid``) is out of reach of all of
-this; only a cgroup or a PID namespace would hold it.
+A process that leaves its group on purpose (``setsid``, ``setpgid``) is out of reach of a
+group's kill. ``umbp-sim exec`` holds its program's whole tree anyway: its keeper
+(``umbp_sim.external.exec_keeper``) is the program's parent and a *child subreaper*
+(``become_subreaper``: an orphan of the tree comes back to it, not to init), and ends the tree
+by parent links (``end_tree``), whatever groups and sessions its processes made.
 
 The waits here never block without a deadline: ``wait_readable`` bounds every read of a pipe
 that someone else's fork may hold open.
@@ -40,6 +43,7 @@ from umbp_sim.errors import Terminated
 from umbp_sim.external.wire import WireError, decode, encode
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 # Seconds a command told to end by SIGTERM/SIGHUP has for its finally blocks (workers get 15 s
 # to close their servers) before a watchdog ends it, should the exception have been ignored.
 _TERMINATED_GRACE = 60.0
@@ -60,6 +64,89 @@ def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
     _prctl(PR_SET_PDEATHSIG, int(sig))
     if os.getppid() != parent:
         os._exit(1)
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (Linux 3.4): orphaned descendants are re-parented to
+    it, so its tree stays findable by parent links. False where the kernel refuses."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
+
+
+def _parents() -> dict[int, tuple[int, str]]:
+    """Every process's (parent pid, state letter), from /proc."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            out[int(entry)] = (int(fields[1]), fields[0].decode())
+    return out
+
+
+def _parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def descendants(root: int) -> dict[int, str]:
+    """The descendants of ``root`` by parent links, each with its state letter ("Z": a zombie)."""
+    table = _parents()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _state) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out: dict[int, str] = {}
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out[pid] = table[pid][1]
+            todo.extend(children.get(pid, []))
+    return out
+
+
+def end_tree(deadline: float) -> bool:
+    """SIGKILL every descendant of this process (a subreaper: what the tree orphans comes back
+    to it) and reap its children, until none is left (True) or ``deadline`` (monotonic) passes.
+    A pid is signalled through a pidfd opened while it is still in the tree, so a pid reused
+    meanwhile is never hit."""
+    me = os.getpid()
+    while True:
+        tree = descendants(me)
+        live = [pid for pid, state in tree.items() if state != "Z"]
+        owners = {me, *tree}
+        for pid in live:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue
+            try:
+                if _parent_of(pid) in owners:  # still the tree's (the pidfd holds it now)
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        reaped = False
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            reaped = True
+        if not tree:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        if not reaped:
+            time.sleep(0.005)
 
 
 def raise_address_space_limit() -> None:
@@ -224,30 +311,34 @@ def write_within(
 # ---- the keeper --------------------------------------------------------------------------------
 
 
-def start_keeper(server: int) -> tuple[int, int]:
+def start_keeper(
+    server: int, server_group: bool = True, remove: str | None = None
+) -> tuple[int, int]:
     """Fork the keeper of ``server`` (this process, the leader of its own group). Returns (its
     pid, the fd to tell it the current run's group on: ``tell_keeper``). A server that ends
     as it should tells it ``QUIT`` and reaps it; one that dies leaves it to do its work (and to
-    be reaped by init)."""
+    be reaped by init). ``server_group=False``: ``server`` is a command's process in its
+    caller's group (a shell's job): only the group it was told is ended, then the directory
+    ``remove`` (build-allocator's compiler and its temporary directory)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the keeper: never returns
         try:
             os.setpgid(0, 0)  # out of the server's group: its owner's kill leaves us to clean up
-            _keep(server, r)
+            _keep(server, r, server_group, remove)
         finally:
             os._exit(0)
     os.close(r)
     return pid, w
 
 
-def _keep(server: int, r: int) -> None:
+def _keep(server: int, r: int, server_group: bool, remove: str | None) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     watch = pidfd(server)
     keep = {0, 1, 2, r, watch}
-    for fd in _open_fds():  # the server's pipes among them: nobody waits on us for an EOF
+    for fd in open_fds():  # the server's pipes among them: nobody waits on us for an EOF
         if fd not in keep:
             try:
                 os.close(fd)
@@ -273,10 +364,20 @@ def _keep(server: int, r: int) -> None:
         if watch is None and os.getppid() != server:
             break
     kill_group(run)
-    kill_group(server)
+    if server_group:
+        kill_group(server)
+    if remove is not None:
+        import shutil
+
+        for _ in range(40):  # again while a process being killed still adds a file to it
+            shutil.rmtree(remove, ignore_errors=True)
+            if not os.path.lexists(remove):
+                break
+            time.sleep(0.05)
 
 
-def _open_fds() -> list[int]:
+def open_fds() -> list[int]:
+    """This process's open fds."""
     try:
         return [int(n) for n in os.listdir("/proc/self/fd")]
     except OSError:
@@ -298,11 +399,25 @@ def tell_keeper(fd: int | None, run_group: int) -> None:
 # ---- SIGTERM and SIGHUP in a command's process ------------------------------------------------
 
 
+# The signals whose default action ends a process, but SIGINT (KeyboardInterrupt), SIGKILL and
+# SIGSTOP, and those a fault raises (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS, SIGABRT:
+# a crash of umbp-sim's own, not a request to end) and SIGPIPE, SIGXFSZ (Python ignores them:
+# a write fails instead).
+TERMINATING_SIGNALS: tuple[int, ...] = (
+    signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+    signal.SIGALRM, signal.SIGVTALRM, signal.SIGPROF, signal.SIGXCPU, signal.SIGIO,
+    signal.SIGPWR,
+    *range(signal.SIGRTMIN, signal.SIGRTMAX + 1),
+)  # fmt: skip
+
+
 @contextmanager
-def ended_by_signals() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise ``Terminated`` in this process (its ``finally`` blocks end the
-    workers and servers it started; the command exits 128 + the signal). A process forked from
-    it meanwhile takes the signal's default action."""
+def ended_by_signals(
+    signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP),
+) -> Iterator[None]:
+    """SIGTERM and SIGHUP (or ``signals``) raise ``Terminated`` in this process (its ``finally``
+    blocks end the workers and servers it started; the command exits 128 + the signal). A
+    process forked from it meanwhile takes the signal's default action."""
     owner = os.getpid()
 
     def handler(sig: int, _frame: Any) -> None:
@@ -319,7 +434,7 @@ def ended_by_signals() -> Iterator[None]:
         watchdog.start()
         raise Terminated(sig)
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {s: signal.signal(s, handler) for s in signals}
     try:
         yield
     finally:

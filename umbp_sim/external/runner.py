@@ -25,8 +25,7 @@ from typing import Any
 
 from umbp_sim.allocator_spec import AllocatorSpec
 from umbp_sim.child_python import module_argv
-from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_FAILS, EX_TEMPFAIL
+from umbp_sim.engine.record import CouldNotRun as CouldNotRun, NoRoom as NoRoom, RunTimedOut
 from umbp_sim.external.procs import (
     FrameError,
     FrameReader,
@@ -64,28 +63,6 @@ def seconds(t: float) -> str:
 
 
 SERVER_START_GRACE = 60.0  # seconds: umbp-sim's own start-up of an allocator server
-
-
-class CouldNotRun(UmbpSimError):
-    """The allocator could not be loaded or its server died (compare: exit 2)."""
-
-    exit_code = EX_FAILS  # compare's "could not run"
-
-
-class RunTimedOut(CouldNotRun):
-    """An external allocator's run (or its import) went past ``--run-timeout`` (replay,
-    preflight: exit 75; compare: the allocator could not run, exit 2)."""
-
-    exit_code = EX_TEMPFAIL
-
-
-class NoRoom(CouldNotRun):
-    """A run died of a real SIGSEGV/SIGBUS at an address SimKernel left unbacked because
-    umbp-sim's own process has no real address space for the buffer (the analyst's RLIMIT_AS):
-    not a verdict (replay, preflight: exit 75, as a run that could not end; compare: the
-    allocator could not run, exit 2; run: the scenario fails with the line)."""
-
-    exit_code = EX_TEMPFAIL
 
 
 def no_room_text(reply: dict[str, Any]) -> str | None:
@@ -144,7 +121,9 @@ class ExternalRunner:
             "fds": [to_server, from_server], "owner": os.getpid(), "timeout": self.run_timeout,
             "fork_ahead": self.fork_ahead,
         }  # fmt: skip
-        child_env = with_malloc_thp({**os.environ, **self.env})
+        from umbp_sim.external.exec_program import leave_exec
+
+        child_env = with_malloc_thp(leave_exec({**os.environ, **self.env}))
         # Its stdout and stderr (the allocator's import) go to a file: a pipe nobody reads
         # could fill up and stop it. Its stdin is /dev/null. The protocol has its own fds.
         self._stderr = tempfile.TemporaryFile()

@@ -35,13 +35,33 @@ from umbp_sim.allocator_spec import parse_allocator_spec
 from umbp_sim.engine.counters import read_counters
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.engine.spec import RunError
-from umbp_sim.external.observe import runner_for, steps_not_runnable
+from umbp_sim.external.observe import runner_for
+from umbp_sim.external.run_job import REGISTRY_FUNCTIONS
 from umbp_sim.external.runner import NoRoom
 from umbp_sim.profiles import FIELD_PROFILE, canonical_profile, with_mori_warnings
 from umbp_sim.scenario.observed import ScenarioResult, compare
 from umbp_sim.scenario.runner import build_machine, run_checked, scenario_run
 from umbp_sim.scenario.schema import Scenario, ScenarioError
 from umbp_sim.sim import host_view
+
+# What mori's Python surface has: steps of these ops run on any build with it.
+EXTERNAL_STEP_OPS = ("alloc", "free", "mapped", "set_nr_hugepages")
+
+
+def steps_not_runnable(scn: Scenario, registry: bool) -> str | None:
+    """Why ``scn``'s steps cannot run on an external build (None: they can, or it has none).
+    ``registry``: the build has the shm registry (a checkout built with umbp-sim's binding,
+    ``build-allocator --mori``), so acquire, lookup and release steps run too."""
+    if scn.request_kind != "steps":
+        return None
+    runnable = set(EXTERNAL_STEP_OPS) | (set(REGISTRY_FUNCTIONS) if registry else set())
+    ops = sorted({s["op"] for s in scn.request["steps"]} - runnable)
+    if ops:
+        return (
+            f"steps use the shm registry ({', '.join(ops)}), which the build does not have "
+            "(mori's is C++ only: umbp-sim build-allocator --mori CHECKOUT binds it)"
+        )
+    return None
 
 
 def why_not_run(scn: Scenario, registry: bool) -> str | None:

@@ -78,7 +78,7 @@ MAX_INT = 1 << 64  # a size, a count, an alignment
 MAX_SPEC = 4096  # an allocator: a name, a module or a path (PATH_MAX)
 _KEYS = frozenset({"a", "b", "runs", "differing_runs", "same", "differences", "shard"})
 _SHARD_KEYS = frozenset({"k", "n", "total", "digest"})
-_ITEM_KEYS = frozenset({"run", "index", "a", "b", "texts_a", "texts_b"})
+_ITEM_KEYS = frozenset({"run", "index", "a", "b", "texts_a", "texts_b", "where"})
 _DIGEST = re.compile(r"[0-9a-f]{16}")
 
 
@@ -219,6 +219,8 @@ def _item(path: str, name: str, item: Any, cls: str, k: int, n: int, total: int)
         if side not in item:
             raise ShardDataError(f"--merge {path}: {name}.{side}: missing")
         _plain(path, f"{name}.{side}", item[side])
+    if "where" in item:
+        _where(path, f"{name}.where", item["where"])
     texts = ("texts_a", "texts_b")
     if cls != "warning count":
         if any(t in item for t in texts):
@@ -233,6 +235,37 @@ def _item(path: str, name: str, item: Any, cls: str, k: int, n: int, total: int)
             if not isinstance(line, str) or len(line) > MAX_TEXT:
                 raise _bad(path, f"{name}.{key}[{j}]", line,
                            f"a string of at most {MAX_TEXT:,} characters")  # fmt: skip
+
+
+_WHERE_KEYS = frozenset({"call", "same_calls", "a", "b", "site_a", "site_b", "leaks_a", "leaks_b"})
+_LEAK_KEYS = frozenset({"what", "call_number", "call", "site"})
+
+
+def _where(path: str, name: str, where: Any) -> None:
+    """A class's first run's ``where`` (``umbp_sim.external.divergence``): its fields, the
+    calls as lists of strings, every value plain and bounded (the report prints them)."""
+    if not isinstance(where, dict):
+        raise _bad(path, name, where, "an object {call, a, b, site_a, site_b, ...}")
+    _keys(path, f"{name}.", where, _WHERE_KEYS)
+    for side in ("a", "b"):
+        calls = where.get(side, [])
+        if not isinstance(calls, list) or not all(isinstance(c, str) for c in calls):
+            raise _bad(path, f"{name}.{side}", calls, "a list of calls")
+        leaks = where.get(f"leaks_{side}", [])
+        if not isinstance(leaks, list):
+            raise _bad(path, f"{name}.leaks_{side}", leaks, "a list of leaks")
+        for i, leak in enumerate(leaks):
+            if not isinstance(leak, dict) or not isinstance(leak.get("what"), str):
+                raise _bad(path, f"{name}.leaks_{side}[{i}]", leak, "an object {what, call, ...}")
+            _keys(path, f"{name}.leaks_{side}[{i}].", leak, _LEAK_KEYS)
+            for key in ("call", "call_number"):
+                if key not in leak:
+                    raise ShardDataError(f"--merge {path}: {name}.leaks_{side}[{i}].{key}: missing")
+    for key in ("call", "same_calls"):
+        value = where.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise _bad(path, f"{name}.{key}", value, "a call number")
+    _plain(path, name, where)
 
 
 def merge(paths: Sequence[str]) -> Comparison:
@@ -267,7 +300,11 @@ def merge(paths: Sequence[str]) -> Comparison:
                 indexed.setdefault(cls, []).append((item["index"], rest))
     for cls in CLASSES:
         if cls in indexed:
-            result.by_class[cls] = [item for _i, item in sorted(indexed[cls], key=lambda t: t[0])]
+            items = [item for _i, item in sorted(indexed[cls], key=lambda t: t[0])]
+            # each shard's first run of a class says where; the whole comparison's first does
+            result.by_class[cls] = [items[0]] + [
+                {k: v for k, v in item.items() if k != "where"} for item in items[1:]
+            ]
     return result
 
 

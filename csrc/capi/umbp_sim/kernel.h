@@ -29,7 +29,8 @@ extern "C" {
 #define UMBP_SIM_KERNEL_CAPSULE "umbp_sim.kernel"
 
 /* umbp_sim_kernel_ops.flags */
-#define UMBP_SIM_KERNEL_SIMULATED 1u /* mappings are simulated: their pages are not real memory */
+#define UMBP_SIM_KERNEL_SIMULATED 1u  /* mappings are simulated: their pages are not real memory */
+#define UMBP_SIM_KERNEL_CALL_SITES 2u /* the ops table has set_call_site */
 
 typedef struct umbp_sim_result {
   long value;
@@ -67,7 +68,9 @@ typedef struct umbp_sim_kernel_ops {
    * "numbers", "text"}), empty if none or not simulated; 3 = the post-mortem as one JSON object
    * (what the interposer hands umbp-sim when the process dies): {"crash": null or {"signal",
    * "where", "node", "hugepage_size", "detail", "text"} (node and hugepage_size null when
-   * unknown, text as 0 gives it), "reasons": [the objects of 2], "trace": [the lines of 1]}. */
+   * unknown, text as 0 gives it), "reasons": [the objects of 2], "trace": [the lines of 1],
+   * "sites": [each line's call site: an index in call_sites, -1 none], "call_sites": [[object
+   * path, offset], ...]: set_call_site's}. */
   size_t (*describe)(void* self, int what, char* buf, size_t cap);
   void (*retain)(void* self);
   void (*release)(void* self);
@@ -75,6 +78,11 @@ typedef struct umbp_sim_kernel_ops {
    * the node (>= 0) when the page is faulted, -ENOENT when it is not, -EFAULT outside every
    * mapping; -ENOSYS from a kernel that is not simulated. (Fields are only ever appended.) */
   int (*page_node)(void* self, void* addr);
+  /* (Present when flags has UMBP_SIM_KERNEL_CALL_SITES.) Where this thread's next call through
+   * the table comes from: the loaded object's path (as dladdr names it) and the offset of the
+   * call's return address minus one from the object's load base. A TracingKernel in the stack
+   * records it with the call; it is cleared when that call returns. NULL object: unknown. */
+  void (*set_call_site)(void* self, const char* object, unsigned long offset);
 } umbp_sim_kernel_ops;
 
 typedef struct umbp_sim_kernel {
