@@ -355,7 +355,9 @@ def _group(pgid: int) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1], ids=["SIGTERM", "SIGHUP", "SIGUSR1"]
+)
 def test_a_signal_ends_a_fleet_replay_cleanly(tmp_path: Path, sig: int) -> None:
     """SIGTERM or SIGHUP to a fleet replay: its workers end with it, one line, 128 + the signal
     (not a death by the signal, the workers left to fail on the pool's pipes)."""

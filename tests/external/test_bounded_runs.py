@@ -410,14 +410,15 @@ HUNG = ["compare", "good", "hostile", "--no-scenarios", "-k", "*alloc(size=1, *"
 
 
 @pytest.mark.parametrize(
-    ("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGKILL, -9)]
+    ("sig", "code"),
+    [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGUSR1, 138), (signal.SIGKILL, -9)],
 )
 def test_a_signal_to_compare_ends_everything_it_started(
     allocators: dict[str, str], sig: int, code: int
 ) -> None:
     """SIGTERM/SIGHUP to compare's process alone (what timeout(1), a cancelled CI job, a closed
-    terminal send): it ends its workers, their servers, the runs and exits 128 + signal; its
-    death (SIGKILL) takes them down too."""
+    terminal send), or a stray SIGUSR1: it ends its workers, their servers, the runs and exits
+    128 + signal; its death (SIGKILL) takes them down too."""
     proc = _start(allocators, *HUNG, up=13)
     os.kill(proc.pid, sig)
     out, err = proc.communicate(timeout=30)

@@ -396,7 +396,7 @@ def tell_keeper(fd: int | None, run_group: int) -> None:
             pass
 
 
-# ---- SIGTERM and SIGHUP in a command's process ------------------------------------------------
+# ---- SIGTERM, SIGHUP and the like in a command's process ------------------------------------
 
 
 # The signals whose default action ends a process, but SIGINT (KeyboardInterrupt), SIGKILL and
@@ -412,12 +412,11 @@ TERMINATING_SIGNALS: tuple[int, ...] = (
 
 
 @contextmanager
-def ended_by_signals(
-    signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP),
-) -> Iterator[None]:
-    """SIGTERM and SIGHUP (or ``signals``) raise ``Terminated`` in this process (its ``finally``
-    blocks end the workers and servers it started; the command exits 128 + the signal). A
-    process forked from it meanwhile takes the signal's default action."""
+def ended_by_signals(signals: tuple[int, ...] = TERMINATING_SIGNALS) -> Iterator[None]:
+    """Every signal whose default would end the process (``TERMINATING_SIGNALS``: SIGTERM,
+    SIGHUP, a stray SIGUSR1...; or ``signals``) raises ``Terminated`` in this process (its
+    ``finally`` blocks end the workers and servers it started; the command exits 128 + the
+    signal). A process forked from it meanwhile takes the signal's default action."""
     owner = os.getpid()
 
     def handler(sig: int, _frame: Any) -> None:
