@@ -71,8 +71,8 @@ def behaviour(rec: Any) -> tuple[Any, ...]:
 def classes(mem_per_node: str, every: int) -> dict[tuple[Any, ...], int]:
     """{class: runs} over the full matrix on the built-in pair (umbp-sim, mori-624002c)."""
     from umbp_sim.allocator_spec import AllocatorSpec
-    from umbp_sim.engine.dispatch import BuiltinAllocator
     from umbp_sim.external.compare import differences
+    from umbp_sim.run_router import BuiltinAllocator
 
     a = BuiltinAllocator(AllocatorSpec("builtin", "umbp-sim"))
     b = BuiltinAllocator(AllocatorSpec("builtin", "mori-624002c"))
@@ -107,8 +107,8 @@ def kills(
     the seconds the test allocator's runs took): one server per build, one run at a time; a
     run past 10 s times out, as a 32-bit touch loop past 4 GiB does."""
     from umbp_sim.allocator_spec import parse_allocator_spec
-    from umbp_sim.engine.dispatch import open_allocator
     from umbp_sim.external.compare import differences
+    from umbp_sim.run_router import open_allocator
 
     out: dict[str, list[str]] = {}
     a = open_allocator(parse_allocator_spec(str(base)), {}, 10.0)
