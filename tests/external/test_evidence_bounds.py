@@ -6,20 +6,17 @@ summarized as they arrive."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 import tracemalloc
 from pathlib import Path
 
 import pytest
-from conftest import session_processes
 
 from umbp_sim.external.evidence import OTHERS_KEPT, PROBLEM, EvidenceReader
 from umbp_sim.external.procs import frame
 from umbp_sim.external.wire import MAX_DEPTH
+
+from .exec_support import run_exec
 
 STATS = {"routed": 3, "faults": 1, "moved": 0, "sim_fds": 0}
 KERNEL = {"crash": None, "reasons": [], "trace": ["mmap(...) = 0x7f0000000000"]}
@@ -151,35 +148,12 @@ FROM_THE_PROGRAM = {
 }
 
 
-def _exec(tmp_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    tmp = tmp_path / "tmp"
-    tmp.mkdir(exist_ok=True)
-    env = {**os.environ, "TMPDIR": str(tmp)}
-    env.pop("UMBP_SIM_TRACEBACK", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "umbp_sim.cli", "exec", *args], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env=env, start_new_session=True, cwd=tmp_path,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"umbp-sim exec {' '.join(args)} still running after {timeout} s")
-    deadline = time.monotonic() + 10
-    while session_processes(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert session_processes(proc.pid) == []
-    assert list(tmp.iterdir()) == []
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
 @pytest.mark.parametrize("name", list(FROM_THE_PROGRAM))
 def test_a_bad_frame_from_the_program_keeps_its_exit_status(tmp_path: Path, name: str) -> None:
     payload, why = FROM_THE_PROGRAM[name]
     program = tmp_path / "writer.py"  # a file: the frame is past an argument's limit
     program.write_text(WRITER.format(payload=payload.hex()))
-    done = _exec(tmp_path, "--json", "r.json", "--", sys.executable, str(program))
+    done = run_exec(tmp_path, "--json", "r.json", "--", sys.executable, str(program))
     assert done.returncode == 3, done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert f"; {PROBLEM}: {why}" in done.stderr
@@ -191,7 +165,7 @@ def test_a_bad_frame_from_the_program_keeps_its_exit_status(tmp_path: Path, name
 def test_the_interposers_frames_carry_the_runs_token(tmp_path: Path) -> None:
     """A program that exits normally: its exit frame (the interposer's, with the token) is read,
     so the report has the simulated host's counters and no problem line."""
-    done = _exec(tmp_path, "--json", "r.json", "--", sys.executable, "-c", "import os")
+    done = run_exec(tmp_path, "--json", "r.json", "--", sys.executable, "-c", "import os")
     assert done.returncode == 0, done.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["evidence_problem"] is None
