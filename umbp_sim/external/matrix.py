@@ -108,6 +108,24 @@ def _life(call: AllocRequest) -> Alloc:
     return Alloc(call, write=True, free=True, free_twice=True)
 
 
+# Several allocations in one process (the quick matrix's other runs are one alloc each): two
+# in a row (a once-per-process fallback warning shows once, a per-call one twice), one freed,
+# one more after that free, the rest freed; on a kernel that touches by hand and one that
+# populates.
+SEQUENCE_KERNELS = ("4.9.0", "6.8.0")
+SEQUENCE = ("alloc a", "alloc b", "free a", "alloc c", "free b", "free c")
+
+
+def _sequence(pool: str, kernel: str, backing: str) -> Run:
+    table = {"size": 4 * MiB, "backing": backing, "prefault": True}
+    steps = tuple(
+        {"op": op, "id": name, **(table if op == "alloc" else {})}
+        for op, name in (s.split() for s in SEQUENCE)
+    )
+    label = f"[{pool} k{kernel}] steps({', '.join(SEQUENCE)}; size={4 * MiB}, {backing})"
+    return Run(machine(pool, kernel), Steps(steps), label=label)
+
+
 def quick() -> Iterator[Run]:
     size = 4 * MiB
     for b, s, p, pool in itertools.product(BACKINGS, SIZES.values(), (True, False), POOLS):
@@ -132,6 +150,8 @@ def quick() -> Iterator[Run]:
     for s, b in itertools.product(FIELD_SIZES, BACKINGS):  # touched by hand: prefault on 4.18
         call = AllocRequest(s, b, hugepage_size=GiB, prefault=True)
         yield Run(field, _life(call), label=f"[{field.name}] {call.label()}")
+    for b, pool, k in itertools.product(BACKINGS, POOLS, SEQUENCE_KERNELS):
+        yield _sequence(pool, k, b)
     big = big_page_machine()
     for b in ("AnonymousHugetlb", "AnonymousShmHugetlb"):
         call = AllocRequest(16 * GiB, b, hugepage_size=16 * GiB)
