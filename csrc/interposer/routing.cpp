@@ -14,11 +14,15 @@ using syscall_fn = long (*)(long, ...);
 
 // The definition of `name` after this library; the C library's when there is none after it (a
 // library preloaded before this one, the C library itself, hides it from RTLD_NEXT: calling
-// the null it returns was a SIGSEGV).
-void* next_symbol(const char* name) {
+// the null it returns was a SIGSEGV). Uninstrumented and with no static to guard: the TSan
+// runtime's own start-up reaches it (through sigaction) before that runtime can run
+// instrumented code. Its callers cache what it returns.
+UMBP_NO_TSAN void* next_symbol(const char* name) {
   if (void* f = dlsym(RTLD_NEXT, name)) return f;
-  static void* libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-  return libc ? dlsym(libc, name) : nullptr;
+  void* libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);  // already loaded: no new load
+  void* f = libc ? dlsym(libc, name) : nullptr;
+  if (libc) dlclose(libc);  // NOLOAD took a reference
+  return f;
 }
 
 long raw(long nr, long a1, long a2, long a3, long a4, long a5, long a6) {
