@@ -51,10 +51,11 @@ def test_a_leaked_fd_names_the_call_that_made_it_and_its_source_line(
                                                  {"mappings": 0, "fds": 1})] * 2  # fmt: skip
     assert "where" not in items[1]  # a class's first run says where
     where = items[0]["where"]
-    # memfd_create, ftruncate, the mmap that fails; then A closes the fd, B does not.
+    # memfd_create, ftruncate, the mmap that fails; then A closes the fd, B does not (what B
+    # does instead depends on the C++ library: under ASan its meminfo read is not routed).
     assert where["call"] == 4 and where["same_calls"] == 3
     assert where["a"][0] == "close(1000000) = 0"
-    assert where["b"][0].startswith('read_file("/proc/meminfo")')
+    assert where["b"] and not any(c.startswith("close(1000000)") for c in where["b"])
     assert where["site_a"] == {
         "object": plain,
         "offset": where["site_a"]["offset"],

@@ -78,8 +78,10 @@ def _addr2line(path: str, addresses: list[int]) -> list[tuple[str, str]] | str:
     cmd = [tool, "-f", "-C", "-e", path, *(f"{a:#x}" for a in addresses)]
     try:
         proc = subprocess.run(
-            cmd, capture_output=True, text=True, errors="replace", timeout=ADDR2LINE_TIMEOUT
-        )
+            cmd, capture_output=True, text=True, errors="replace", timeout=ADDR2LINE_TIMEOUT,
+            # nothing preloaded into it: a sanitizer runtime would report addr2line's own leaks
+            env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"},
+        )  # fmt: skip
     except subprocess.TimeoutExpired:
         return f"addr2line took over {ADDR2LINE_TIMEOUT:g} s on {path}"
     except OSError as e:
