@@ -326,6 +326,10 @@ def _rows(paths: list[str], request: Request, jobs: int) -> Iterator[tuple[int, 
     chunk = max(1, min(16, len(paths) // (jobs * 8)))
     with ctx.Pool(jobs, _init_worker, (request,)) as pool:
         yield from pool.imap_unordered(_work, enumerate(paths), chunksize=chunk)
+        # Its threads and workers ended before this process forks again (a later pool's fork
+        # while this one's threads still ran hung the child on a lock under ASan's allocator).
+        pool.close()
+        pool.join()
 
 
 def replay_fleet(
