@@ -58,6 +58,8 @@ STACK: tuple[tuple[str, tuple[str, ...]], ...] = (
     )),
     ("commands", (
         "umbp_sim.cli", "umbp_sim.collect", "umbp_sim.commands", "umbp_sim.pytest_plugin",
+        # the scenario files a wheel installs, with their dump-trimming script
+        "umbp_sim.scenarios",
     )),
 )  # fmt: skip
 
