@@ -4,7 +4,8 @@ are unchanged: across xdist workers and across test runs.
 A build is keyed by a hash of everything that decides its bytes: the command line (with the
 output path left out), the compiler's version, the content of every file the command names (the
 sources, the interposer library it links against) and of every file under the project's own
-include directory, and the versions of Python and pybind11 whose headers it may include. The
+include directory and of the trees a caller names as inputs (headers the command finds through
+-I), and the versions of Python and pybind11 whose headers it may include. The
 result lives in ``$UMBP_SIM_TEST_BUILD_CACHE`` (default ``~/.cache/umbp-sim/test-builds``); a
 file lock per key makes concurrent workers wait for one compiler instead of running several,
 and a finished build is moved into place whole, so a killed compile leaves nothing behind.
@@ -49,8 +50,9 @@ def _pybind11_version() -> str:
         return "none"
 
 
-def build_key(cmd: Sequence[str], output: str) -> str:
-    """The hash of what decides the bytes ``cmd`` writes to ``output``."""
+def build_key(cmd: Sequence[str], output: str, inputs: Sequence[Path] = ()) -> str:
+    """The hash of what decides the bytes ``cmd`` writes to ``output`` (``inputs``: directories
+    whose every file counts too)."""
     h = hashlib.sha256()
 
     def add(label: str, data: bytes) -> None:
@@ -68,18 +70,18 @@ def build_key(cmd: Sequence[str], output: str) -> str:
         path = Path(arg)
         if path.is_file():
             add("file", path.read_bytes())
-    include = Path(get_include())
-    for header in sorted(include.rglob("*")):
-        if header.is_file():
-            add(f"include {header.relative_to(include)}", header.read_bytes())
+    for label, tree in [("include", Path(get_include())), *(("input", Path(d)) for d in inputs)]:
+        for f in sorted(tree.rglob("*")):
+            if f.is_file():
+                add(f"{label} {f.relative_to(tree)}", f.read_bytes())
     return h.hexdigest()[:32]
 
 
-def cached_build(cmd: Sequence[str], output: str) -> str:
+def cached_build(cmd: Sequence[str], output: str, inputs: Sequence[Path] = ()) -> str:
     """Run ``cmd`` (which writes ``output``) unless a build with the same key is cached; the
     path of the cached result (named as ``output``'s basename), which callers use instead of
     ``output``. A failing compiler fails the test with its output."""
-    key = build_key(cmd, output)
+    key = build_key(cmd, output, inputs)
     d = cache_dir() / key
     d.mkdir(parents=True, exist_ok=True)
     target = d / Path(output).name
@@ -100,11 +102,15 @@ def cached_build(cmd: Sequence[str], output: str) -> str:
     return str(target)
 
 
-def cached_builds(jobs: dict[str, tuple[Sequence[str], str]]) -> dict[str, str]:
+def cached_builds(
+    jobs: dict[str, tuple[Sequence[str], str]], inputs: Sequence[Path] = ()
+) -> dict[str, str]:
     """Several builds, compiled side by side where not cached: {name: (cmd, output)} ->
-    {name: path}."""
+    {name: path} (``inputs`` as ``build_key`` takes them, for every job)."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
-        futures = {name: pool.submit(cached_build, cmd, out) for name, (cmd, out) in jobs.items()}
+        futures = {
+            name: pool.submit(cached_build, cmd, out, inputs) for name, (cmd, out) in jobs.items()
+        }
         return {name: f.result() for name, f in futures.items()}

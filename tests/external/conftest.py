@@ -1,6 +1,7 @@
 """Builds of the test allocator (tests/external/tiny_allocator.cpp): a plain extension module
-(run with the interposer preloaded) and `umbp-sim build-allocator` builds, compiled once and
-reused while their inputs are unchanged (tests/build_cache.py)."""
+(run with the interposer preloaded) and `umbp-sim build-allocator` builds; and of the fake mori
+checkout (tests/external/fake_mori) with its planted bugs. Each is compiled once and reused
+while its inputs are unchanged (tests/build_cache.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,21 @@ import pytest
 from build_cache import cached_build, cached_builds
 
 from umbp_sim.external.build import compile_command, include_dirs
+from umbp_sim.external.mori_build import mori_build
 
 HERE = Path(__file__).resolve().parent
 TINY_SOURCE = HERE / "tiny_allocator.cpp"
+FAKE_MORI = HERE / "fake_mori"
+# name -> the define that plants its bug (fake_mori's host_mem_allocator.cpp says what each does)
+FAKE_MORI_VARIANTS = {
+    "good": None,
+    "refcount_bug": "FAKE_MORI_REFCOUNT_BUG",
+    "requested_size": "FAKE_MORI_RECORDS_REQUESTED_SIZE",
+    "no_fd": "FAKE_MORI_RECORDS_NO_FD",
+    "reset": "FAKE_MORI_FREE_RESETS_HANDLE",
+    "stale": "FAKE_MORI_STALE_FAILED_HANDLE",
+    "leaky": "FAKE_MORI_LEAKS_FD",
+}
 
 
 @pytest.fixture(scope="session")
@@ -91,3 +104,20 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> str:
     out = str(tmp_path_factory.mktemp("exec") / "exec_probe")
     cmd = ["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", str(HERE / "exec_probe.c"), "-o", out]
     return cached_build(cmd, out)
+
+
+@pytest.fixture(scope="session")
+def fake_mori_builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """{name: path} of ``build-allocator --mori tests/external/fake_mori [-D DEFINE]`` for each of
+    FAKE_MORI_VARIANTS: build-allocator's own command (mori_build, compile_command), compiled
+    once per set of inputs. What build-allocator adds around the compiler (the output checked,
+    the module loaded before "built") is tested through the CLI in test_build_mori.py."""
+    d = tmp_path_factory.mktemp("fake_mori")
+    jobs = {}
+    for name, define in FAKE_MORI_VARIANTS.items():
+        out = str(d / f"mori_{name}.so")
+        plan = mori_build(str(FAKE_MORI), out)
+        defines = [*plan.defines, *([define] if define else [])]
+        cmd = compile_command(plan.sources, out, plan.includes, defines, plan.extra)
+        jobs[name] = (cmd, out)
+    return cached_builds(jobs, inputs=[FAKE_MORI])

@@ -169,57 +169,49 @@ no_leaks = true
 
 
 def test_the_shm_registry_runs_on_a_checkout_build(
-    checkout: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_mori_builds: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """mori's registry is C++ only: build-allocator's binding gives it to umbp-sim's steps, so
     a registry that miscounts (Acquire not counted: the Free unmaps at once) fails a scenario
     and differs in compare (class "steps")."""
-    good, bug = tmp_path / "mori_umbp.so", tmp_path / "mori_bug.so"
-    assert main(["build-allocator", "--mori", str(checkout), "-o", str(good)]) == 0
-    argv = ["build-allocator", "--mori", str(checkout), "-D", "FAKE_MORI_REFCOUNT_BUG"]
-    assert main([*argv, "-o", str(bug)]) == 0
+    good, bug = fake_mori_builds["good"], fake_mori_builds["refcount_bug"]
     scn = tmp_path / "registry.toml"
     scn.write_text(REGISTRY_SCENARIO)
     capsys.readouterr()
-    assert main(["run", "--allocator", str(good), str(scn)]) == 0, capsys.readouterr().out
+    assert main(["run", "--allocator", good, str(scn)]) == 0, capsys.readouterr().out
     capsys.readouterr()
-    assert main(["run", "--allocator", str(bug), str(scn)]) == 1
+    assert main(["run", "--allocator", bug, str(scn)]) == 1
     out = capsys.readouterr().out
     assert "'freed', 'mapped no', 'lookup none'" in out, out
     # compare: the bundled mori scenario of the same sequence, on both builds
     pick = ["--matrix", "none", "-k", "*shm-free-deferred-until-last-release*", "--json"]
-    assert main(["compare", str(good), str(good), *pick]) == 0
+    assert main(["compare", good, good, *pick]) == 0
     assert json.loads(capsys.readouterr().out)["runs"] == 1
-    assert main(["compare", str(good), str(bug), *pick]) == 1
+    assert main(["compare", good, bug, *pick]) == 1
     steps = json.loads(capsys.readouterr().out)["differences"]["steps"]
     assert [s[5] for s in (steps[0]["a"], steps[0]["b"])] == ["mapped yes", "mapped no"]
 
 
 def test_every_shm_run_asks_the_registry_after_alloc_and_free(
-    checkout: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_mori_builds: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Each compared run asks the shm registry of its buffer after alloc and after its free
     (class "registry"): a build that registers the requested size, not the mapped one, differs
     in the matrix's shm runs of an unaligned size, not only in a registry scenario; one that
     registers no fd differs in every shm run (mori's handle has no fd: the record's must be one
     open on the buffer's memfd)."""
-    good, bug, no_fd = (tmp_path / f"{n}.so" for n in ("mori_umbp", "mori_bug", "mori_no_fd"))
-    assert main(["build-allocator", "--mori", str(checkout), "-o", str(good)]) == 0
-    argv = ["build-allocator", "--mori", str(checkout), "-D", "FAKE_MORI_RECORDS_REQUESTED_SIZE"]
-    assert main([*argv, "-o", str(bug)]) == 0
-    argv = ["build-allocator", "--mori", str(checkout), "-D", "FAKE_MORI_RECORDS_NO_FD"]
-    assert main([*argv, "-o", str(no_fd)]) == 0
+    good, bug, no_fd = (fake_mori_builds[n] for n in ("good", "requested_size", "no_fd"))
     pick = ["--no-scenarios", "-k", "*AnonymousShm,*", "--json"]
     capsys.readouterr()
-    assert main(["compare", str(good), str(good), *pick]) == 0
+    assert main(["compare", good, good, *pick]) == 0
     assert json.loads(capsys.readouterr().out)["differences"] == {}
-    assert main(["compare", str(good), str(bug), *pick]) == 1
+    assert main(["compare", good, bug, *pick]) == 1
     found = json.loads(capsys.readouterr().out)["differences"]
     assert list(found) == ["registry"]
     one = next(d for d in found["registry"] if "alloc(size=1," in d["run"])
     assert (one["a"], one["b"]) == ("found 4096; after free none", "none; after free none")
     assert all("size=4194304," not in d["run"] for d in found["registry"])  # aligned: the same
-    assert main(["compare", str(good), str(no_fd), *pick]) == 1
+    assert main(["compare", good, no_fd, *pick]) == 1
     found = json.loads(capsys.readouterr().out)["differences"]
     one = next(d for d in found["registry"] if "alloc(size=1," in d["run"])
     assert (one["a"], one["b"]) == (
@@ -281,25 +273,20 @@ def test_mori_binding_without_the_header_says_which(
 
 
 def test_every_field_of_the_handle_is_compared_before_and_after_free(
-    checkout: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_mori_builds: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """issue 41: compare read valid, ptr and the sizes after Free; a Free that resets the whole
     handle (its backing and alignment with it, which mori's keeps) differs in "after free" in
     every run that frees a buffer, those whose Free's munmap or close fails included; an
     invalid handle that still carries a backing and alignment (set before a mapping that
     failed) differs in "handle"."""
-    builds = {"good": None, "reset": "FAKE_MORI_FREE_RESETS_HANDLE",
-              "stale": "FAKE_MORI_STALE_FAILED_HANDLE"}  # fmt: skip
-    out = {name: tmp_path / f"mori_{name}.so" for name in builds}
-    for name, define in builds.items():
-        argv = ["build-allocator", "--mori", str(checkout), "-o", str(out[name])]
-        assert main(argv + (["-D", define] if define else [])) == 0
+    out = fake_mori_builds
     pick = ["--no-scenarios", "-k", "[[]ample k6.8.0*] alloc(size=4194304, AnonymousShm,*"]
     pick.append("--json")
     capsys.readouterr()
-    assert main(["compare", str(out["good"]), str(out["good"]), *pick]) == 0
+    assert main(["compare", out["good"], out["good"], *pick]) == 0
     assert json.loads(capsys.readouterr().out)["differences"] == {}
-    assert main(["compare", str(out["good"]), str(out["reset"]), *pick]) == 1
+    assert main(["compare", out["good"], out["reset"], *pick]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert list(doc["differences"]) == ["after free"]
     freed = {d["run"]: (d["a"], d["b"]) for d in doc["differences"]["after free"]}
@@ -314,7 +301,7 @@ def test_every_field_of_the_handle_is_compared_before_and_after_free(
         for v in freed.values()
     )  # fmt: skip
     pick = ["--no-scenarios", "-k", "*mmap:ENOMEM] alloc(size=4194304,*", "--json"]
-    assert main(["compare", str(out["good"]), str(out["stale"]), *pick]) == 1
+    assert main(["compare", out["good"], out["stale"], *pick]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert list(doc["differences"]) == ["handle"]
     stale = {d["run"].split(", ")[1]: (d["a"], d["b"]) for d in doc["differences"]["handle"]}
@@ -347,16 +334,12 @@ outcome = "{outcome}"
 
 
 def test_run_checks_leaks_and_the_freed_handle_after_every_scenario(
-    checkout: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_mori_builds: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """issue 41: ``run --allocator BUILD`` passed a build that leaks an fd on a failure path
     and one whose Free resets the whole handle, where the scenario's [expect] said nothing of
     either; every scenario run on an external build is checked for both now."""
-    builds = {"good": None, "reset": "FAKE_MORI_FREE_RESETS_HANDLE", "leaky": "FAKE_MORI_LEAKS_FD"}
-    out = {name: tmp_path / f"mori_{name}.so" for name in builds}
-    for name, define in builds.items():
-        argv = ["build-allocator", "--mori", str(checkout), "-o", str(out[name])]
-        assert main(argv + (["-D", define] if define else [])) == 0
+    out = fake_mori_builds
     freed = tmp_path / "freed.toml"
     freed.write_text(SHM_ALLOC.format(name="freed", why="", faults="", outcome="ok"))
     failed = tmp_path / "failed.toml"
@@ -364,16 +347,16 @@ def test_run_checks_leaks_and_the_freed_handle_after_every_scenario(
     failed.write_text(SHM_ALLOC.format(name="failed", why=": mmap fails", faults=fault,
                                        outcome="failed"))  # fmt: skip
     capsys.readouterr()
-    assert main(["run", "--allocator", str(out["good"]), str(freed), str(failed)]) == 0
+    assert main(["run", "--allocator", out["good"], str(freed), str(failed)]) == 0
     assert capsys.readouterr().out.endswith("\n2 passed, 0 failed\n")
-    assert main(["run", "--allocator", str(out["reset"]), str(freed), str(failed)]) == 1
+    assert main(["run", "--allocator", out["reset"], str(freed), str(failed)]) == 1
     report = capsys.readouterr().out
     assert report.endswith("\n1 passed, 1 failed\n")
     assert (
         f"{freed}: freed\n  handle after free: expected actual_backing 'AnonymousShm', "
         "actual_alignment 4096; got actual_backing 'Anonymous', actual_alignment 0\n" in report
     )
-    assert main(["run", "--allocator", str(out["leaky"]), str(freed), str(failed)]) == 1
+    assert main(["run", "--allocator", out["leaky"], str(freed), str(failed)]) == 1
     report = capsys.readouterr().out
     assert report.endswith("\n1 passed, 1 failed\n")
     assert (
