@@ -69,17 +69,9 @@ class FaultPlanError(UmbpSimError):
     exit_code = EX_DATAERR
 
 
-OPS = (
-    "mmap",
-    "munmap",
-    "madvise",
-    "mbind",
-    "memfd_create",
-    "ftruncate",
-    "close",
-    "read_file",
-    "touch",
-)
+# The seam's operations a rule can name, from their one declaration (UMBP_KERNEL_CALLS in
+# csrc/kernel/kernel.h, through the extension).
+OPS: tuple[str, ...] = tuple(_native.SYSCALL_OPS)
 _LENGTH_OPS = ("mmap", "munmap", "madvise", "mbind", "ftruncate", "touch")
 _SCHEDULE_KEYS = ("nth", "calls", "every", "first")
 # filter key -> the operations it applies to

@@ -19,8 +19,8 @@ SysResult record_crash(int signal, const std::string& where) {
 }
 
 std::string crash_where(SysOp op, int advice) {
-  if (op == SysOp::Touch) return "prefault touch";
-  if (op == SysOp::Madvise) return "madvise(" + format_madvise_advice(advice) + ")";
+  if (op == SysOp::touch) return "prefault touch";
+  if (op == SysOp::madvise) return "madvise(" + format_madvise_advice(advice) + ")";
   return sysop_name(op);
 }
 

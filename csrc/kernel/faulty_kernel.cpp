@@ -60,8 +60,8 @@ std::string FaultRule::problem() const {
   if ((error != 0) + (signal != 0) + (has_content ? 1 : 0) + (throw_bad_alloc ? 1 : 0) != 1)
     return "needs exactly one of an errno, a signal, content or a throw";
   if (error < 0 || signal < 0) return "errno and signal must be positive";
-  if (signal && op == SysOp::ReadFile) return "read_file cannot be answered with a signal";
-  if (has_content && op != SysOp::ReadFile) return "only read_file can be answered with content";
+  if (signal && op == SysOp::read_file) return "read_file cannot be answered with a signal";
+  if (has_content && op != SysOp::read_file) return "only read_file can be answered with content";
   if ((when == When::Nth || when == When::Every) && a == 0) return "call index must be >= 1";
   if (when == When::Range && (a == 0 || b < a)) return "range must be [a, b] with 1 <= a <= b";
   if (!(probability >= 0.0 && probability <= 1.0)) return "probability must be in [0, 1]";
@@ -74,19 +74,19 @@ bool FaultRule::matches(const SyscallArgs& c) const {
   if (c.length < min_length || c.length > max_length) {
     // Length bounds apply to the operations that take one.
     switch (op) {
-      case SysOp::Mmap:
-      case SysOp::Munmap:
-      case SysOp::Madvise:
-      case SysOp::Mbind:
-      case SysOp::Ftruncate:
-      case SysOp::Touch:
+      case SysOp::mmap:
+      case SysOp::munmap:
+      case SysOp::madvise:
+      case SysOp::mbind:
+      case SysOp::ftruncate:
+      case SysOp::touch:
         return false;
       default:
         break;
     }
   }
   switch (op) {
-    case SysOp::Mmap: {
+    case SysOp::mmap: {
       unsigned f = static_cast<unsigned>(c.flags);
       unsigned plain = f & ~0x0fu & ~(kHugeMask << kHugeShift);
       int type = static_cast<int>(f & 0x0f);
@@ -100,9 +100,9 @@ bool FaultRule::matches(const SyscallArgs& c) const {
       if (huge_log2_not >= 0 && huge == huge_log2_not) return false;
       return true;
     }
-    case SysOp::Madvise:
+    case SysOp::madvise:
       return advice < 0 || c.advice == advice;
-    case SysOp::Mbind: {
+    case SysOp::mbind: {
       int base = c.mode & ~((1 << 15) | (1 << 14) | (1 << 13));
       if (mode >= 0 && base != mode) return false;
       if (node >= 0 &&
@@ -110,7 +110,7 @@ bool FaultRule::matches(const SyscallArgs& c) const {
         return false;
       return true;
     }
-    case SysOp::MemfdCreate: {
+    case SysOp::memfd_create: {
       unsigned f = static_cast<unsigned>(c.flags);
       unsigned plain = f & ~(kHugeMask << kHugeShift);
       int huge = static_cast<int>((f >> kHugeShift) & kHugeMask);
@@ -120,7 +120,7 @@ bool FaultRule::matches(const SyscallArgs& c) const {
       if (huge_log2_not >= 0 && huge == huge_log2_not) return false;
       return true;
     }
-    case SysOp::ReadFile:
+    case SysOp::read_file:
       return path.empty() || path == c.text || ::fnmatch(path.c_str(), c.text.c_str(), 0) == 0;
     default:
       return true;
@@ -209,27 +209,27 @@ size_t FaultyKernel::page_size() { return inner_->page_size(); }
 
 SysResult FaultyKernel::mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
   SysResult r;
-  if (active(SysOp::Mmap) && inject(call_args::mmap(addr, length, prot, flags, fd, offset), r))
+  if (active(SysOp::mmap) && inject(call_args::mmap(addr, length, prot, flags, fd, offset), r))
     return r;
   return inner_->mmap(addr, length, prot, flags, fd, offset);
 }
 
 SysResult FaultyKernel::munmap(void* addr, size_t length) {
   SysResult r;
-  if (active(SysOp::Munmap) && inject(call_args::munmap(addr, length), r)) return r;
+  if (active(SysOp::munmap) && inject(call_args::munmap(addr, length), r)) return r;
   return inner_->munmap(addr, length);
 }
 
 SysResult FaultyKernel::madvise(void* addr, size_t length, int advice) {
   SysResult r;
-  if (active(SysOp::Madvise) && inject(call_args::madvise(addr, length, advice), r)) return r;
+  if (active(SysOp::madvise) && inject(call_args::madvise(addr, length, advice), r)) return r;
   return inner_->madvise(addr, length, advice);
 }
 
 SysResult FaultyKernel::mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
                               unsigned long maxnode, unsigned flags) {
   SysResult r;
-  if (active(SysOp::Mbind) &&
+  if (active(SysOp::mbind) &&
       inject(call_args::mbind(addr, length, mode, nodemask, maxnode, flags), r))
     return r;
   return inner_->mbind(addr, length, mode, nodemask, maxnode, flags);
@@ -237,19 +237,19 @@ SysResult FaultyKernel::mbind(void* addr, size_t length, int mode, const unsigne
 
 SysResult FaultyKernel::memfd_create(const char* name, unsigned flags) {
   SysResult r;
-  if (active(SysOp::MemfdCreate) && inject(call_args::memfd_create(name, flags), r)) return r;
+  if (active(SysOp::memfd_create) && inject(call_args::memfd_create(name, flags), r)) return r;
   return inner_->memfd_create(name, flags);
 }
 
 SysResult FaultyKernel::ftruncate(int fd, off_t length) {
   SysResult r;
-  if (active(SysOp::Ftruncate) && inject(call_args::ftruncate(fd, length), r)) return r;
+  if (active(SysOp::ftruncate) && inject(call_args::ftruncate(fd, length), r)) return r;
   return inner_->ftruncate(fd, length);
 }
 
 SysResult FaultyKernel::close(int fd) {
   SysResult r;
-  if (active(SysOp::Close) && inject(call_args::close(fd), r)) {
+  if (active(SysOp::close) && inject(call_args::close(fd), r)) {
     // Linux releases the descriptor before it reports a close error (man 2 close), so an
     // injected EIO/EINTR/... still closes it; only EBADF means it was never open.
     if (r.signal == 0 && r.error != 0 && r.error != EBADF) {
@@ -264,7 +264,7 @@ SysResult FaultyKernel::close(int fd) {
 FileResult FaultyKernel::read_file(const std::string& path) {
   SysResult r;
   FileResult f;
-  if (active(SysOp::ReadFile) && inject(call_args::read_file(path), r, &f.data)) {
+  if (active(SysOp::read_file) && inject(call_args::read_file(path), r, &f.data)) {
     f.error = r.error;
     return f;
   }
@@ -273,7 +273,7 @@ FileResult FaultyKernel::read_file(const std::string& path) {
 
 SysResult FaultyKernel::touch(void* addr, size_t length, size_t stride) {
   SysResult r;
-  if (active(SysOp::Touch) && inject(call_args::touch(addr, length, stride), r)) return r;
+  if (active(SysOp::touch) && inject(call_args::touch(addr, length, stride), r)) return r;
   return inner_->touch(addr, length, stride);
 }
 

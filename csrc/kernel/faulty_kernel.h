@@ -34,7 +34,7 @@ namespace umbp {
 
 struct FaultRule {
   std::string name;  // for records and messages; may be empty
-  SysOp op = SysOp::Mmap;
+  SysOp op = SysOp::mmap;
   // The answer: exactly one of
   int error = 0;   // an errno,
   int signal = 0;  // a simulated fatal signal (the process dies in this call; not read_file),

@@ -8,19 +8,19 @@ void LeakLedger::observe(const SyscallArgs& a, const SysResult& r, bool threw) {
   if (threw) return;
   if (!r.ok()) {
     // Linux releases the descriptor even when close() reports an error (not EBADF: never open).
-    if (a.op == SysOp::Close && r.signal == 0 && r.error != EBADF) fds_.erase(a.fd);
+    if (a.op == SysOp::close && r.signal == 0 && r.error != EBADF) fds_.erase(a.fd);
     return;
   }
-  if (a.op == SysOp::Mmap) {
+  if (a.op == SysOp::mmap) {
     uintptr_t start = static_cast<uintptr_t>(r.value);
     size_t len = rounded(a.length);
     unmap_range(start, start + len);  // MAP_FIXED replaces what was there
     mappings_[start] = len;
-  } else if (a.op == SysOp::Munmap) {
+  } else if (a.op == SysOp::munmap) {
     unmap_range(a.addr, a.addr + rounded(a.length));
-  } else if (a.op == SysOp::MemfdCreate) {
+  } else if (a.op == SysOp::memfd_create) {
     fds_.insert(static_cast<int>(r.value));
-  } else if (a.op == SysOp::Close) {
+  } else if (a.op == SysOp::close) {
     fds_.erase(a.fd);
   }
 }

@@ -329,7 +329,7 @@ SysResult SimKernel::populate(uintptr_t start, uintptr_t end, bool write, const 
 }
 
 SysResult SimKernel::madvise(void* addr, size_t length, int advice) {
-  return syscall(SysOp::Madvise, advice, [&] { return do_madvise(addr, length, advice); });
+  return syscall(SysOp::madvise, advice, [&] { return do_madvise(addr, length, advice); });
 }
 
 SysResult SimKernel::do_madvise(void* addr, size_t length, int advice) {
@@ -420,7 +420,7 @@ SysResult SimKernel::do_madvise(void* addr, size_t length, int advice) {
 }
 
 SysResult SimKernel::touch(void* addr, size_t length, size_t stride) {
-  return syscall(SysOp::Touch, [&] { return do_touch(addr, length, stride); });
+  return syscall(SysOp::touch, [&] { return do_touch(addr, length, stride); });
 }
 
 SysResult SimKernel::do_touch(void* addr, size_t length, size_t stride) {

@@ -28,7 +28,7 @@ constexpr int kWeightedInterleave = 6;
 
 SysResult SimKernel::mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
                            unsigned long maxnode, unsigned flags) {
-  return syscall(SysOp::Mbind,
+  return syscall(SysOp::mbind,
                  [&] { return do_mbind(addr, length, mode, nodemask, maxnode, flags); });
 }
 

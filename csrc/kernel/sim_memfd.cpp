@@ -18,7 +18,7 @@ constexpr unsigned kMfdHugeMask = 0x3f;
 }  // namespace
 
 SysResult SimKernel::memfd_create(const char* name, unsigned flags) {
-  return syscall(SysOp::MemfdCreate, [&] { return do_memfd_create(name, flags); });
+  return syscall(SysOp::memfd_create, [&] { return do_memfd_create(name, flags); });
 }
 
 SysResult SimKernel::do_memfd_create(const char* name, unsigned flags) {
@@ -68,7 +68,7 @@ SysResult SimKernel::do_memfd_create(const char* name, unsigned flags) {
 }
 
 SysResult SimKernel::ftruncate(int fd, off_t length) {
-  return syscall(SysOp::Ftruncate, [&] { return do_ftruncate(fd, length); });
+  return syscall(SysOp::ftruncate, [&] { return do_ftruncate(fd, length); });
 }
 
 SysResult SimKernel::do_ftruncate(int fd, off_t length) {
@@ -86,7 +86,7 @@ SysResult SimKernel::do_ftruncate(int fd, off_t length) {
 }
 
 SysResult SimKernel::close(int fd) {
-  return syscall(SysOp::Close, [&] { return do_close(fd); });
+  return syscall(SysOp::close, [&] { return do_close(fd); });
 }
 
 SysResult SimKernel::do_close(int fd) {

@@ -104,7 +104,7 @@ SysResult SimKernel::munmap_locked(uintptr_t start, uintptr_t end) {
 // ---- mmap -------------------------------------------------------------------------------
 
 SysResult SimKernel::mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
-  return syscall(SysOp::Mmap, [&] { return do_mmap(addr, length, prot, flags, fd, offset); });
+  return syscall(SysOp::mmap, [&] { return do_mmap(addr, length, prot, flags, fd, offset); });
 }
 
 SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
@@ -347,7 +347,7 @@ SysResult SimKernel::hugetlb_reserve_failed(const SimHState& h, long delta, long
 }
 
 SysResult SimKernel::munmap(void* addr, size_t length) {
-  return syscall(SysOp::Munmap, [&] { return do_munmap(addr, length); });
+  return syscall(SysOp::munmap, [&] { return do_munmap(addr, length); });
 }
 
 SysResult SimKernel::do_munmap(void* addr, size_t length) {

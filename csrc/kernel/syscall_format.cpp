@@ -110,9 +110,8 @@ constexpr Named kSignals[] = {{SIGBUS, "SIGBUS"},
                               {SIGABRT, "SIGABRT"},
                               {SIGTERM, "SIGTERM"}};
 
-constexpr const char* kOpNames[kSysOpCount] = {"mmap",  "munmap",       "madvise",
-                                               "mbind", "memfd_create", "ftruncate",
-                                               "close", "read_file",    "touch"};
+// The operations' names: every call's but page_size's (SysOp -1, the first).
+constexpr const char* const* kOpNames = sysop_detail::kCallNames + 1;
 
 template <size_t N>
 const char* lookup(const Named (&table)[N], long v) {
@@ -186,7 +185,7 @@ SyscallArgs at(SysOp op, void* addr = nullptr, size_t length = 0) {
 }  // namespace
 
 SyscallArgs mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
-  SyscallArgs a = at(SysOp::Mmap, addr, length);
+  SyscallArgs a = at(SysOp::mmap, addr, length);
   a.prot = prot;
   a.flags = flags;
   a.fd = fd;
@@ -194,17 +193,17 @@ SyscallArgs mmap(void* addr, size_t length, int prot, int flags, int fd, off_t o
   return a;
 }
 
-SyscallArgs munmap(void* addr, size_t length) { return at(SysOp::Munmap, addr, length); }
+SyscallArgs munmap(void* addr, size_t length) { return at(SysOp::munmap, addr, length); }
 
 SyscallArgs madvise(void* addr, size_t length, int advice) {
-  SyscallArgs a = at(SysOp::Madvise, addr, length);
+  SyscallArgs a = at(SysOp::madvise, addr, length);
   a.advice = advice;
   return a;
 }
 
 SyscallArgs mbind(void* addr, size_t length, int mode, const unsigned long* nodemask,
                   unsigned long maxnode, unsigned flags) {
-  SyscallArgs a = at(SysOp::Mbind, addr, length);
+  SyscallArgs a = at(SysOp::mbind, addr, length);
   a.mode = mode;
   bool readable = true;
   a.nodes = mask_nodes(nodemask, maxnode, &readable);
@@ -217,32 +216,32 @@ SyscallArgs mbind(void* addr, size_t length, int mode, const unsigned long* node
 }
 
 SyscallArgs memfd_create(const char* name, unsigned flags) {
-  SyscallArgs a = at(SysOp::MemfdCreate);
+  SyscallArgs a = at(SysOp::memfd_create);
   a.text = name ? name : "";
   a.flags = static_cast<int>(flags);
   return a;
 }
 
 SyscallArgs ftruncate(int fd, off_t length) {
-  SyscallArgs a = at(SysOp::Ftruncate, nullptr, static_cast<size_t>(length));
+  SyscallArgs a = at(SysOp::ftruncate, nullptr, static_cast<size_t>(length));
   a.fd = fd;
   return a;
 }
 
 SyscallArgs close(int fd) {
-  SyscallArgs a = at(SysOp::Close);
+  SyscallArgs a = at(SysOp::close);
   a.fd = fd;
   return a;
 }
 
 SyscallArgs read_file(const std::string& path) {
-  SyscallArgs a = at(SysOp::ReadFile);
+  SyscallArgs a = at(SysOp::read_file);
   a.text = path;
   return a;
 }
 
 SyscallArgs touch(void* addr, size_t length, size_t stride) {
-  SyscallArgs a = at(SysOp::Touch, addr, length);
+  SyscallArgs a = at(SysOp::touch, addr, length);
   a.stride = stride;
   return a;
 }
@@ -402,19 +401,19 @@ std::string format_call(const SyscallArgs& a) {
   std::string out = sysop_name(a.op);
   out += '(';
   switch (a.op) {
-    case SysOp::Mmap:
+    case SysOp::mmap:
       out += addr_text(a.addr) + ", " + std::to_string(a.length) + ", " + format_prot(a.prot) +
              ", " + format_mmap_flags(a.flags) + ", " + std::to_string(a.fd) + ", " +
              std::to_string(a.offset);
       break;
-    case SysOp::Munmap:
+    case SysOp::munmap:
       out += addr_text(a.addr) + ", " + std::to_string(a.length);
       break;
-    case SysOp::Madvise:
+    case SysOp::madvise:
       out += addr_text(a.addr) + ", " + std::to_string(a.length) + ", " +
              format_madvise_advice(a.advice);
       break;
-    case SysOp::Mbind:
+    case SysOp::mbind:
       out += addr_text(a.addr) + ", " + std::to_string(a.length) + ", " + format_mpol_mode(a.mode) +
              ", " +
              (a.null_mask         ? "NULL"
@@ -423,20 +422,22 @@ std::string format_call(const SyscallArgs& a) {
              ", " + std::to_string(a.maxnode) + ", " +
              format_mbind_flags(static_cast<unsigned>(a.flags));
       break;
-    case SysOp::MemfdCreate:
+    case SysOp::memfd_create:
       out += quoted(a.text) + ", " + format_memfd_flags(static_cast<unsigned>(a.flags));
       break;
-    case SysOp::Ftruncate:
+    case SysOp::ftruncate:
       out += std::to_string(a.fd) + ", " + std::to_string(a.length);
       break;
-    case SysOp::Close:
+    case SysOp::close:
       out += std::to_string(a.fd);
       break;
-    case SysOp::ReadFile:
+    case SysOp::read_file:
       out += quoted(a.text);
       break;
-    case SysOp::Touch:
+    case SysOp::touch:
       out += addr_text(a.addr) + ", " + std::to_string(a.length) + ", " + std::to_string(a.stride);
+      break;
+    case SysOp::page_size:  // not an operation: never traced
       break;
   }
   return out + ')';
@@ -453,7 +454,7 @@ std::string format_result(const SyscallArgs& a, const SysResult& r, bool injecte
       out += std::string(" (") + std::strerror(r.error) + ")";
     return out;
   }
-  if (a.op == SysOp::Mmap) return " = " + hex(static_cast<unsigned long>(r.value)) + tag;
+  if (a.op == SysOp::mmap) return " = " + hex(static_cast<unsigned long>(r.value)) + tag;
   return " = " + std::to_string(r.value) + tag;
 }
 

@@ -13,19 +13,35 @@
 
 namespace umbp {
 
-// The operations of the seam that can be traced or faulted (page_size is neither).
-enum class SysOp : int {
-  Mmap = 0,
-  Munmap,
-  Madvise,
-  Mbind,
-  MemfdCreate,
-  Ftruncate,
-  Close,
-  ReadFile,
-  Touch,
+namespace sysop_detail {
+// Every call's name, in the order UMBP_KERNEL_CALLS declares them (page_size first).
+constexpr const char* kCallNames[] = {
+#define UMBP_SYSOP_CALL_NAME(ret, name, params, args) #name,
+    UMBP_KERNEL_CALLS(UMBP_SYSOP_CALL_NAME)
+#undef UMBP_SYSOP_CALL_NAME
 };
-constexpr int kSysOpCount = 9;
+constexpr bool same(const char* a, const char* b) {
+  return *a == *b && (*a == '\0' || same(a + 1, b + 1));
+}
+constexpr int call_index(const char* name) {
+  for (int i = 0; i < static_cast<int>(sizeof kCallNames / sizeof *kCallNames); ++i)
+    if (same(kCallNames[i], name)) return i;
+  return -1;
+}
+}  // namespace sysop_detail
+
+// The operations of the seam that can be traced or faulted, one per call of the seam's one
+// declaration (UMBP_KERNEL_CALLS, kernel/kernel.h) and named as the call is. page_size, the
+// first call, is neither traced nor faulted: it is -1, and the operations count from 0.
+enum class SysOp : int {
+#define UMBP_SYSOP_ENUMERATOR(ret, name, params, args) name = sysop_detail::call_index(#name) - 1,
+  UMBP_KERNEL_CALLS(UMBP_SYSOP_ENUMERATOR)
+#undef UMBP_SYSOP_ENUMERATOR
+};
+static_assert(static_cast<int>(SysOp::page_size) == -1,
+              "page_size must stay the first call of UMBP_KERNEL_CALLS");
+constexpr int kSysOpCount =
+    static_cast<int>(sizeof sysop_detail::kCallNames / sizeof *sysop_detail::kCallNames) - 1;
 
 const char* sysop_name(SysOp op);
 // -1 for an unknown name.
@@ -34,7 +50,7 @@ int sysop_from_name(const std::string& name);
 // One call's arguments, whatever the operation (unused fields keep their defaults). Cheap to
 // fill: no allocation except for mbind's mask and the memfd name / read_file path.
 struct SyscallArgs {
-  SysOp op = SysOp::Mmap;
+  SysOp op = SysOp::mmap;
   uintptr_t addr = 0;
   size_t length = 0;
   int prot = 0;

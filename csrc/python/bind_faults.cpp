@@ -31,44 +31,46 @@ py::dict args_dict(const SyscallArgs& a) {
     d["length"] = a.length;
   };
   switch (a.op) {
-    case SysOp::Mmap:
+    case SysOp::mmap:
       range();
       d["prot"] = a.prot;
       d["flags"] = a.flags;
       d["fd"] = a.fd;
       d["offset"] = a.offset;
       break;
-    case SysOp::Munmap:
+    case SysOp::munmap:
       range();
       break;
-    case SysOp::Madvise:
+    case SysOp::madvise:
       range();
       d["advice"] = a.advice;
       break;
-    case SysOp::Mbind:
+    case SysOp::mbind:
       range();
       d["mode"] = a.mode;
       d["nodes"] = a.null_mask ? py::object(py::none()) : py::object(py::cast(a.nodes));
       d["maxnode"] = a.maxnode;
       d["flags"] = a.flags;
       break;
-    case SysOp::MemfdCreate:
+    case SysOp::memfd_create:
       d["name"] = a.text;
       d["flags"] = a.flags;
       break;
-    case SysOp::Ftruncate:
+    case SysOp::ftruncate:
       d["fd"] = a.fd;
       d["length"] = a.length;
       break;
-    case SysOp::Close:
+    case SysOp::close:
       d["fd"] = a.fd;
       break;
-    case SysOp::ReadFile:
+    case SysOp::read_file:
       d["path"] = a.text;
       break;
-    case SysOp::Touch:
+    case SysOp::touch:
       range();
       d["stride"] = a.stride;
+      break;
+    case SysOp::page_size:  // not an operation: never traced
       break;
   }
   return d;
@@ -86,6 +88,10 @@ py::object inner_crash_info(const KernelPtr& inner) {
 }  // namespace
 
 void bind_faults(py::module_& m) {
+  // The seam's operations by name, in SysOp order (UMBP_KERNEL_CALLS): umbp_sim.faults.OPS.
+  py::list ops;
+  for (int i = 0; i < kSysOpCount; ++i) ops.append(sysop_name(static_cast<SysOp>(i)));
+  m.attr("SYSCALL_OPS") = py::tuple(ops);
   m.def(
       "syscall_names",
       [](const std::string& kind) {
