@@ -388,6 +388,9 @@ def errno_name(errno: typing.SupportsInt | typing.SupportsIndex) -> str: ...
 def syscall_names(kind: str) -> dict: ...
 
 SYSCALL_OPS: tuple[str, ...]
+REASON_RULES: dict[str, tuple[tuple[str, ...], str]]
+
+def reason_numbers_problem(rule: str, numbers: list[tuple[str, int]]) -> str: ...
 
 def set_outcome_hook(
     hook: typing.Callable[[HostMemAllocator, list[tuple[str, str, str]], int, str], None],

@@ -69,7 +69,7 @@ int SimKernel::fault_range(SimVma& v, uint64_t first, uint64_t count, SimReason*
   }
   if (beyond_eof) {
     why->signal = SIGBUS;
-    why->rule = "memfd_beyond_eof";
+    why->rule = reason_rule(ReasonRule::memfd_beyond_eof).id;
     why->numbers = {{"file_size", i64(o.i_size)}};
     why->text = "fault beyond the end of the memfd (" + std::to_string(o.i_size) + " bytes)";
     return SIGBUS;
@@ -215,11 +215,11 @@ int SimKernel::fault_hugetlb(SimFault& f, const PageSegment& seg, SimReason* why
                   {"surplus", base.hsurp},
                   {"surplus_allowed", h.overcommit}};
   if (cg_limited && have == need) {
-    why->rule = "hugetlb_cgroup_limit";
+    why->rule = reason_rule(ReasonRule::hugetlb_cgroup_limit).id;
     why->numbers.push_back({"limit", i64(cm->second)});
     why->text = "hugetlb cgroup limit " + kb(cm->second) + " reached";
   } else {
-    why->rule = "hugetlb_fault_no_page";
+    why->rule = reason_rule(ReasonRule::hugetlb_fault_no_page).id;
     why->text = "no free " + kb(h.size) + " hugepage on node(s) " + node_list(f.order) +
                 " (HugePages_Free=" + std::to_string(h.free()) + " Rsvd=" + std::to_string(h.resv) +
                 " Surp=" + std::to_string(h.surp()) +
@@ -278,11 +278,11 @@ int SimKernel::fault_base_pages(SimFault& f, const PageSegment& seg, SimReason* 
                   {"node_free", base.mem_free},
                   {"reclaimable", base.reclaim}};
   if (memcg_limited) {
-    why->rule = "memcg_oom";
+    why->rule = reason_rule(ReasonRule::memcg_oom).id;
     why->numbers.push_back({"limit", i64(cfg_.memcg_max)});
     why->text = "memory cgroup limit " + kb(cfg_.memcg_max) + " reached: OOM kill";
   } else {
-    why->rule = "oom";
+    why->rule = reason_rule(ReasonRule::oom).id;
     why->text = "out of memory on node(s) " + node_list(f.order) + ": OOM kill";
   }
   return SIGKILL;
@@ -338,7 +338,7 @@ SysResult SimKernel::do_madvise(void* addr, size_t length, int advice) {
     return fail(EINVAL,
                 advice == kMadvPopulateWrite ? "madvise(MADV_POPULATE_WRITE)"
                                              : "madvise(MADV_POPULATE_READ)",
-                "populate_unsupported",
+                ReasonRule::populate_unsupported,
                 "kernel " + cfg_.kernel_release +
                     " is older than 5.14, which added MADV_POPULATE_READ/WRITE: EINVAL",
                 {{"kernel_major", cfg_.kernel_major}, {"kernel_minor", cfg_.kernel_minor}});

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <stdexcept>
+#include <string>
 
 #include "kernel/crash_record.h"
 #include "kernel/memory_lifetimes.h"
@@ -352,7 +354,7 @@ void SimKernel::drop_object_ref(const SimObjectPtr& o) {
 SysResult SimKernel::die(int sig, const std::string& where, int node, uint64_t hsize,
                          const std::string& detail) {
   SimReason r;
-  r.rule = sig == SIGSEGV ? "segv" : "signal";
+  r.rule = reason_rule(sig == SIGSEGV ? ReasonRule::segv : ReasonRule::signal).id;
   r.signal = sig;
   r.text = detail;
   return die(where, node, hsize, std::move(r));
@@ -365,11 +367,11 @@ SysResult SimKernel::die(const std::string& where, int node, uint64_t hsize, Sim
   return record_crash(crash_.signal, where);
 }
 
-SysResult SimKernel::fail(int err, const std::string& call, const std::string& rule,
+SysResult SimKernel::fail(int err, const std::string& call, ReasonRule rule,
                           const std::string& text, SimNumbers numbers) {
   SimReason r;
   r.call = call;
-  r.rule = rule;
+  r.rule = reason_rule(rule).id;
   r.err = err;
   r.numbers = std::move(numbers);
   r.text = text;
@@ -377,11 +379,11 @@ SysResult SimKernel::fail(int err, const std::string& call, const std::string& r
   return SysResult::Err(err);
 }
 
-void SimKernel::note(const std::string& call, const std::string& rule, const std::string& text,
+void SimKernel::note(const std::string& call, ReasonRule rule, const std::string& text,
                      SimNumbers numbers) {
   SimReason r;
   r.call = call;
-  r.rule = rule;
+  r.rule = reason_rule(rule).id;
   r.numbers = std::move(numbers);
   r.text = text;
   record(std::move(r));
@@ -392,13 +394,16 @@ void SimKernel::explain_errno(const char* call, const SysResult& r, uint64_t bef
   if (r.error == 0 || reasons_total_ > before) return;
   SimReason x;
   x.call = call;
-  x.rule = "arguments";
+  x.rule = reason_rule(ReasonRule::arguments).id;
   x.err = r.error;
   x.text = std::string(call) + " rejects these arguments on kernel " + cfg_.kernel_release;
   record(std::move(x));
 }
 
 void SimKernel::record(SimReason r) {
+  // A reason carries the numbers its rule declares: explanations and fixes read them by name.
+  if (std::string problem = reason_numbers_problem(r.rule, r.numbers); !problem.empty())
+    throw std::logic_error("SimKernel: " + problem);
   if (reasons_.size() >= kMaxReasons)
     reasons_.erase(reasons_.begin(), reasons_.begin() + kMaxReasons / 2);
   reasons_.push_back(std::move(r));

@@ -27,6 +27,7 @@
 
 #include "kernel/crash_record.h"
 #include "kernel/kernel.h"
+#include "kernel/reason_rules.h"
 #include "kernel/sim_config.h"
 #include "kernel/sim_pages.h"
 #include "kernel/sim_rules.h"
@@ -144,7 +145,7 @@ struct SimVma {
 // failing call, so an explanation never has to re-derive the kernel's arithmetic.
 struct SimReason {
   std::string call;  // "mmap", "madvise(MADV_POPULATE_WRITE)", "prefault touch", ...
-  std::string rule;  // a stable id: "hugetlb_reserve", "oom", "mbind_node_without_memory", ...
+  std::string rule;  // its id in UMBP_SIM_REASON_RULES (kernel/reason_rules.h)
   int err = 0;
   int signal = 0;
   std::vector<std::pair<std::string, int64_t>> numbers;  // in the order the rule uses them
@@ -253,9 +254,9 @@ class SimKernel : public Kernel {
                 const std::string& detail);
   SysResult die(const std::string& where, int node, uint64_t hsize, SimReason r);
   // Record a reason for an errno and return the error.
-  SysResult fail(int err, const std::string& call, const std::string& rule, const std::string& text,
+  SysResult fail(int err, const std::string& call, ReasonRule rule, const std::string& text,
                  SimNumbers numbers = {});
-  void note(const std::string& call, const std::string& rule, const std::string& text,
+  void note(const std::string& call, ReasonRule rule, const std::string& text,
             SimNumbers numbers = {});
   // After a public call: an errno with no reason recorded gets a generic one.
   void explain_errno(const char* call, const SysResult& r, uint64_t before);

@@ -64,7 +64,7 @@ SysResult SimKernel::do_mbind(void* addr, size_t length, int mode, const unsigne
       std::snprintf(at, sizeof at, "0x%lx",
                     static_cast<unsigned long>(reinterpret_cast<uintptr_t>(nodemask)));
       return fail(
-          EFAULT, "mbind", "mbind_mask_unreadable",
+          EFAULT, "mbind", ReasonRule::mbind_mask_unreadable,
           "the nodemask at " + std::string(at) + " cannot be read (maxnode " +
               std::to_string(maxnode) + ": " + std::to_string(bytes) +
               " bytes): mbind fails with EFAULT",
@@ -105,7 +105,7 @@ SysResult SimKernel::do_mbind(void* addr, size_t length, int mode, const unsigne
     // The mask the kernel read (maxnode - 1 bits) holds no node: a node at or past bit
     // maxnode - 1 was dropped (mori's maxnode rule, docs/deployed-behaviour.md row 4).
     const int64_t read = maxnode == 0 ? 0 : static_cast<int64_t>(maxnode) - 1;
-    return fail(EINVAL, "mbind", "mbind_empty_mask",
+    return fail(EINVAL, "mbind", ReasonRule::mbind_empty_mask,
                 "the node mask mbind reads (maxnode - 1 = " + std::to_string(read) +
                     " bits) holds no node: mbind fails with EINVAL",
                 {{"maxnode", static_cast<int64_t>(maxnode)}, {"bits_read", read}});
@@ -119,7 +119,7 @@ SysResult SimKernel::do_mbind(void* addr, size_t length, int mode, const unsigne
     if (pol.nodes.empty()) {
       std::string with;
       for (int n : memory_nodes()) with += (with.empty() ? "" : ",") + std::to_string(n);
-      return fail(EINVAL, "mbind", "mbind_node_without_memory",
+      return fail(EINVAL, "mbind", ReasonRule::mbind_node_without_memory,
                   "node " + std::to_string(user_nodes.front()) +
                       " has no memory (nodes with memory: " + (with.empty() ? "none" : with) +
                       "): mbind fails with EINVAL",

@@ -23,12 +23,12 @@ SysResult SimKernel::memfd_create(const char* name, unsigned flags) {
 
 SysResult SimKernel::do_memfd_create(const char* name, unsigned flags) {
   if (!version_at_least(3, 17))
-    return fail(ENOSYS, "memfd_create", "memfd_unsupported",
+    return fail(ENOSYS, "memfd_create", ReasonRule::memfd_unsupported,
                 "kernel " + cfg_.kernel_release +
                     " is older than 3.17, which added memfd_create: "
                     "ENOSYS");
   if ((flags & MFD_HUGETLB) && !version_at_least(4, 14))
-    return fail(EINVAL, "memfd_create", "memfd_hugetlb_unsupported",
+    return fail(EINVAL, "memfd_create", ReasonRule::memfd_hugetlb_unsupported,
                 "kernel " + cfg_.kernel_release +
                     " is older than 4.14: memfd_create rejects "
                     "MFD_HUGETLB (EINVAL)");
@@ -48,13 +48,13 @@ SysResult SimKernel::do_memfd_create(const char* name, unsigned flags) {
   obj->page = cfg_.page_size;
   if (flags & MFD_HUGETLB) {
     if (cfg_.hugepage_sizes.empty())  // CONFIG_HUGETLBFS=n
-      return fail(ENOSYS, "memfd_create", "hugepage_size_unknown",
+      return fail(ENOSYS, "memfd_create", ReasonRule::hugepage_size_unknown,
                   "this kernel has no hugepages: memfd_create(MFD_HUGETLB) fails with ENOSYS");
     unsigned log = (flags >> kMfdHugeShift) & kMfdHugeMask;
     uint64_t size = log ? (uint64_t{1} << log) : cfg_.default_hugepage_size;
     SimHState* h = hstate(size);
     if (!h)
-      return fail(ENODEV, "memfd_create", "hugepage_size_unknown",
+      return fail(ENODEV, "memfd_create", ReasonRule::hugepage_size_unknown,
                   "this kernel has no " + std::to_string(size / 1024) +
                       " kB hugepages: memfd_create(MFD_HUGETLB) fails with ENODEV",
                   {{"hugepage_size", static_cast<int64_t>(size)}});

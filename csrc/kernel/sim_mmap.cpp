@@ -25,7 +25,7 @@ int SimKernel::commit_check(uint64_t bytes, uint64_t /*new_vm_bytes*/) {
   const uint64_t pages = bytes / ps;
   if (cfg_.overcommit_memory == 0) {
     if (pages > cfg_.mem_total / ps + cfg_.swap_total / ps) {
-      fail(ENOMEM, "mmap", "overcommit_heuristic",
+      fail(ENOMEM, "mmap", ReasonRule::overcommit_heuristic,
            "overcommit_memory 0 refuses a single mapping larger than RAM + swap: " +
                str(i64(bytes)) + " bytes > MemTotal " + str(i64(cfg_.mem_total)) + " + SwapTotal " +
                str(i64(cfg_.swap_total)),
@@ -44,7 +44,7 @@ int SimKernel::commit_check(uint64_t bytes, uint64_t /*new_vm_bytes*/) {
     int64_t committed = static_cast<int64_t>((cfg_.committed_as + committed_) / ps + pages);
     if (committed >= allowed) {
       const int64_t before = static_cast<int64_t>(cfg_.committed_as + committed_);
-      fail(ENOMEM, "mmap", "commit_limit",
+      fail(ENOMEM, "mmap", ReasonRule::commit_limit,
            "overcommit_memory 2 (strict): Committed_AS " + str(before) + " + " + str(i64(bytes)) +
                " bytes must stay under CommitLimit " + str(i64(commit_limit_locked())) +
                " less the reserves (" + str(allowed * static_cast<int64_t>(ps)) + " allowed)",
@@ -172,7 +172,7 @@ SysResult SimKernel::do_mmap(void* addr, size_t length, int prot, int flags, int
   if (err) {
     if (delta > 0) return_unused_surplus(*h, delta);
     if (accounted) committed_ -= len;
-    return fail(err, "mmap", "address_space",
+    return fail(err, "mmap", ReasonRule::address_space,
                 "no room for " + str(i64(len)) + " bytes in the address space",
                 {{"length", i64(len)}});
   }
@@ -230,7 +230,7 @@ SysResult SimKernel::mmap_backing(int flags, int fd, bool anon, SimObjectPtr* fi
   if (*h) return SysResult::Ok(0);
   std::string sizes;
   for (uint64_t z : cfg_.hugepage_sizes) sizes += (sizes.empty() ? "" : ", ") + kb(z);
-  return fail(EINVAL, "mmap", "hugepage_size_unknown",
+  return fail(EINVAL, "mmap", ReasonRule::hugepage_size_unknown,
               "this kernel has no " + kb(size) +
                   " hugepages (sizes: " + (sizes.empty() ? std::string("none") : sizes) +
                   "): mmap(MAP_HUGETLB) fails with EINVAL",
@@ -250,7 +250,7 @@ SysResult SimKernel::mmap_make_room(uintptr_t hint, uint64_t len, bool fixed, in
   uint64_t vm = cfg_.base_vm;
   for (const auto& [s, v] : vmas_) vm += v.len();
   if (!fixed && (vm > cfg_.task_size || len > cfg_.task_size - vm))
-    return fail(ENOMEM, "mmap", "address_space",
+    return fail(ENOMEM, "mmap", ReasonRule::address_space,
                 "no room for " + str(i64(len)) +
                     " bytes in the address space: the simulated process's user address space "
                     "(TASK_SIZE) is " +
@@ -259,7 +259,7 @@ SysResult SimKernel::mmap_make_room(uintptr_t hint, uint64_t len, bool fixed, in
                 {{"length", i64(len)}, {"vm", i64(vm)}, {"task_size", i64(cfg_.task_size)}});
   // RLIMIT_AS counts every VMA, hugetlb and NORESERVE included.
   if (cfg_.rlimit_as != UINT64_MAX && vm + len > cfg_.rlimit_as)
-    return fail(ENOMEM, "mmap", "rlimit_as",
+    return fail(ENOMEM, "mmap", ReasonRule::rlimit_as,
                 "RLIMIT_AS (Max address space) is " + str(i64(cfg_.rlimit_as)) +
                     " bytes: the process maps " + str(i64(vm)) + " and asks for " + str(i64(len)) +
                     " more",
@@ -275,7 +275,7 @@ SysResult SimKernel::reserve_hugepages(SimHState& h, long delta) {
   if (rm != cfg_.hugetlb_cgroup_rsvd_max.end() && version_at_least(5, 7) &&
       h.cg_rsvd + static_cast<uint64_t>(delta) * h.size > rm->second)
     return fail(
-        ENOMEM, "mmap", "hugetlb_cgroup_rsvd",
+        ENOMEM, "mmap", ReasonRule::hugetlb_cgroup_rsvd,
         "the hugetlb cgroup reservation limit for " + kb(h.size) + " pages is " +
             str(i64(rm->second)) + " bytes; " + str(delta) + " pages more do not fit",
         {{"hugepage_size", i64(h.size)}, {"pages_needed", delta}, {"limit", i64(rm->second)}});
@@ -291,14 +291,14 @@ SysResult SimKernel::reserve_hugepages(SimHState& h, long delta) {
   if (delta > 0 && gather_surplus(h, delta))
     return hugetlb_reserve_failed(h, delta, free0, resv0, surp0, pool);
   if (delta > 0 && short0 > 0) {
-    note("mmap", "hugetlb_surplus_gathered",
+    note("mmap", ReasonRule::hugetlb_surplus_gathered,
          "mmap(MAP_HUGETLB) reserves " + str(delta) + " " + kb(h.size) +
              " pages: " + str(free0 - resv0) + " available in the pool, and the " + str(short0) +
              " missing were allocated as surplus pages (nr_overcommit_hugepages " +
              str(h.overcommit) + ", surplus now " + str(h.surp()) + ")",
          pool);
   } else if (delta > 0) {
-    note("mmap", "hugetlb_reserved",
+    note("mmap", ReasonRule::hugetlb_reserved,
          "mmap(MAP_HUGETLB) reserves " + str(delta) + " " + kb(h.size) +
              " pages from the global pool (HugePages_Free " + str(free0) + " - Rsvd " + str(resv0) +
              " = " + str(free0 - resv0) +
@@ -310,7 +310,7 @@ SysResult SimKernel::reserve_hugepages(SimHState& h, long delta) {
     for (int n : task_policy_.nodes) allowed += h.node[n].free;
     if (delta > allowed) {
       return_unused_surplus(h, delta);
-      return fail(ENOMEM, "mmap", "hugetlb_reserve_mpol_bind",
+      return fail(ENOMEM, "mmap", ReasonRule::hugetlb_reserve_mpol_bind,
                   "the task's MPOL_BIND nodes have " + str(allowed) + " free " + kb(h.size) +
                       " pages, " + str(delta) + " needed (5.9+ checks them at mmap)",
                   {{"hugepage_size", i64(h.size)}, {"pages_needed", delta}, {"free", allowed}});
@@ -331,7 +331,7 @@ SysResult SimKernel::hugetlb_reserve_failed(const SimHState& h, long delta, long
                      " pages at mmap time: HugePages_Free " + str(free0) + " - Rsvd " + str(resv0) +
                      " = " + str(free0 - resv0) + " available, " + str(short0) + " short";
   if (room0 < short0) {
-    return fail(ENOMEM, "mmap", "hugetlb_reserve",
+    return fail(ENOMEM, "mmap", ReasonRule::hugetlb_reserve,
                 base + "; nr_overcommit_hugepages " + str(h.overcommit) + " with " + str(surp0) +
                     " surplus in use allows " + str(std::max(0L, room0)) + " more: ENOMEM",
                 pool);
@@ -339,7 +339,7 @@ SysResult SimKernel::hugetlb_reserve_failed(const SimHState& h, long delta, long
   long obtainable = 0;
   for (int n : memory_nodes()) obtainable += node_obtainable(n) / static_cast<long>(h.size);
   pool.push_back({"surplus_obtainable", obtainable});
-  return fail(ENOMEM, "mmap", "hugetlb_surplus_no_memory",
+  return fail(ENOMEM, "mmap", ReasonRule::hugetlb_surplus_no_memory,
               base + "; nr_overcommit_hugepages allows them as surplus pages, but the " +
                   "buddy allocator has only " + str(obtainable) + " free " + kb(h.size) +
                   " blocks: ENOMEM",

@@ -5,7 +5,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <sstream>
+#include <string>
 
+#include "kernel/reason_rules.h"
 #include "kernel/sim_kernel.h"
 #include "kernel/sim_rules.h"
 #include "kernel/syscall_format.h"
@@ -62,6 +65,19 @@ py::object ratio_or_none(int64_t r) { return r < 0 ? py::none() : py::object(py:
 // SimKernel exists: the same code SimKernel runs.
 void bind_rules(py::module_& m) {
   m.attr("UNKNOWN") = kUnknown;
+  // {id: (numbers, meaning)} of every reason rule (kernel/reason_rules.h), in declared order.
+  py::dict reason_rules;
+  for (const auto& r : umbp::reason_rules()) {
+    py::list numbers;
+    std::istringstream names(r.numbers);
+    for (std::string n; names >> n;) numbers.append(n);
+    reason_rules[py::str(r.id)] = py::make_tuple(py::tuple(numbers), r.meaning);
+  }
+  m.attr("REASON_RULES") = reason_rules;
+  m.def("reason_numbers_problem", &umbp::reason_numbers_problem, py::arg("rule"),
+        py::arg("numbers"),
+        "What SimKernel would refuse to record of a reason of `rule` carrying `numbers` "
+        "([(name, value)], in order): '' when they are the rule's");
   m.def(
       "host_numbers", [](const SimConfig& cfg) { return numbers_dict(derive_start(cfg)); },
       py::arg("config"),
