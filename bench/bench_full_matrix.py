@@ -5,8 +5,11 @@ a 1 TiB request touched by hand on a kernel before 5.14 touches the whole host b
 kill, so its run cost what the host held, not what the allocator did. Figures:
 
 - the time of ``umbp-sim compare umbp-sim TINY --matrix full --no-scenarios --jobs 2`` (the
-  test allocator, an external build: a forked process per run), estimated as
-  bench_external_run does (a prime shard and the start-up), target <= 15 min on 2 cores;
+  test allocator, an external build: a forked process per run), estimated from every 61st
+  group of a fault-free run and its seven faulted runs and from two groups (the start-up),
+  target <= 15 min on 2 cores; side by side, the same without taking a fault-free run's
+  comparison for the faulted runs whose fault cannot fire (a ratio); and over ``--shard 1/61``
+  (every 61st run, as bench_external_run estimates it), where few runs follow their twin;
 - the time of one shard on 8 GiB against 64 GiB nodes, side by side (a ratio);
 - the quick matrix's 100 GiB buffers of base pages prefaulted on 4.18 (touched by hand, a page
   at a time: 26 million pages, one fault and one SimKernel call a granted run), seconds a run;
@@ -27,6 +30,7 @@ import hashlib
 import importlib.util
 import itertools
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -178,14 +182,70 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         figure("100 GiB prefault on 4.18 touched by hand, test allocator (s)", touch, unit="s",
                note="Anonymous and AnonymousShm, fork, run, reply")
     )  # fmt: skip
-    # The whole command's time: the full matrix on the test allocator, --jobs 2.
-    minutes = [_full_matrix_minutes(tiny, shard) for _ in range(1 if quick else 2)]
+    # The full matrix on the test allocator, --jobs 2: every 61st group of a fault-free run and
+    # its faulted runs (a faulted run whose fault cannot fire takes the fault-free run's
+    # comparison: umbp_sim.external.fault_reuse), with and without that, side by side.
+    rounds = 1 if quick else 2
+    with_reuse, without = [], []
+    for _ in range(rounds):
+        with_reuse.append(_group_minutes(tiny, shard, reuse=True))
+        without.append(_group_minutes(tiny, shard, reuse=False))
     figures.append(
-        figure(f"full matrix on an external build, {os.cpu_count()} cores (min)", minutes,
-               unit="min", target="<= 15", note=f"compare --jobs 2 over --shard 1/{shard}")
+        figure(f"full matrix on an external build, {os.cpu_count()} cores (min)", with_reuse,
+               unit="min", target="<= 15",
+               note=f"compare --jobs 2 over every {shard}th group of a run and its 7 faults")
     )  # fmt: skip
-    raw["minutes"] = minutes
+    figures.append(
+        figure("full matrix: faulted runs reused / all run, time", ratios(with_reuse, without),
+               note=f"{statistics.median(with_reuse):.1f} vs {statistics.median(without):.1f} min")
+    )  # fmt: skip
+    # A shard (every N-th run) keeps few fault-free runs next to their faulted ones.
+    minutes = [_full_matrix_minutes(tiny, shard) for _ in range(rounds)]
+    figures.append(
+        figure(f"full matrix over --shard 1/{shard}, {os.cpu_count()} cores (min)", minutes,
+               unit="min", note="the CLI, every N-th run: little to reuse")
+    )  # fmt: skip
+    raw["minutes"] = {"groups": with_reuse, "groups_without_reuse": without, "shard": minutes}
     return {"bench": "full_matrix", "figures": figures, "raw": raw}
+
+
+def group_sample(every: int, first: int = 0, count: int | None = None) -> list[Any]:
+    """Every ``every``-th group of the full matrix (a fault-free run, then its faulted runs)."""
+    from umbp_sim.external import matrix
+
+    group = 1 + len(matrix.FAULTS)
+    runs = [r for i, r in enumerate(matrix.full()) if (i // group) % every == first]
+    return runs if count is None else runs[: count * group]
+
+
+def _sample_seconds(so: Path, runs: list[Any], reuse: bool) -> float:
+    from umbp_sim.allocator_spec import AllocatorSpec, parse_allocator_spec
+    from umbp_sim.external import fault_reuse
+    from umbp_sim.external.parallel import parallel_differences
+
+    kept = fault_reuse.FaultFreeTwin.reuse
+    if not reuse:  # the workers are forked: they inherit this
+        fault_reuse.FaultFreeTwin.reuse = lambda self, run: None  # type: ignore[method-assign]
+    try:
+        a, b = AllocatorSpec("builtin", "umbp-sim"), parse_allocator_spec(str(so))
+        t = time.perf_counter()
+        for _ in parallel_differences(a, b, runs, 2):
+            pass
+        return time.perf_counter() - t
+    finally:
+        fault_reuse.FaultFreeTwin.reuse = kept  # type: ignore[method-assign]
+
+
+def _group_minutes(so: Path, every: int, reuse: bool) -> float:
+    """The full matrix's minutes from a sample of its groups and a sample of two (the
+    start-up), as _full_matrix_minutes does with shards."""
+    from bench_external_run import FULL_RUNS
+
+    big, small = group_sample(every), group_sample(every, count=2)
+    big_t, small_t = _sample_seconds(so, big, reuse), _sample_seconds(so, small, reuse)
+    per_run = (big_t - small_t) / (len(big) - len(small))
+    startup = max(0.0, small_t - len(small) * per_run)
+    return (startup + FULL_RUNS * per_run) / 60
 
 
 def matrix_mem() -> str:

@@ -50,7 +50,7 @@ STACK: tuple[tuple[str, tuple[str, ...]], ...] = (
         "umbp_sim.diagnose", "umbp_sim.explore", "umbp_sim.html_page", "umbp_sim.scenario",
         "umbp_sim.external.build", "umbp_sim.external.compare", "umbp_sim.external.compare_html",
         "umbp_sim.external.call_sites", "umbp_sim.external.compiler",
-        "umbp_sim.external.divergence",
+        "umbp_sim.external.divergence", "umbp_sim.external.fault_reuse",
         "umbp_sim.external.compare_junit", "umbp_sim.external.exec_host",
         "umbp_sim.external.exec_keeper", "umbp_sim.external.exec_run", "umbp_sim.external.matrix",
         "umbp_sim.external.mori_build",

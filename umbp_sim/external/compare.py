@@ -18,6 +18,7 @@ from umbp_sim.bounded import shown
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.engine.spec import Run
 from umbp_sim.external.divergence import divergence, located, where_lines
+from umbp_sim.external.fault_reuse import FaultFreeTwin
 from umbp_sim.external.runner import CouldNotRun, seconds
 from umbp_sim.printable import printable
 from umbp_sim.run_router import OpenedAllocator
@@ -253,9 +254,22 @@ class Stalled(CouldNotRun):
 def serial_differences(
     a: OpenedAllocator, b: OpenedAllocator, runs: Iterable[Run]
 ) -> Iterator[Compared]:
-    """Each run on ``a`` then on ``b``, in this process (``compare --jobs 1``)."""
+    """Each run on ``a`` then on ``b``, in this process (``compare --jobs 1``); a faulted run
+    whose faults cannot fire takes its fault-free twin's comparison (``fault_reuse``)."""
+    twin = FaultFreeTwin()
     for run in runs:
-        yield compared(run, a.run(run), b.run(run))
+        yield compare_run(run, a, b, twin)
+
+
+def compare_run(run: Run, a: OpenedAllocator, b: OpenedAllocator, twin: FaultFreeTwin) -> Compared:
+    """``run`` on ``a`` then ``b`` and compared, or its fault-free twin's comparison."""
+    reused = twin.reuse(run)
+    if reused is not None:
+        return (run, *reused)  # type: ignore[return-value]
+    ra, rb = a.run(run), b.run(run)
+    item = compared(run, ra, rb)
+    twin.ran(run, ra, rb, item[1:])
+    return item
 
 
 def compared(run: Run, oa: RunRecord, ob: RunRecord) -> Compared:

@@ -27,7 +27,8 @@ from typing import Any
 
 from umbp_sim.allocator_spec import AllocatorSpec
 from umbp_sim.engine.spec import Run
-from umbp_sim.external.compare import Compared, compared
+from umbp_sim.external.compare import Compared, compare_run
+from umbp_sim.external.fault_reuse import FaultFreeTwin
 from umbp_sim.external.procs import die_with_parent
 from umbp_sim.external.runner import DEFAULT_RUN_TIMEOUT, CouldNotRun
 from umbp_sim.run_router import open_allocator
@@ -69,12 +70,13 @@ def _worker(
         for spec in specs:
             opened.append(open_allocator(spec, env, run_timeout))
         a, b = opened
+        twin = FaultFreeTwin()  # a chunk holds a fault-free run and its faulted ones after it
         conn.send(("idle",))
         while (chunk := conn.recv()) is not None:
             # The differences, not the outcomes: far less to pickle than two traces; each run's
             # as it ends (compare may stop at the runs after it: runs in a row timed out).
             for i in chunk:
-                conn.send(("ran", [(i, *compared(runs[i], a.run(runs[i]), b.run(runs[i]))[1:])]))
+                conn.send(("ran", [(i, *compare_run(runs[i], a, b, twin)[1:])]))
             conn.send(("done", []))
     except CouldNotRun as e:
         conn.send(("error", str(e)))
