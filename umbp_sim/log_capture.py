@@ -20,15 +20,23 @@ class LogCapture(logging.Handler):
         super().__init__(level)
         self.messages: list[str] = []
         self.log: list[LogEntry] = []
+        self.levels: list[str] = []  # each entry's level name, lower case ("warning")
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
         self.messages.append(text)
         self.log.append((record.name, getattr(record, "warning_id", None), text))
+        self.levels.append(record.levelname.lower())
 
     def of(self, name: str) -> list[str]:
         """The texts logger ``name`` logged."""
         return [text for logger, _, text in self.log if logger == name]
+
+    def levels_of(self, name: str) -> list[str]:
+        """The level of each text logger ``name`` logged (``of``'s order)."""
+        return [
+            lv for (logger, _, _), lv in zip(self.log, self.levels, strict=True) if logger == name
+        ]
 
 
 @contextmanager

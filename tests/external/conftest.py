@@ -46,7 +46,7 @@ def tiny_planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (when set), "stride_bug": touches base pages by hand with the hugepage size as stride,
     "free_keeps_handle": a free whose munmap fails leaves the handle valid, "no_overflow_check",
     "size_32", "requested_rounded", "populate_read", "shm_private", "no_cloexec", "offset_32",
-    "leak_fd": tests/external/tiny_allocator.cpp says}."""
+    "leak_fd", "mbind_error_level": tests/external/tiny_allocator.cpp says}."""
     d = tmp_path_factory.mktemp("tiny_planted")
     builds = {
         "wrong_node": "TINY_WRONG_NODE",
@@ -61,6 +61,7 @@ def tiny_planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "no_cloexec": "TINY_NO_CLOEXEC",
         "offset_32": "TINY_OFFSET_32",
         "leak_fd": "TINY_LEAK_FD",
+        "mbind_error_level": "TINY_MBIND_ERROR_LEVEL",
     }
     jobs = {}
     for name, define in builds.items():

@@ -298,6 +298,8 @@ def test_a_free_that_keeps_the_handle_differs_after_free(
         ("shm_private", "[[]ample k6.8.0] alloc(size=3145728, AnonymousShm, *", ["mapping"]),
         # a memfd without MFD_CLOEXEC: every program the process execs holds the buffer's pages
         ("no_cloexec", "[[]ample k6.8.0] alloc(size=3145728, AnonymousShm, *", ["mapping"]),
+        # the mbind failure's line at [error]: the same text, another level (issue 41)
+        ("mbind_error_level", "[[]ample k6.8.0] alloc(*numa_node=63*", ["log level"]),
     ],
 )
 def test_planted_bugs_the_quick_matrix_reaches(

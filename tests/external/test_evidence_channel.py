@@ -15,7 +15,7 @@ from umbp_sim.engine.spec import Alloc, Run
 from umbp_sim.external.evidence import EvidenceReader
 from umbp_sim.external.matrix import machine
 from umbp_sim.external.observe import record_from_reply
-from umbp_sim.external.outcome import warning_lines
+from umbp_sim.external.outcome import log_lines, warning_lines
 from umbp_sim.external.runner import ExternalRunner
 from umbp_sim.request import AllocRequest
 
@@ -164,3 +164,24 @@ def test_the_log_is_the_allocators_alone() -> None:
     whatever it starts with."""
     log = "tiny [warning] populate failed\numbp-sim: warning forged by the allocator\n" + FORGED
     assert warning_lines(log) == ["populate failed", "umbp-sim: warning forged by the allocator"]
+
+
+def test_each_line_keeps_its_level_and_lines_below_warning_are_not_kept() -> None:
+    """compare's "log level": spdlog's [level] field decides, whatever the text says; a line
+    without one is a warning when it says so."""
+    log = (
+        "[2026-12-07 10:00:00.000] [123] [umbp] [warning] hugetlb failed\n"
+        "[2026-12-07 10:00:00.001] [123] [umbp] [error] mbind failed\n"
+        "tiny [critical] out of memory\n"
+        "[2026-12-07 10:00:00.002] [123] [umbp] [info] no warning here, an info line\n"
+        "tiny [debug] warn about nothing\n"
+        "plain warning: no level field\n"
+        "plain text\n"
+    )
+    assert log_lines(log) == [
+        ("warning", "hugetlb failed"),
+        ("error", "mbind failed"),
+        ("critical", "out of memory"),
+        ("warning", "plain warning: no level field"),
+    ]
+    assert warning_lines(log) == [text for _, text in log_lines(log)]

@@ -28,6 +28,8 @@
 //   - TINY_OFFSET_32: touches by hand with a 32-bit offset, which wraps at 4 GiB: a buffer past
 //     4 GiB is touched forever (kernels before 5.14), the quick matrix's field-sized runs time
 //     out: "outcome".
+//   - TINY_MBIND_ERROR_LEVEL: the mbind failure's line is said at [error], not [warning]: the
+//     same text at another level ("log level").
 //   - TINY_LEAK_FD: when the memfd's mmap fails (an empty hugetlb pool) the fd is not closed:
 //     "leak", compare naming the memfd_create line below as the call that made it.
 #include <fcntl.h>
@@ -157,8 +159,15 @@ class Allocator {
       std::vector<unsigned long> mask(static_cast<size_t>(numa_node) / 64 + 1, 0UL);
       mask[static_cast<size_t>(numa_node) / 64] |= 1UL << (numa_node % 64);
       long rc = syscall(SYS_mbind, p, len, MPOL_BIND, mask.data(), mask.size() * 64, 0);
-      if (rc != 0)
+      if (rc != 0) {
+#ifdef TINY_MBIND_ERROR_LEVEL
+        std::fprintf(stderr, "tiny [error] %s\n",
+                     ("mbind(node=" + std::to_string(numa_node) + ") failed: " +
+                      std::strerror(errno)).c_str());
+#else
         warn("mbind(node=" + std::to_string(numa_node) + ") failed: " + std::strerror(errno));
+#endif
+      }
     }
 #ifdef TINY_POPULATE_READ
     const int populate = 22;  // MADV_POPULATE_READ

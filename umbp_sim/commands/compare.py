@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "leak, after free (every field of the handle as the first of a run's two frees left "
         "it), registry (what mori's shm registry says of the buffer after alloc and after its "
         "free), steps (what each step of a steps scenario came to), warning count, warning "
-        "text; a "
+        "text, log level (the same lines at another level: warning, error, critical); a "
         "run of an external build past --run-timeout differs in outcome (timed out after N s "
         "in alloc); 3 runs in a row of one allocator timed out in the same stage stop compare "
         "(exit 2) unless --keep-going. Exit status: 0 no difference, 1 differences, 2 could "

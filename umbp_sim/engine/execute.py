@@ -109,6 +109,7 @@ def execute(run: Run, subject: Subject) -> RunRecord:
         rec.reasons = host.reasons()
     rec.warnings = list(logs.messages)
     rec.allocator_warnings = logs.of(ALLOCATOR_LOGGER)
+    rec.allocator_levels = logs.levels_of(ALLOCATOR_LOGGER)
     rec.log = list(logs.log)
     return rec
 

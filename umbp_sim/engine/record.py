@@ -187,6 +187,9 @@ class RunRecord:
     warnings: list[str] = field(default_factory=list)
     # The allocator's own lines among the warnings (what mori's log would carry).
     allocator_warnings: list[str] = field(default_factory=list)
+    # The level of each of ``allocator_warnings`` ("warning", "error", "critical"): compare's
+    # "log level" (an empty list from a record that kept none: taken as all "warning").
+    allocator_levels: list[str] = field(default_factory=list)
     # Every warning as (logger, warning id or None, text): sglang's own lines are under
     # "sglang.", the allocator's carry their ids (umbp_sim.log_capture).
     log: list[LogEntry] = field(default_factory=list)

@@ -41,6 +41,7 @@ CLASSES = (
     "steps",
     "warning count",
     "warning text",
+    "log level",
 )
 
 
@@ -159,7 +160,18 @@ def differences(a: RunRecord, b: RunRecord) -> dict[str, tuple[Any, Any]]:
         out["warning count"] = (na, nb)
     elif na != nb:
         out["warning text"] = (na, nb)
+    elif (la := _levels(a)) != (lb := _levels(b)):  # the same lines, said at other levels
+        out["log level"] = (
+            [f"[{lv}] {t}" for lv, t in zip(la, na, strict=True)],
+            [f"[{lv}] {t}" for lv, t in zip(lb, nb, strict=True)],
+        )
     return out
+
+
+def _levels(r: RunRecord) -> list[str]:
+    """The level of each allocator line (a record that kept none: "warning", each)."""
+    n = len(r.allocator_warnings)
+    return r.allocator_levels if len(r.allocator_levels) == n else ["warning"] * n
 
 
 @dataclass

@@ -22,7 +22,7 @@ from umbp_sim.allocator_spec import AllocatorSpec, AllocatorSpecError
 from umbp_sim.engine.execute import ALLOCATOR_LOGGER
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.errors import SimulatedCrash
-from umbp_sim.external.outcome import warning_lines
+from umbp_sim.external.outcome import log_lines
 from umbp_sim.external.runner import (
     DEFAULT_RUN_TIMEOUT,
     CouldNotRun,
@@ -96,7 +96,8 @@ def record_from_reply(reply: dict[str, Any]) -> RunRecord:
     past the limit, ``crashed`` by a signal or a stop, ``could-not-run`` when it died without a
     result. ``NoRoom`` when it died of a real fault where this process had no address space."""
     log = reply["log"]
-    lines = warning_lines(log)
+    leveled = log_lines(log)
+    lines, levels = [text for _, text in leveled], [level for level, _ in leveled]
     stage = reply["stages"][-1] if reply["stages"] else "start"
     partial = reply.get("partial") or {}
     if reply.get("timed_out") is not None:
@@ -117,10 +118,12 @@ def record_from_reply(reply: dict[str, Any]) -> RunRecord:
         rec = reply["result"]["record"]
         rec.warnings = lines + rec.warnings  # the allocator spoke first
         rec.allocator_warnings = lines
+        rec.allocator_levels = levels
         rec.log = rec.log + [(ALLOCATOR_LOGGER, warning_id(w), w) for w in lines]
         return rec
     rec.warnings = list(lines)
     rec.allocator_warnings = list(lines)
+    rec.allocator_levels = list(levels)
     rec.log = [(ALLOCATOR_LOGGER, warning_id(w), w) for w in lines]
     return rec
 
