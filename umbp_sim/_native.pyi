@@ -391,7 +391,6 @@ SYSCALL_OPS: tuple[str, ...]
 REASON_RULES: dict[str, tuple[tuple[str, ...], str]]
 
 def reason_numbers_problem(rule: str, numbers: list[tuple[str, int]]) -> str: ...
-
 def set_outcome_hook(
     hook: typing.Callable[[HostMemAllocator, list[tuple[str, str, str]], int, str], None],
 ) -> None: ...
