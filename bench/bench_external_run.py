@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if importlib.util.find_spec("pybind11") is None:
         why = "needs pybind11 to build the test allocator: pip install '.[test]'"
         return {"bench": "external_run", "figures": [unavailable("external run", why, "<= 3")]}
-    from umbp_sim.external.matrix import quick as quick_matrix
+    from umbp_sim.comparison.matrix import quick as quick_matrix
 
     so = build_tiny()
     runs = list(quick_matrix())

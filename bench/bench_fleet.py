@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import json
 
     from umbp_sim.diagnose.fleet import expand_dumps, replay_fleet
-    from umbp_sim.diagnose.request import Request
+    from umbp_sim.diagnose.replay_request import Request
     from umbp_sim.request import AllocRequest
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -53,13 +53,13 @@ MUTANTS = (
 
 
 def quick_matrix() -> list[Any]:
-    from umbp_sim.external import matrix
+    from umbp_sim.comparison import matrix
 
     return list(matrix.quick())
 
 
 def full_runs(mem_per_node: str, every: int = 1) -> Iterator[Any]:
-    from umbp_sim.external import matrix
+    from umbp_sim.comparison import matrix
 
     return itertools.islice(matrix.full(mem_per_node), 0, None, every)
 
@@ -75,7 +75,7 @@ def behaviour(rec: Any) -> tuple[Any, ...]:
 def classes(mem_per_node: str, every: int) -> dict[tuple[Any, ...], int]:
     """{class: runs} over the full matrix on the built-in pair (umbp-sim, mori-624002c)."""
     from umbp_sim.allocator_spec import AllocatorSpec
-    from umbp_sim.external.compare import differences
+    from umbp_sim.comparison.differences import differences
     from umbp_sim.run_router import BuiltinAllocator
 
     a = BuiltinAllocator(AllocatorSpec("builtin", "umbp-sim"))
@@ -111,7 +111,7 @@ def kills(
     the seconds the test allocator's runs took): one server per build, one run at a time; a
     run past 10 s times out, as a 32-bit touch loop past 4 GiB does."""
     from umbp_sim.allocator_spec import parse_allocator_spec
-    from umbp_sim.external.compare import differences
+    from umbp_sim.comparison.differences import differences
     from umbp_sim.run_router import open_allocator
 
     out: dict[str, list[str]] = {}
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )  # fmt: skip
     # The full matrix on the test allocator, --jobs 2: every 61st group of a fault-free run and
     # its faulted runs (a faulted run whose fault cannot fire takes the fault-free run's
-    # comparison: umbp_sim.external.fault_reuse), with and without that, side by side.
+    # comparison: umbp_sim.comparison.fault_reuse), with and without that, side by side.
     rounds = 1 if quick else 2
     with_reuse, without = [], []
     for _ in range(rounds):
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def group_sample(every: int, first: int = 0, count: int | None = None) -> list[Any]:
     """Every ``every``-th group of the full matrix (a fault-free run, then its faulted runs)."""
-    from umbp_sim.external import matrix
+    from umbp_sim.comparison import matrix
 
     group = 1 + len(matrix.FAULTS)
     runs = [r for i, r in enumerate(matrix.full()) if (i // group) % every == first]
@@ -220,8 +220,8 @@ def group_sample(every: int, first: int = 0, count: int | None = None) -> list[A
 
 def _sample_seconds(so: Path, runs: list[Any], reuse: bool) -> float:
     from umbp_sim.allocator_spec import AllocatorSpec, parse_allocator_spec
-    from umbp_sim.external import fault_reuse
-    from umbp_sim.external.parallel import parallel_differences
+    from umbp_sim.comparison import fault_reuse
+    from umbp_sim.comparison.parallel import parallel_differences
 
     kept = fault_reuse.FaultFreeTwin.reuse
     if not reuse:  # the workers are forked: they inherit this
@@ -249,7 +249,7 @@ def _group_minutes(so: Path, every: int, reuse: bool) -> float:
 
 
 def matrix_mem() -> str:
-    from umbp_sim.external import matrix
+    from umbp_sim.comparison import matrix
 
     return matrix.FULL_MEM_PER_NODE
 

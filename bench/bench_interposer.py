@@ -126,7 +126,7 @@ def _py(code: str, *args: str, preload: bool = True) -> str:
 
 
 def build_tiny() -> Path:
-    from umbp_sim.external.build import include_dirs
+    from umbp_sim.toolchain.wrapped_build import include_dirs
 
     h = hashlib.sha256(TINY.read_bytes()).hexdigest()[:12]
     out = BUILD / f"tiny_umbp-{h}.so"

@@ -27,7 +27,7 @@ def _timed(cmd: list[str]) -> float:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
     rounds = 2 if "--quick" in argv else 5
-    from umbp_sim.scenario.runner import run_scenario
+    from umbp_sim.scenario.scenario_run import run_scenario
     from umbp_sim.scenario.schema import find_scenarios, load_scenario
 
     files = find_scenarios([ROOT / "scenarios"])

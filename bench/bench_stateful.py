@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from umbp_sim.explore import profiles
+from umbp_sim.explore import hypothesis_profiles as profiles
 from umbp_sim.explore.stateful import AllocatorStateMachine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

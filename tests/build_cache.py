@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 
 from umbp_sim.capi import get_include
-from umbp_sim.external.build import compiler_env
+from umbp_sim.toolchain.wrapped_build import compiler_env
 
 
 def cache_dir() -> Path:

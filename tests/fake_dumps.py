@@ -1,5 +1,5 @@
 """Test helpers that build dumps and fake hosts: a tarball from {name: contents}, a fake root
-directory, and the cgroup v2 host both collectors (umbp_sim/collect.py and the stand-alone
+directory, and the cgroup v2 host both collectors (umbp_sim/live_dump.py and the stand-alone
 scripts) are run on."""
 
 from __future__ import annotations

@@ -94,9 +94,9 @@ def test_every_command_gets_its_options_when_it_runs() -> None:
 HELP_BOUND = 17
 NOT_FOR_HELP = (
     "importlib.metadata",
-    "umbp_sim.diagnose.request",
+    "umbp_sim.diagnose.replay_request",
     "umbp_sim.dump.facts",
-    "umbp_sim.dump.build",
+    "umbp_sim.dump.to_machine",
     "umbp_sim.scenario.schema",
     "umbp_sim.sglang.sizing",
 )

@@ -14,8 +14,8 @@ import pytest
 from fake_dumps import CGROUP_V2_HOST, write_tree
 
 from umbp_sim import cli
-from umbp_sim.collect import CollectError, collect
 from umbp_sim.dump import load_dump, parse_meminfo
+from umbp_sim.live_dump import CollectError, collect
 
 NODE = "/sys/devices/system/node"
 
@@ -156,7 +156,7 @@ def test_output_that_is_not_a_regular_file_is_refused_before_collecting(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from umbp_sim.collect_scripts import collect as standalone
+    from umbp_sim.collect_scripts import standalone_collect as standalone
 
     out, what = special_target(tmp_path, kind)
     before = kind_of(out)

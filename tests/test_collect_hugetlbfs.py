@@ -1,6 +1,6 @@
 """Files left in hugetlbfs mounts: the collectors list them with the kB each holds
-(umbp-sim-hugetlbfs.tsv, collect_scripts/collect.py's HUGETLBFS), and the dump reader names them
-and their fix in a note (umbp_sim/dump/read_system.py) that the replay shows."""
+(umbp-sim-hugetlbfs.tsv, collect_scripts/standalone_collect.py's HUGETLBFS), and the dump reader
+names them and their fix in a note (umbp_sim/dump/read_system.py) that the replay shows."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from conftest import isolated_child_env
 from fake_dumps import write_tree
 
 from umbp_sim.cli import main
-from umbp_sim.collect import collect
 from umbp_sim.collect_scripts import script_text
 from umbp_sim.dump import load_dump
+from umbp_sim.live_dump import collect
 
 MiB = 1 << 20
 HOST = {

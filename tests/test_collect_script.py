@@ -22,9 +22,9 @@ from conftest import isolated_child_env
 from fake_dumps import CGROUP_V2_HOST, write_tree
 
 from umbp_sim import cli
-from umbp_sim.collect import collect
 from umbp_sim.collect_scripts import script_text
 from umbp_sim.dump import load_dump
+from umbp_sim.live_dump import collect
 from umbp_sim.machine import Machine
 
 KINDS = ("py", "sh")
@@ -257,7 +257,7 @@ def test_umbp_sim_collect_pid_error_is_its_own_one_line(
 
 def test_python_collector_in_process_matches_collect(tmp_path: Path, pools_still: None) -> None:
     """The same script imported as a module (what coverage sees of it); the pool lock held."""
-    from umbp_sim.collect_scripts import collect as script_module
+    from umbp_sim.collect_scripts import standalone_collect as script_module
 
     out = tmp_path / "in.tar.xz"
     assert script_module.main(["-o", str(out), "--name=in", f"--pid={os.getpid()}"]) == 0
@@ -305,7 +305,7 @@ def test_output_that_is_not_a_regular_file_is_refused(
 def test_python_collector_checks_the_output_before_collecting(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from umbp_sim.collect_scripts import collect as script_module
+    from umbp_sim.collect_scripts import standalone_collect as script_module
 
     def no_collecting(*args: object) -> None:
         raise AssertionError("collected before the output was checked")

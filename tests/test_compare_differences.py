@@ -1,13 +1,13 @@
-"""compare's classes of difference between two outcomes (umbp_sim.external.compare.differences),
-on outcomes built by hand: no allocator runs."""
+"""compare's classes of difference between two outcomes
+(umbp_sim.comparison.differences.differences), on outcomes built by hand: no allocator runs."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
+from umbp_sim.comparison.differences import differences
 from umbp_sim.engine.record import RunRecord
-from umbp_sim.external.compare import differences
 
 
 def _ok(backing: str, binding: str, mapped: int = 4 << 20) -> RunRecord:
@@ -51,7 +51,7 @@ def test_compare_help_names_every_class() -> None:
     import argparse
 
     from umbp_sim.commands import compare as command
-    from umbp_sim.external.compare import CLASSES
+    from umbp_sim.comparison.differences import CLASSES
 
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
@@ -81,8 +81,8 @@ def test_a_run_records_every_field_of_the_handle_after_alloc_and_after_free() ->
     binding's handle has (identities, whose values differ from process to process, as set or
     their null value); Free clears ptr, the sizes, fd and serial and keeps the rest."""
     from umbp_sim import _native
+    from umbp_sim.comparison.matrix import _life, machine
     from umbp_sim.engine.spec import Run
-    from umbp_sim.external.matrix import _life, machine
     from umbp_sim.request import AllocRequest
     from umbp_sim.run_router import run
 
@@ -142,7 +142,7 @@ def test_the_quick_matrix_fails_frees_own_munmap_and_close() -> None:
     (the buffer's whole range, its memfd after that range is unmapped), on both built-in
     allocators and every backing that makes the call."""
     from umbp_sim.allocator_spec import AllocatorSpec
-    from umbp_sim.external import matrix
+    from umbp_sim.comparison import matrix
     from umbp_sim.run_router import BuiltinAllocator
 
     hit: dict[str, set[str]] = {"munmap": set(), "close": set()}
@@ -173,7 +173,7 @@ def test_runs_in_a_row_timed_out_in_one_stage_on_one_side_stop() -> None:
     (``Stalled``, one line); another stage, the other side or a run between starts again."""
     import pytest
 
-    from umbp_sim.external.compare import Stalled, stop_when_stalled
+    from umbp_sim.comparison.differences import Stalled, stop_when_stalled
 
     def items(*stalls: tuple[str | None, str | None]) -> Iterator[Any]:
         yield from ((None, {}, "", "", s) for s in stalls)
@@ -204,7 +204,7 @@ def test_the_quick_matrix_runs_several_allocations_in_one_process() -> None:
     so the two differ in warning count on 4.9 and in no sequence on 6.8; each side's steps
     follow the sequence."""
     from umbp_sim.allocator_spec import AllocatorSpec
-    from umbp_sim.external import matrix
+    from umbp_sim.comparison import matrix
     from umbp_sim.run_router import BuiltinAllocator
 
     runs = [r for r in matrix.quick() if "] steps(" in r.label]

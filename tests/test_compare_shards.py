@@ -1,5 +1,5 @@
 """compare --shard K/N on N machines, then --merge: the comparison one run prints, byte for byte
-(umbp_sim/external/shards.py)."""
+(umbp_sim/comparison/shards.py)."""
 
 from __future__ import annotations
 

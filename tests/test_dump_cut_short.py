@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from test_collect_script import KINDS, run_script
 
-from umbp_sim.collect import collect
 from umbp_sim.dump import DumpError, load_dump
+from umbp_sim.live_dump import collect
 
 MANIFEST = "here/umbp-sim-collect.json"
 

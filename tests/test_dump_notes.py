@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from umbp_sim.diagnose.explain import NOTES_ALWAYS, NOTES_HUGEPAGES, NOTES_NUMA, _notes
-from umbp_sim.diagnose.request import Request
+from umbp_sim.diagnose.replay_request import Request
 from umbp_sim.dump import load_dump
 from umbp_sim.dump.notes import CODES, Note
 from umbp_sim.machine import Machine

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from umbp_sim.diagnose import diagnose
+from umbp_sim.diagnose.replay_request import Request
 from umbp_sim.diagnose.report import render_text
-from umbp_sim.diagnose.request import Request
 from umbp_sim.dump import load_dump
 from umbp_sim.request import AllocRequest
-from umbp_sim.scenario.runner import build_machine
+from umbp_sim.scenario.scenario_run import build_machine
 from umbp_sim.scenario.schema import load_scenario
 
 ROOT = Path(__file__).parent.parent

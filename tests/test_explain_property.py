@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, strategies as st
 
 from umbp_sim.diagnose import diagnose
 from umbp_sim.diagnose.fix_search import run_fix
-from umbp_sim.diagnose.request import Request
-from umbp_sim.explore import profiles
+from umbp_sim.diagnose.replay_request import Request
+from umbp_sim.explore import hypothesis_profiles as profiles
 from umbp_sim.machine import GiB, Machine, MiB
 from umbp_sim.request import AllocRequest
 from umbp_sim.strategies import BACKINGS, machines

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from umbp_sim.diagnose import diagnose
 from umbp_sim.diagnose.fixes import candidates
+from umbp_sim.diagnose.replay_request import Request
 from umbp_sim.diagnose.report import render_text
-from umbp_sim.diagnose.request import Request
-from umbp_sim.diagnose.run import simulate_request
+from umbp_sim.diagnose.simulate import simulate_request
 from umbp_sim.machine import Machine
 from umbp_sim.request import AllocRequest
 

@@ -15,7 +15,7 @@ from umbp_sim.diagnose import diagnose
 from umbp_sim.diagnose.error_line import parse_error_line
 from umbp_sim.diagnose.fix import Fix, combine, knob_of
 from umbp_sim.diagnose.fix_search import run_fix
-from umbp_sim.diagnose.request import Request
+from umbp_sim.diagnose.replay_request import Request
 from umbp_sim.engine.host_changes import apply_change
 from umbp_sim.request import AllocRequest
 from umbp_sim.sglang.sizing import host_memory_budget, parse_meminfo
@@ -216,7 +216,7 @@ def test_ranks_out_of_range_is_a_usage_error(value: str, capsys) -> None:  # typ
 def test_tp_size_is_the_default_ranks() -> None:
     import argparse
 
-    from umbp_sim.diagnose.request import request_from_args
+    from umbp_sim.diagnose.replay_request import request_from_args
     from umbp_sim.diagnose.request_flags import add_request_arguments
 
     parser = argparse.ArgumentParser()

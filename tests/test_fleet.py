@@ -28,7 +28,7 @@ from umbp_sim.diagnose.fleet import (
     replay_host,
     tty_progress,
 )
-from umbp_sim.diagnose.request import Request
+from umbp_sim.diagnose.replay_request import Request
 from umbp_sim.dump import load_dump
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.request import AllocRequest

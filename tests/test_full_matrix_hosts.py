@@ -8,8 +8,8 @@ from typing import Any
 
 from umbp_sim.allocator_spec import AllocatorSpec
 from umbp_sim.backing import BACKINGS
-from umbp_sim.external import matrix
-from umbp_sim.external.compare import differences
+from umbp_sim.comparison import matrix
+from umbp_sim.comparison.differences import differences
 from umbp_sim.request import AllocRequest
 from umbp_sim.run_router import BuiltinAllocator
 

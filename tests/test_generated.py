@@ -43,7 +43,7 @@ def test_a_stale_block_is_rewritten_and_the_rest_kept() -> None:
 
 
 def test_the_shell_collector_copies_the_declared_lists() -> None:
-    from umbp_sim.collect_scripts import collect, script_text
+    from umbp_sim.collect_scripts import script_text, standalone_collect as collect
 
     sh = script_text("sh")
     assert f'VM_SYSCTLS="{" ".join(collect.VM_SYSCTLS)}"' in sh

@@ -189,7 +189,7 @@ def scenario(tmp_path: Path, dump: str) -> Path:
 
 
 def test_scenario_dump_rules(tmp_path: Path) -> None:
-    from umbp_sim.scenario.runner import run_scenario
+    from umbp_sim.scenario.scenario_run import run_scenario
     from umbp_sim.scenario.schema import ScenarioError, load_scenario
 
     secret = tmp_path / "s" / "shadow"
@@ -249,7 +249,7 @@ def test_run_collects_a_tree_whose_scenarios_share_its_dumps(
 
 
 def test_collect_never_writes_through_a_planted_link(tmp_path: Path) -> None:
-    from umbp_sim.collect import CollectError, collect
+    from umbp_sim.live_dump import CollectError, collect
 
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
@@ -275,7 +275,7 @@ def test_collect_never_writes_through_a_planted_link(tmp_path: Path) -> None:
 
 def test_the_standalone_collector_never_writes_through_a_planted_link(tmp_path: Path) -> None:
     """The stand-alone script (run as root, often into /tmp) writes the same safe way."""
-    from umbp_sim.collect_scripts import collect as standalone
+    from umbp_sim.collect_scripts import standalone_collect as standalone
 
     victim = tmp_path / "victim"
     victim.write_text("precious\n")

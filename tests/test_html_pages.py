@@ -14,13 +14,13 @@ import pytest
 from html_shots import Elements, bar_runs, rendered_dom, screenshot
 
 from umbp_sim.cli import main
+from umbp_sim.comparison.differences import Comparison
+from umbp_sim.comparison.report_html import render_compare_html
 from umbp_sim.diagnose.fleet import FleetReport, HostRow
 from umbp_sim.diagnose.html_report import NODE_FRAME, render_fleet_html
 from umbp_sim.diagnose.picture import picture
-from umbp_sim.diagnose.request import Request
+from umbp_sim.diagnose.replay_request import Request
 from umbp_sim.dump import load_dump
-from umbp_sim.external.compare import Comparison
-from umbp_sim.external.compare_html import render_compare_html
 from umbp_sim.machine import Machine
 from umbp_sim.request import AllocRequest
 

@@ -13,8 +13,8 @@ from umbp_sim.cli import main
 from umbp_sim.diagnose import diagnose
 from umbp_sim.diagnose.error_line import parse_error_line
 from umbp_sim.diagnose.hypotheses import line_hosts
-from umbp_sim.diagnose.request import Request
-from umbp_sim.diagnose.run import simulate_request
+from umbp_sim.diagnose.replay_request import Request
+from umbp_sim.diagnose.simulate import simulate_request
 from umbp_sim.machine import Machine
 from umbp_sim.request import AllocRequest
 

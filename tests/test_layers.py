@@ -34,48 +34,30 @@ STACK: tuple[tuple[str, tuple[str, ...]], ...] = (
     )),
     ("allocator", (
         "umbp_sim.allocator", "umbp_sim.allocator_spec", "umbp_sim.mori_compat",
-        "umbp_sim.profiles",
+        "umbp_sim.allocator_profiles",
     )),
     ("run inputs", ("umbp_sim.dump", "umbp_sim.sglang")),
     ("engine", ("umbp_sim.engine",)),
-    ("external subject", (
-        "umbp_sim.external", "umbp_sim.external.child", "umbp_sim.external.evidence",
-        "umbp_sim.external.exec_program", "umbp_sim.external.interposer",
-        "umbp_sim.external.observe", "umbp_sim.external.outcome",
-        "umbp_sim.external.procs", "umbp_sim.external.run_job", "umbp_sim.external.run_log",
-        "umbp_sim.external.runner", "umbp_sim.external.wire",
-    )),
+    ("external subject", ("umbp_sim.external",)),
     ("router", ("umbp_sim.run_router",)),
     ("features", (
-        "umbp_sim.diagnose", "umbp_sim.explore", "umbp_sim.html_page", "umbp_sim.scenario",
-        "umbp_sim.external.build", "umbp_sim.external.compare", "umbp_sim.external.compare_html",
-        "umbp_sim.external.call_sites", "umbp_sim.external.compiler",
-        "umbp_sim.external.divergence", "umbp_sim.external.fault_reuse",
-        "umbp_sim.external.compare_junit", "umbp_sim.external.exec_host",
-        "umbp_sim.external.exec_keeper", "umbp_sim.external.exec_run", "umbp_sim.external.matrix",
-        "umbp_sim.external.mori_build",
-        "umbp_sim.external.parallel", "umbp_sim.external.scenario", "umbp_sim.external.shards",
+        "umbp_sim.comparison", "umbp_sim.diagnose", "umbp_sim.exec_host", "umbp_sim.explore",
+        "umbp_sim.html_page", "umbp_sim.scenario", "umbp_sim.toolchain",
     )),
     ("commands", (
-        "umbp_sim.cli", "umbp_sim.collect", "umbp_sim.commands", "umbp_sim.pytest_plugin",
+        "umbp_sim.cli", "umbp_sim.live_dump", "umbp_sim.commands", "umbp_sim.pytest_plugin",
         # the scenario files a wheel installs, with their dump-trimming script
         "umbp_sim.scenarios",
     )),
 )  # fmt: skip
 
-_EXEC = (
-    "umbp_sim.external.exec_host", "umbp_sim.external.exec_keeper", "umbp_sim.external.exec_run",
-)  # fmt: skip
-_COMPARE = (
-    "umbp_sim.external.compare", "umbp_sim.external.compare_html",
-    "umbp_sim.external.compare_junit", "umbp_sim.external.matrix", "umbp_sim.external.parallel",
-    "umbp_sim.external.scenario", "umbp_sim.external.shards",
-)  # fmt: skip
+_EXEC = ("umbp_sim.exec_host",)
+_COMPARE = ("umbp_sim.comparison",)
 # (importers, imported, why): features that stand side by side and borrow nothing of each other.
 APART: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("umbp_sim.diagnose",), ("umbp_sim.external",),
      "a run's timeout and no-room are the engine's outcomes (engine/record.py)"),
-    (("umbp_sim.external",), ("umbp_sim.diagnose",),
+    (_COMPARE, ("umbp_sim.diagnose",),
      "compare's pages and replay's share the skeleton below both (umbp_sim/html_page.py)"),
     (_EXEC, _COMPARE, "exec's named machines are the host layer's (umbp_sim/named_machines.py)"),
 )  # fmt: skip
@@ -141,21 +123,24 @@ def test_an_import_up_the_stack_or_across_features_kept_apart_is_found() -> None
     imports = {
         "umbp_sim.engine.execute": {"umbp_sim.run_router": 3, "umbp_sim.engine.spec": 4},
         "umbp_sim.engine.work": {"umbp_sim.external.runner": 9},
-        "umbp_sim.diagnose.run": {"umbp_sim.external.runner": 23, "umbp_sim.engine.record": 20},
-        "umbp_sim.external.compare_html": {"umbp_sim.diagnose.html_report": 22},
-        "umbp_sim.external.exec_host": {"umbp_sim.external.matrix": 80},
+        "umbp_sim.diagnose.simulate": {
+            "umbp_sim.external.runner": 23,
+            "umbp_sim.engine.record": 20,
+        },
+        "umbp_sim.comparison.report_html": {"umbp_sim.diagnose.html_report": 22},
+        "umbp_sim.exec_host.machine_dir": {"umbp_sim.comparison.matrix": 80},
         "umbp_sim.run_router": {"umbp_sim.external.observe": 20},  # down: fine
         "umbp_sim.engine": {"umbp_sim.run_router": 24},  # the deprecated alias
     }
     assert upward(imports) == [
-        "umbp_sim.diagnose.run:23 -> umbp_sim.external.runner (kept apart: a run's timeout and "
-        "no-room are the engine's outcomes (engine/record.py))",
+        "umbp_sim.comparison.report_html:22 -> umbp_sim.diagnose.html_report (kept apart: "
+        "compare's pages and replay's share the skeleton below both (umbp_sim/html_page.py))",
+        "umbp_sim.diagnose.simulate:23 -> umbp_sim.external.runner (kept apart: a run's timeout "
+        "and no-room are the engine's outcomes (engine/record.py))",
         "umbp_sim.engine.execute:3 -> umbp_sim.run_router (engine -> router)",
         "umbp_sim.engine.work:9 -> umbp_sim.external.runner (engine -> external subject)",
-        "umbp_sim.external.compare_html:22 -> umbp_sim.diagnose.html_report (kept apart: "
-        "compare's pages and replay's share the skeleton below both (umbp_sim/html_page.py))",
-        "umbp_sim.external.exec_host:80 -> umbp_sim.external.matrix (kept apart: exec's named "
-        "machines are the host layer's (umbp_sim/named_machines.py))",
+        "umbp_sim.exec_host.machine_dir:80 -> umbp_sim.comparison.matrix (kept apart: exec's "
+        "named machines are the host layer's (umbp_sim/named_machines.py))",
     ]  # fmt: skip
 
 
@@ -216,3 +201,14 @@ def test_a_run_s_admin_writes_are_data_the_engine_applies() -> None:
     with pytest.raises(TypeError, match=r"^an admin write is a PoolWrite \(data\), not a "
                        r"function$"):  # fmt: skip
         execute(Run(m, work, changes=(callback,)), BuiltinSubject("umbp-sim"))  # type: ignore[arg-type]
+
+
+def test_no_two_modules_share_a_name() -> None:
+    # One meaning per name: a module is found by its name alone (packages count; the command
+    # modules under umbp_sim/commands/ are named as their commands, so nothing else is).
+    names: dict[str, list[str]] = {}
+    for module in graph():
+        if module != "umbp_sim":
+            names.setdefault(module.rsplit(".", 1)[-1], []).append(module)
+    shared = {name: sorted(mods) for name, mods in names.items() if len(mods) > 1}
+    assert len(names) > 100 and shared == {}

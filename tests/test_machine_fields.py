@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import umbp_sim
 from umbp_sim import _native
-from umbp_sim.collect import collect
 from umbp_sim.collect_scripts import script_text
 from umbp_sim.dump import load_dump
 from umbp_sim.explore.schedule_to_scenario import write_scenario
+from umbp_sim.live_dump import collect
 from umbp_sim.machine import (
     BUILD_KEYWORDS,
     MACHINE_FIELDS,
@@ -30,7 +30,7 @@ from umbp_sim.machine import (
     Machine,
     MiB,
 )
-from umbp_sim.scenario.runner import build_machine
+from umbp_sim.scenario.scenario_run import build_machine
 from umbp_sim.scenario.schema import MACHINE_KEYS, load_scenario
 from umbp_sim.sim import SimHost, start_numbers, to_sim_config
 from umbp_sim.strategies import PRESETS, machines
@@ -241,7 +241,7 @@ def test_the_stand_alone_collectors_keep_every_field(
 def test_a_tarball_keeps_every_declared_file() -> None:
     """The tarball reader skips members no parser reads (dump/source.py's RELEVANT, a list of
     its own): none of the declared files of a dump is among them."""
-    from umbp_sim.collect_scripts import collect as declared
+    from umbp_sim.collect_scripts import standalone_collect as declared
     from umbp_sim.dump.source import relevant
 
     node = "sys/devices/system/node"

@@ -145,11 +145,13 @@ def test_exit_statuses_are_named_in_one_module() -> None:
         text = path.read_text(encoding="utf-8")
         if path != declared and re.search(r"\bexit_code\s*=\s*\d|^EX_\w+\s*=\s*\d", text, re.M):
             spelled.add(path.relative_to(ROOT / "umbp_sim").as_posix())
-    assert spelled == {"collect_scripts/collect.py"}
-    from umbp_sim.collect_scripts import collect as standalone
+    assert spelled == {"collect_scripts/standalone_collect.py"}
+    from umbp_sim.collect_scripts import standalone_collect as standalone
 
     assert (standalone.EX_USAGE, standalone.EX_CANTCREAT) == (EX_USAGE, EX_CANTCREAT)
-    sh = (ROOT / "umbp_sim" / "collect_scripts" / "collect.sh").read_text(encoding="utf-8")
+    sh = (ROOT / "umbp_sim" / "collect_scripts" / "standalone_collect.sh").read_text(
+        encoding="utf-8"
+    )
     assert f"EX_USAGE={EX_USAGE}\n" in sh and f"EX_CANTCREAT={EX_CANTCREAT}\n" in sh
     assert set(re.findall(r"\bexit (\d+)", sh)) == {"0", "130"}  # the rest by name
 

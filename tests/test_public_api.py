@@ -66,3 +66,15 @@ def test_machine_from_dump_is_a_deprecated_alias_of_load_machine(tmp_path: Path)
         old = Machine.from_dump(tmp_path / "dump")
     assert old == load_machine(tmp_path / "dump")
     assert [n.id for n in old.nodes] == [0, 1]
+
+
+def test_diagnose_run_is_a_deprecated_alias_of_simulation() -> None:
+    # One meaning per name: a Run is the engine's (umbp_sim.engine.spec.Run); what a replay's
+    # simulation returned under that name is a Simulation.
+    import umbp_sim.diagnose as diagnose
+    from umbp_sim.diagnose.simulate import Simulation
+
+    with pytest.warns(DeprecationWarning, match=r"^umbp_sim.diagnose.Run is deprecated: use "
+                      r"umbp_sim.diagnose.Simulation$"):  # fmt: skip
+        old = diagnose.Run
+    assert old is Simulation is diagnose.Simulation

@@ -368,8 +368,8 @@ def test_a_demoted_buffer_is_said_on_the_hosts_base_pages(capsys, tmp_path: Path
     """A ppc64le host has 64 KiB base pages: the demotion, the fix that gives up hugepages and
     the "saw" line say so (they said "4 KiB" on every host)."""
     from umbp_sim.diagnose.fixes import candidates
-    from umbp_sim.diagnose.request import Request
-    from umbp_sim.diagnose.run import simulate_request
+    from umbp_sim.diagnose.replay_request import Request
+    from umbp_sim.diagnose.simulate import simulate_request
     from umbp_sim.machine import Machine
     from umbp_sim.request import AllocRequest
     from umbp_sim.sim import SimHost

@@ -23,7 +23,7 @@ from hypothesis import given, settings, strategies as st
 from umbp_sim import _native
 from umbp_sim.diagnose import diagnose
 from umbp_sim.diagnose.picture import picture
-from umbp_sim.diagnose.request import Request
+from umbp_sim.diagnose.replay_request import Request
 from umbp_sim.dump import load_dump
 from umbp_sim.dump.parse import parse_node_meminfo
 from umbp_sim.dump.read_pools import spread

@@ -23,7 +23,7 @@ def test_a_run_imports_nothing_run_job_has_not() -> None:
         import umbp_sim.external.run_job as run_job
         from umbp_sim.engine.execute import execute
         from umbp_sim.engine.subject import BuiltinSubject
-        from umbp_sim.external.matrix import quick
+        from umbp_sim.comparison.matrix import quick
         runs = list(quick())
         before = set(sys.modules)
         subject = BuiltinSubject("mori-624002c")
@@ -74,7 +74,7 @@ def test_prepare_says_when_the_server_imported_what_a_forked_child_lacks() -> No
         import os, sys
         import umbp_sim.external.run_job as run_job
         from umbp_sim.engine.spec import Run, SglangStartup
-        from umbp_sim.external.matrix import machine, quick
+        from umbp_sim.comparison.matrix import machine, quick
         alloc = next(iter(quick()))
         startup = Run(machine("pool-on-node0"), SglangStartup(request={}))
         print(run_job.prepare(alloc), run_job.prepare(startup), run_job.prepare(startup),

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from umbp_sim.engine.record import RunRecord
-from umbp_sim.scenario.runner import ScenarioResult, compare, run_scenario
+from umbp_sim.scenario.scenario_run import ScenarioResult, compare, run_scenario
 from umbp_sim.scenario.schema import ScenarioError, load_scenario
 
 DUMPS = Path(__file__).resolve().parent.parent / "scenarios" / "dumps"

@@ -10,12 +10,12 @@ import tomli_w
 from hypothesis import given, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from umbp_sim.explore import profiles
+from umbp_sim.explore import hypothesis_profiles as profiles
 from umbp_sim.explore.schedule_to_scenario import ENV_VAR, machine_table, write_scenario
 from umbp_sim.explore.stateful import AllocatorStateMachine
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
-from umbp_sim.scenario.runner import build_machine, run_scenario
+from umbp_sim.scenario.scenario_run import build_machine, run_scenario
 from umbp_sim.scenario.schema import load_scenario
 from umbp_sim.strategies import machines
 

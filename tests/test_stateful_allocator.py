@@ -7,7 +7,7 @@ examples of docs/kernel-model.md so that a model bug cannot hide behind the simu
 
 from __future__ import annotations
 
-from umbp_sim.explore import profiles
+from umbp_sim.explore import hypothesis_profiles as profiles
 from umbp_sim.explore.model import AllocatorModel
 from umbp_sim.explore.stateful import AllocatorStateMachine
 from umbp_sim.machine import Machine, MiB

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import find, given, strategies as st
 
 from umbp_sim.allocator import UMBPHostMemAllocator
-from umbp_sim.explore import profiles
+from umbp_sim.explore import hypothesis_profiles as profiles
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import GiB, KiB, Machine, MiB
 from umbp_sim.sim import SimHost

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from umbp_sim.cli import main
-from umbp_sim.diagnose.request import Request
-from umbp_sim.diagnose.run import simulate_request
+from umbp_sim.diagnose.replay_request import Request
+from umbp_sim.diagnose.simulate import simulate_request
 from umbp_sim.diagnose.symptom import Symptom, SymptomError, parse_symptom
 from umbp_sim.machine import Machine
 from umbp_sim.request import AllocRequest

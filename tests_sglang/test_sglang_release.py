@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from umbp_sim.machine import Machine
 from umbp_sim.scenario.bundled import bundled_scenarios_dir
-from umbp_sim.scenario.runner import observe
+from umbp_sim.scenario.scenario_run import observe
 from umbp_sim.scenario.schema import find_scenarios, load_scenario
 from umbp_sim.sglang.release import (
     EMULATED,
@@ -54,7 +54,7 @@ def _both(scn, machine, profile):
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("scn", SGLANG, ids=lambda s: s.name)
 def test_bundled_sglang_scenarios_same_with_the_real_module(scn, profile):
-    from umbp_sim.scenario.runner import build_machine
+    from umbp_sim.scenario.scenario_run import build_machine
 
     real, ours = _both(scn, build_machine(scn), profile)
     assert real == ours
@@ -63,7 +63,7 @@ def test_bundled_sglang_scenarios_same_with_the_real_module(scn, profile):
 def test_the_real_module_logs_under_its_own_name(caplog):
     caplog.set_level(logging.INFO, logger=MODULE_NAME)
     scn = next(s for s in SGLANG if s.name == "report1-without-pool-demoted")
-    from umbp_sim.scenario.runner import build_machine
+    from umbp_sim.scenario.scenario_run import build_machine
 
     observe(dataclasses.replace(scn, sglang="installed"), build_machine(scn))
     assert any(r.name == MODULE_NAME and "demoted" in r.getMessage() for r in caplog.records)

@@ -9,8 +9,9 @@ holding ``END generated``; the text between is replaced, the marker lines are ke
 umbp_sim installed (``-P``: the installed package, not the source tree); tests/test_generated.py
 fails when a block is not what this tool writes.
 
-- ``umbp_sim/collect_scripts/collect.sh``: its exit statuses (``umbp_sim/exit_codes.py``) and
-  the lists of files a dump carries, declared in ``collect.py`` (``PROC_FILES``, ``VM_SYSCTLS``,
+- ``umbp_sim/collect_scripts/standalone_collect.sh``: its exit statuses
+  (``umbp_sim/exit_codes.py``) and the lists of files a dump carries, declared in
+  ``standalone_collect.py`` (``PROC_FILES``, ``VM_SYSCTLS``,
   ``NODE_LISTS``, ``NODE_FILES``; ``HUGETLBFS``, ``HUGETLBFS_MAX``). collect.sh is a
   stand-alone POSIX script users copy to a server, so it holds a copy, written here.
 - ``umbp_sim/_native.pyi``: the fields of ``SimConfig``, from ``MACHINE_FIELDS`` (the ones with a
@@ -34,7 +35,7 @@ END = "END generated"
 
 def collect_sh_lists() -> str:
     from umbp_sim import exit_codes
-    from umbp_sim.collect_scripts import collect
+    from umbp_sim.collect_scripts import standalone_collect as collect
 
     codes = "".join(f"{n}={getattr(exit_codes, n)}\n" for n in ("EX_USAGE", "EX_CANTCREAT"))
     lists = ("PROC_FILES", "VM_SYSCTLS", "NODE_LISTS", "NODE_FILES")
@@ -91,7 +92,7 @@ def scenario_machine_table() -> str:
 
 # file (from the repository root) -> the text of its block
 BLOCKS: dict[str, Callable[[], str]] = {
-    "umbp_sim/collect_scripts/collect.sh": collect_sh_lists,
+    "umbp_sim/collect_scripts/standalone_collect.sh": collect_sh_lists,
     "umbp_sim/_native.pyi": sim_config_stub,
     "scenarios/README.md": scenario_machine_table,
 }

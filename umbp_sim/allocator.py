@@ -10,9 +10,9 @@ is gone (its SimHost, allocators and traced wrappers all dropped), ``ptr`` raise
 ``umbp_sim.errors.HostGoneError``. ``fork()`` is safe while other threads allocate: it waits for
 the native calls in flight, and the child can allocate.
 
-``profile`` chooses the built-in allocator (``umbp_sim.profiles``): ``"umbp-sim"`` (default
-here: mori plus umbp-sim's fixes) or ``"mori-624002c"`` (alias ``"mori"``: the model of what
-mori's allocator does in the field).
+``profile`` chooses the built-in allocator (``umbp_sim.allocator_profiles``): ``"umbp-sim"``
+(default here: mori plus umbp-sim's fixes) or ``"mori-624002c"`` (alias ``"mori"``: the model of
+what mori's allocator does in the field).
 :class:`MoriUMBPHostMemAllocator` is the mori profile with mori's Python binding as well (its
 argument conversions, no shm registry methods): what ``umbp_sim.mori_compat`` installs as
 ``mori.umbp``.
@@ -20,8 +20,8 @@ argument conversions, no shm registry methods): what ``umbp_sim.mori_compat`` in
 Native warnings are gathered during the call (GIL released) and logged afterwards on the calling
 thread to the ``umbp_sim.allocator`` logger, each record with its stable id as the attribute
 ``warning_id`` (csrc/allocator/warning_texts.h; mori's own texts under the mori profile; whether
-mori's log level would show them is ``umbp_sim.profiles.mori_log_lines``). A simulated fatal
-signal raises ``umbp_sim.errors.SimulatedCrash``.
+mori's log level would show them is ``umbp_sim.allocator_profiles.mori_log_lines``). A simulated
+fatal signal raises ``umbp_sim.errors.SimulatedCrash``.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from typing import Any
 
 import umbp_sim._native as _native
 from umbp_sim import _context
+from umbp_sim.allocator_profiles import FIELD_PROFILE, FIXED_PROFILE, canonical_profile
 from umbp_sim.errors import SimulatedCrash
-from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, canonical_profile
 
 logger = logging.getLogger("umbp_sim.allocator")
 

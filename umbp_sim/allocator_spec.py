@@ -19,10 +19,10 @@ import os
 import re
 from dataclasses import dataclass
 
+from umbp_sim.allocator_profiles import ALIASES, PROFILES
 from umbp_sim.bounded import shown, shown_path
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_USAGE
-from umbp_sim.profiles import ALIASES, PROFILES
 
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 

@@ -158,7 +158,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         if "UMBP_SIM_EXEC" in os.environ or "UMBP_SIM_EXEC_EVIDENCE" in os.environ:
-            from umbp_sim.external.exec_host import out_of_exec
+            from umbp_sim.exec_host.machine_dir import out_of_exec
 
             out_of_exec()  # under `umbp-sim exec`, or a stray variable
         argv = sys.argv[1:]

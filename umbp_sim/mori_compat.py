@@ -60,7 +60,7 @@ def _binds(module: object, stand_ins: list[object]) -> bool:
 def mori_module(profile: str | None = None) -> types.ModuleType:
     """A ``mori.umbp``-like module whose allocator follows ``profile`` (default: the field's)."""
     from umbp_sim import allocator
-    from umbp_sim.profiles import FIELD_PROFILE, canonical_profile
+    from umbp_sim.allocator_profiles import FIELD_PROFILE, canonical_profile
 
     profile = canonical_profile(profile or FIELD_PROFILE)
     mod = types.ModuleType("mori.umbp", f"umbp-sim's {profile} allocator standing in for mori.umbp")

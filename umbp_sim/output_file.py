@@ -2,9 +2,9 @@
 checked as ``collect -o`` checks its tarball: :class:`OutputFile`.
 
 The check and the write are the stand-alone collector's (``check_output``, ``write_new`` in
-``umbp_sim/collect_scripts/collect.py``), so every output file of umbp-sim is refused or written
-the same way: before the work, a path that is not a regular file (a symbolic link, dangling or
-not, a directory, a device such as ``/dev/full``, a FIFO, a socket) or whose directory cannot
+``umbp_sim/collect_scripts/standalone_collect.py``), so every output file of umbp-sim is refused or
+written the same way: before the work, a path that is not a regular file (a symbolic link, dangling
+or not, a directory, a device such as ``/dev/full``, a FIFO, a socket) or whose directory cannot
 take a new file is refused in one line (:class:`OutputFileError`, exit 73); after it, the file
 is written to a fresh temporary file beside it and moved into place, so an existing file is
 never emptied first, never written through a link, and stays whole when the command fails.
@@ -37,7 +37,7 @@ class OutputFile:
 
     def _call(self, step: str, *args: object) -> None:
         # imported here: the script imports tarfile, which a command's --help does not need
-        from umbp_sim.collect_scripts import collect as standalone
+        from umbp_sim.collect_scripts import standalone_collect as standalone
 
         try:
             getattr(standalone, step)(*args)

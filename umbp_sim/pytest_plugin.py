@@ -285,7 +285,7 @@ def _request_kind(path: Any) -> str | None:
 
 class ScenarioItem(pytest.Item):
     def runtest(self) -> None:
-        from umbp_sim.scenario.runner import run_scenario
+        from umbp_sim.scenario.scenario_run import run_scenario
         from umbp_sim.scenario.schema import load_scenario
 
         # an umbp_sim_scenarios folder is the tree its scenarios' dumps may be in

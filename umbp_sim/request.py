@@ -4,7 +4,7 @@ numa_node, prefault)`` with mori's defaults.
 Every place that asks the allocator for a buffer carries it: a scenario's ``[request]`` table or
 ``alloc`` step (``AllocRequest.from_table``, read once per run), the hypothesis strategy
 ``umbp_sim.strategies.alloc_requests``, a replay's raw request
-(``umbp_sim.diagnose.request.Request.alloc_request``) and an external build's run
+(``umbp_sim.diagnose.replay_request.Request.alloc_request``) and an external build's run
 (the engine's ``Alloc`` work carries it).
 """
 

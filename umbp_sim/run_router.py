@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from umbp_sim.allocator_profiles import canonical_profile
 from umbp_sim.allocator_spec import AllocatorSpec, is_external, parse_allocator_spec
 from umbp_sim.engine.execute import execute
 from umbp_sim.engine.measure import measure_in_child
@@ -22,7 +23,6 @@ from umbp_sim.engine.spec import Measure, Run
 from umbp_sim.engine.subject import BuiltinSubject
 from umbp_sim.external.observe import record_from_reply, runner_for
 from umbp_sim.external.runner import DEFAULT_RUN_TIMEOUT, ExternalRunner, NoRoom
-from umbp_sim.profiles import canonical_profile
 
 
 def run(run: Run) -> RunRecord:

@@ -12,8 +12,8 @@
 //                         the lines of src/umbp/local/host_mem_allocator.cpp each reproduces: the
 //                         allocator of the servers in the field (docs/deployed-behaviour.md).
 //
-// Python names them by profile (umbp_sim/profiles.py); `umbp-sim profiles` lists where they
-// differ.
+// Python names them by profile (umbp_sim/allocator_profiles.py); `umbp-sim profiles` lists where
+// they differ.
 //
 // Per-kernel state: the table of live buffers, the shm registry and which once-only warnings were
 // given belong to the Kernel instance (one "process"), shared by every allocator built on it and

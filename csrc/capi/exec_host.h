@@ -3,7 +3,7 @@
  * Python to build its SimKernel). Not installed as a header: the interposer and this library
  * ship together.
  *
- * The host file (umbp_sim/external/exec_host.py writes it) is one JSON object:
+ * The host file (umbp_sim/exec_host/machine_dir.py writes it) is one JSON object:
  *   {"format": 1,
  *    "sim_config": {every SimConfig field by its name (csrc/kernel/sim_config.h); "nodes": [{every
  *                   SimNodeConfig field; "hugepages": {"<size>": {"total", "free", "surplus"}}}],

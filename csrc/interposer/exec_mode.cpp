@@ -1,4 +1,4 @@
-// A program `umbp-sim exec` started (umbp_sim/external/exec_host.py): the interposer is
+// A program `umbp-sim exec` started (umbp_sim/exec_host/machine_dir.py): the interposer is
 // preloaded, and before main() it starts the simulated host that umbp-sim described and routes
 // the program's calls to it (routing.cpp, route_whole_program). Nothing of Python runs here: the
 // program may be a C++ test binary.

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from build_cache import cached_build, cached_builds
 
-from umbp_sim.external.build import compile_command, include_dirs
-from umbp_sim.external.mori_build import mori_build
+from umbp_sim.toolchain.mori_build import mori_build
+from umbp_sim.toolchain.wrapped_build import compile_command, include_dirs
 
 HERE = Path(__file__).resolve().parent
 TINY_SOURCE = HERE / "tiny_allocator.cpp"

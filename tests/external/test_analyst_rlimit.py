@@ -76,7 +76,7 @@ def test_compare_under_the_analysts_limit_could_not_run(tiny_builds: dict[str, s
         f"""
         import json
         from umbp_sim.allocator_spec import parse_allocator_spec
-        from umbp_sim.external.matrix import machine
+        from umbp_sim.comparison.matrix import machine
         from umbp_sim.run_router import open_allocator
         from umbp_sim.engine.spec import Alloc, Run
         from umbp_sim.external.runner import CouldNotRun

@@ -25,7 +25,7 @@ import pytest
 from conftest import session_processes
 
 from umbp_sim.commands import build_allocator as command
-from umbp_sim.external import compiler, mori_build
+from umbp_sim.toolchain import compiler, mori_build
 
 FAKE = Path(__file__).resolve().parent / "fake_mori"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from umbp_sim.cli import main
-from umbp_sim.external import mori_build
+from umbp_sim.toolchain import mori_build
 
 FAKE = Path(__file__).resolve().parent / "fake_mori"
 

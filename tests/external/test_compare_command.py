@@ -10,7 +10,7 @@ from conftest import MORI_SURFACE
 
 from umbp_sim.allocator_spec import AllocatorSpec, AllocatorSpecError, parse_allocator_spec
 from umbp_sim.cli import main
-from umbp_sim.external import matrix
+from umbp_sim.comparison import matrix
 
 
 def test_builtin_against_itself_finds_nothing(capsys: pytest.CaptureFixture[str]) -> None:
@@ -209,7 +209,7 @@ def test_junit_has_a_case_per_class_failing_with_its_runs(
 ) -> None:
     import xml.etree.ElementTree as ET
 
-    from umbp_sim.external.compare import CLASSES
+    from umbp_sim.comparison.differences import CLASSES
 
     out = tmp_path / "compare.xml"
     argv = ["compare", "umbp-sim", "mori-624002c", "--no-scenarios", "-k", "*ample k6.8.0*"]

@@ -18,10 +18,10 @@ from conftest import session_processes
 
 from umbp_sim.allocator_spec import parse_allocator_spec
 from umbp_sim.cli import main
-from umbp_sim.external import matrix, parallel
+from umbp_sim.comparison import matrix, parallel
 from umbp_sim.external.observe import close_runners
-from umbp_sim.external.scenario import run_scenario_external
 from umbp_sim.run_router import open_allocator
+from umbp_sim.scenario.external_scenario import run_scenario_external
 from umbp_sim.scenario.schema import load_scenario
 
 REPLAY = Path(__file__).resolve().parent.parent / "data" / "replay"

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from umbp_sim.cli import main
+from umbp_sim.comparison import call_sites
+from umbp_sim.comparison.divergence import divergence, located, where_lines
 from umbp_sim.engine.record import RunRecord
-from umbp_sim.external import call_sites
-from umbp_sim.external.build import compile_command
-from umbp_sim.external.divergence import divergence, located, where_lines
+from umbp_sim.toolchain.wrapped_build import compile_command
 
 TINY_SOURCE = Path(__file__).resolve().parent / "tiny_allocator.cpp"
 PICK = [

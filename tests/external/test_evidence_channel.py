@@ -11,9 +11,9 @@ import pytest
 from conftest import MORI_SURFACE
 
 from umbp_sim.allocator_spec import parse_allocator_spec
+from umbp_sim.comparison.matrix import machine
 from umbp_sim.engine.spec import Alloc, Run
 from umbp_sim.external.evidence import EvidenceReader
-from umbp_sim.external.matrix import machine
 from umbp_sim.external.observe import record_from_reply
 from umbp_sim.external.outcome import log_lines, warning_lines
 from umbp_sim.external.runner import ExternalRunner

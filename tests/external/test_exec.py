@@ -342,8 +342,8 @@ def test_the_host_file_is_checked_key_by_key(
     """libumbp_sim_exec.so reads every SimConfig field by name: an unknown, missing or mistyped
     one is an error naming it, and the program does not run on the real host (exit 70)."""
     from umbp_sim.capi import interposer_path
-    from umbp_sim.external.exec_host import host_document
-    from umbp_sim.external.matrix import machine
+    from umbp_sim.comparison.matrix import machine
+    from umbp_sim.exec_host.machine_dir import host_document
 
     doc = host_document(machine("ample"), None)
     cfg = doc["sim_config"]
@@ -369,9 +369,9 @@ def test_a_host_that_does_not_start_is_an_error_frame_and_exit_70(
     """Through umbp-sim: the program's error frame becomes HostDidNotStart (exit 70) naming
     why, and the private directory is removed."""
     from umbp_sim.capi import interposer_path
-    from umbp_sim.external import exec_host
-    from umbp_sim.external.exec_run import HostDidNotStart, run_program
-    from umbp_sim.external.matrix import machine
+    from umbp_sim.comparison.matrix import machine
+    from umbp_sim.exec_host import machine_dir as exec_host
+    from umbp_sim.exec_host.program_run import HostDidNotStart, run_program
 
     real = exec_host.host_document
 

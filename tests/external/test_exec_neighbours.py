@@ -205,8 +205,8 @@ def test_a_stray_exec_variable_is_not_an_allocator_servers(
     """UMBP_SIM_EXEC left in umbp-sim's environment (by a shell, a wrapper) started that host
     in every allocator server, which then "could not run". A server never inherits it."""
     from umbp_sim.allocator_spec import parse_allocator_spec
+    from umbp_sim.comparison.matrix import machine
     from umbp_sim.engine.spec import Alloc, Run
-    from umbp_sim.external.matrix import machine
     from umbp_sim.request import AllocRequest
     from umbp_sim.run_router import open_allocator
 

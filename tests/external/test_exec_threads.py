@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from build_cache import cached_build
 
-from umbp_sim.external.build import include_dirs
+from umbp_sim.toolchain.wrapped_build import include_dirs
 
 from .test_exec import _exec
 

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from umbp_sim.allocator_spec import parse_allocator_spec
+from umbp_sim.comparison.matrix import machine
 from umbp_sim.engine.spec import Alloc, Run as EngineRun
 from umbp_sim.external.interposer import FAULT_PATH_ENV
-from umbp_sim.external.matrix import machine
 from umbp_sim.external.runner import CouldNotRun
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine

@@ -12,8 +12,8 @@ import pytest
 
 from umbp_sim.cli import main
 from umbp_sim.external.observe import close_runners
-from umbp_sim.external.scenario import run_scenario_external
 from umbp_sim.scenario.bundled import bundled_scenarios_dir
+from umbp_sim.scenario.external_scenario import run_scenario_external
 from umbp_sim.scenario.schema import ScenarioError, load_scenario
 
 SCENARIOS = bundled_scenarios_dir()

@@ -1,5 +1,5 @@
 """compare gives a faulted run whose faults cannot fire its fault-free twin's comparison
-(umbp_sim.external.fault_reuse): checked here run by run against running it, on the built-in
+(umbp_sim.comparison.fault_reuse): checked here run by run against running it, on the built-in
 pair and on an external build, over groups of the full matrix (a fault-free run and the seven
 faulted runs after it)."""
 
@@ -9,10 +9,10 @@ import itertools
 from typing import Any
 
 from umbp_sim.allocator_spec import AllocatorSpec, parse_allocator_spec
+from umbp_sim.comparison import matrix
+from umbp_sim.comparison.differences import compare_run, compared, serial_differences
+from umbp_sim.comparison.fault_reuse import FaultFreeTwin
 from umbp_sim.engine.spec import Run
-from umbp_sim.external import matrix
-from umbp_sim.external.compare import compare_run, compared, serial_differences
-from umbp_sim.external.fault_reuse import FaultFreeTwin
 from umbp_sim.request import AllocRequest
 from umbp_sim.run_router import BuiltinAllocator, open_allocator
 

@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 from conftest import MORI_SURFACE
 
+from umbp_sim.comparison.matrix import machine
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.engine.spec import Alloc, Run, Steps
 from umbp_sim.external.evidence import Death, KernelCrash
-from umbp_sim.external.matrix import machine
 from umbp_sim.external.procs import FrameError, loads
 from umbp_sim.external.wire import MAX_DEPTH, MAX_VALUES, decode, encode
 from umbp_sim.faults import FaultPlan, FaultPlanError, FaultRule

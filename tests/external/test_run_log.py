@@ -10,8 +10,8 @@ from pathlib import Path
 from conftest import MORI_SURFACE
 
 from umbp_sim.allocator_spec import parse_allocator_spec
+from umbp_sim.comparison.matrix import machine
 from umbp_sim.engine.spec import Alloc, Run
-from umbp_sim.external.matrix import machine
 from umbp_sim.external.observe import record_from_reply
 from umbp_sim.external.run_log import LOG_LIMIT, RunLog
 from umbp_sim.external.runner import ExternalRunner

@@ -1,7 +1,7 @@
 """build-allocator links a build with ``-Wl,--wrap=NAME`` for each name in
-``umbp_sim.external.build.WRAPPED``: each needs the interposer library to define ``__wrap_NAME``
-(or the link fails), and a ``__wrap_`` the library defines but no build is linked to wrap is a
-call that escapes the seam in every ``--wrap`` build. The two lists are read here from the
+``umbp_sim.toolchain.wrapped_build.WRAPPED``: each needs the interposer library to define
+``__wrap_NAME`` (or the link fails), and a ``__wrap_`` the library defines but no build is linked to
+wrap is a call that escapes the seam in every ``--wrap`` build. The two lists are read here from the
 library's dynamic symbol table, so neither can change alone."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from umbp_sim.capi import interposer_path
-from umbp_sim.external.build import WRAPPED
+from umbp_sim.toolchain.wrapped_build import WRAPPED
 
 
 def defined_wraps(library: str) -> set[str]:

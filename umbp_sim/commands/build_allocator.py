@@ -2,12 +2,12 @@
 [--link-arg ARG] -o OUT [--build-timeout SECONDS] [--build-memory SIZE] [--print-command]``.
 
 With ``--mori``, a mori checkout's allocator is built with umbp-sim's binding of its header
-(``umbp_sim/external/mori_build.py``); with ``--mori-binding``, the sources given are built with
+(``umbp_sim/toolchain/mori_build.py``); with ``--mori-binding``, the sources given are built with
 it, the header found through ``-I`` (an allocator with mori's API laid out another way). Every
 build is loaded in a child process before "built" is said, and only then moved to OUT (a file
 of the same name in a fresh directory beside it, renamed); an output that cannot be written or
 is not a regular file is exit 73 before anything is compiled. Each compiler command is a bounded
-process umbp-sim owns (``umbp_sim/external/compiler.py``: ``--build-timeout``,
+process umbp-sim owns (``umbp_sim/toolchain/compiler.py``: ``--build-timeout``,
 ``--build-memory``, stdin /dev/null, ended with umbp-sim on any signal).
 """
 
@@ -19,7 +19,7 @@ import shlex
 from umbp_sim.flag_types import seconds_flag, size_flag
 from umbp_sim.units import Size
 
-DEFAULT_TIMEOUT = 600.0  # umbp_sim.external.compiler's (which --help does not import)
+DEFAULT_TIMEOUT = 600.0  # umbp_sim.toolchain.compiler's (which --help does not import)
 MIN_MEMORY = 64 << 20  # below this no compiler starts
 
 
@@ -69,11 +69,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from umbp_sim.external.build import build_allocator, compile_command
-    from umbp_sim.external.compiler import BuildLimits
-    from umbp_sim.external.mori_build import check_loads, mori_api_build, mori_build
     from umbp_sim.external.procs import ended_by_signals
     from umbp_sim.output_file import OutputFile
+    from umbp_sim.toolchain.compiler import BuildLimits
+    from umbp_sim.toolchain.mori_build import check_loads, mori_api_build, mori_build
+    from umbp_sim.toolchain.wrapped_build import build_allocator, compile_command
 
     if args.sources and args.mori:
         args._build_parser.error("give the sources (SRC ...) or --mori CHECKOUT, not both")

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.pid is not None:
         return _collect_pid(args)
-    from umbp_sim.collect import collect
+    from umbp_sim.live_dump import collect
 
     res = collect(args.output, args.name)
     where = "the tarball to stdout" if res.path == "-" else res.path
@@ -65,7 +65,7 @@ def _collect_pid(args: argparse.Namespace) -> int:
     """--pid: the stand-alone collector does it (one implementation of what a server saw)."""
     from importlib import resources
 
-    script = resources.files("umbp_sim.collect_scripts").joinpath("collect.py")
+    script = resources.files("umbp_sim.collect_scripts").joinpath("standalone_collect.py")
     argv = ["-o", args.output, "--pid", str(args.pid)]
     if args.name:
         argv += ["--name", args.name]

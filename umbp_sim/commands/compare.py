@@ -3,12 +3,12 @@
 Both allocators run the bundled scenarios (one-alloc and steps requests: the shm registry's steps
 where both have it) and a request matrix, each run on
 a fresh simulated host (an external build in a fresh process); the differences are grouped by
-class. ``--jobs N`` spreads the runs over N worker processes (umbp_sim/external/parallel.py; the
+class. ``--jobs N`` spreads the runs over N worker processes (umbp_sim/comparison/parallel.py; the
 result is the serial one, byte for byte). Each run of an external build, and its import, is
 bounded by ``--run-timeout`` (a run past it is the outcome "timed out after N s in STAGE"; the
 next run goes on). Exit 0: no difference, 1: differences, 2: an allocator could not run (or a
 worker died, or Ctrl-C), 143/129: SIGTERM/SIGHUP (every worker and server ended first).
-``--html FILE`` also writes the differences as a page (umbp_sim/external/compare_html.py).
+``--html FILE`` also writes the differences as a page (umbp_sim/comparison/report_html.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from umbp_sim.exit_codes import EX_FAILS, EX_NEGATIVE, EX_USAGE
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-    from umbp_sim.external.compare import Compared
+    from umbp_sim.comparison.differences import Compared
 
 EX_DIFFERENT = EX_NEGATIVE
 EX_COULD_NOT_RUN = EX_FAILS  # compare's own meaning of 2
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _merge(args: argparse.Namespace) -> int:
     """``compare --merge SHARD.json ...``: the shards' comparison, as one run prints it."""
-    from umbp_sim.external.shards import merge, read_paths
+    from umbp_sim.comparison.shards import merge, read_paths
 
     clash = [flag for flag, given in (("SPEC_A/SPEC_B", args.spec_a is not None),
                                       ("--shard", args.shard is not None),
@@ -166,7 +166,7 @@ def _merge(args: argparse.Namespace) -> int:
     try:
         result = merge(read_paths(args.merge))
         if junit is not None:
-            from umbp_sim.external.compare_junit import render_junit
+            from umbp_sim.comparison.report_junit import render_junit
 
             junit.write(render_junit(result))
     finally:
@@ -185,17 +185,17 @@ def _print(result: Any, args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from umbp_sim.allocator_profiles import with_mori_warnings
     from umbp_sim.allocator_spec import parse_allocator_spec
-    from umbp_sim.errors import Terminated
-    from umbp_sim.external import matrix
-    from umbp_sim.external.compare import (
+    from umbp_sim.comparison import matrix
+    from umbp_sim.comparison.differences import (
         compare_differences,
         serial_differences,
         stop_when_stalled,
     )
-    from umbp_sim.external.parallel import parallel_differences
+    from umbp_sim.comparison.parallel import parallel_differences
+    from umbp_sim.errors import Terminated
     from umbp_sim.external.runner import DEFAULT_RUN_TIMEOUT, CouldNotRun
-    from umbp_sim.profiles import with_mori_warnings
     from umbp_sim.progress import Progress
     from umbp_sim.run_router import open_allocator
 
@@ -235,7 +235,7 @@ def _run(args: argparse.Namespace) -> int:
         return EX_USAGE
     shard = None
     if args.shard is not None:
-        from umbp_sim.external import shards
+        from umbp_sim.comparison import shards
 
         k, n = shards.parse_shard(args.shard)
         labels = [r.label for r in runs]
@@ -275,11 +275,11 @@ def _run(args: argparse.Namespace) -> int:
             if shard is not None:
                 result.shard, result.index = shard, index
         if page is not None:
-            from umbp_sim.external.compare_html import render_compare_html
+            from umbp_sim.comparison.report_html import render_compare_html
 
             page.write(render_compare_html(result, lines_a, lines_b))
         if junit is not None:
-            from umbp_sim.external.compare_junit import render_junit
+            from umbp_sim.comparison.report_junit import render_junit
 
             junit.write(render_junit(result))
     except CouldNotRun as e:

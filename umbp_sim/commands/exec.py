@@ -33,7 +33,7 @@ DEFAULT_TIMEOUT = 600.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from umbp_sim.external.exec_host import DEFAULT_MACHINE, NAMED_MACHINES
+    from umbp_sim.exec_host.machine_dir import DEFAULT_MACHINE, NAMED_MACHINES
 
     names = "; ".join(f"{n}: {d}" for n, d in NAMED_MACHINES.items())
     parser.add_argument(
@@ -80,8 +80,8 @@ def _run(args: argparse.Namespace) -> int:
     import sys
 
     from umbp_sim.capi import interposer_path
-    from umbp_sim.external.exec_host import ExecUsageError, load_machine, load_plan
-    from umbp_sim.external.exec_run import run_program
+    from umbp_sim.exec_host.machine_dir import ExecUsageError, load_machine, load_plan
+    from umbp_sim.exec_host.program_run import run_program
     from umbp_sim.external.interposer import Interposer
     from umbp_sim.output_file import OutputFile
 

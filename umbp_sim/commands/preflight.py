@@ -1,6 +1,6 @@
 """``umbp-sim preflight [request] [--root DUMP] [--json]``: will this request get what it asks?
 
-Reads the live host (``umbp_sim.collect`` into a temporary tarball, then the dump reader) or a
+Reads the live host (``umbp_sim.live_dump`` into a temporary tarball, then the dump reader) or a
 dump, and answers in simulation: nothing is allocated. Exit 0: the request gets what it asks;
 1: demoted to 4 KiB pages (or its NUMA binding dropped); 2: it fails or crashes.
 """
@@ -45,8 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def live_host():  # type: ignore[no-untyped-def]
     """(Machine, DumpFacts) of this host, through collect and the dump reader."""
-    from umbp_sim.collect import collect
     from umbp_sim.dump import load_dump
+    from umbp_sim.live_dump import collect
 
     with tempfile.TemporaryDirectory(prefix="umbp-sim-preflight-") as tmp:
         path = os.path.join(tmp, "live.tar")
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from umbp_sim.commands.replay import print_diagnosis
     from umbp_sim.diagnose import diagnose
-    from umbp_sim.diagnose.request import request_from_args
+    from umbp_sim.diagnose.replay_request import request_from_args
     from umbp_sim.dump import load_dump
     from umbp_sim.dump.stdin import STDIN, check_one_reader, stdin_source
 

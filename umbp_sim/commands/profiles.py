@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from umbp_sim.profiles import difference_table, differences
+    from umbp_sim.allocator_profiles import difference_table, differences
 
     if args.json:
         print(json.dumps(differences(), indent=2))

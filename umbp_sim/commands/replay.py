@@ -70,7 +70,7 @@ def close_external_allocators() -> None:
 def _run(args: argparse.Namespace) -> int:
     from umbp_sim.diagnose import diagnose
     from umbp_sim.diagnose.fleet import is_fleet
-    from umbp_sim.diagnose.request import RequestError, request_from_args
+    from umbp_sim.diagnose.replay_request import RequestError, request_from_args
     from umbp_sim.dump import load_dump
     from umbp_sim.dump.stdin import STDIN, check_one_reader, stdin_source
 
@@ -109,7 +109,7 @@ def _line_hosts(args: argparse.Namespace, request) -> int:  # type: ignore[no-un
     from umbp_sim.printable import terminal
 
     if args.html:
-        from umbp_sim.diagnose.request import RequestError
+        from umbp_sim.diagnose.replay_request import RequestError
 
         raise RequestError("--html: a page is drawn for a dumped host; give its DUMP")
     machine, found = line_hosts(request)

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from umbp_sim.scenario.runner import ScenarioResult
+    from umbp_sim.scenario.scenario_run import ScenarioResult
     from umbp_sim.scenario.schema import Scenario
 
 
@@ -65,10 +65,10 @@ def _got(r: ScenarioResult) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from umbp_sim.allocator_profiles import FIELD_PROFILE
     from umbp_sim.allocator_spec import parse_allocator_spec
-    from umbp_sim.profiles import FIELD_PROFILE
     from umbp_sim.scenario.bundled import bundled_scenarios_dir
-    from umbp_sim.scenario.runner import run_scenario
+    from umbp_sim.scenario.scenario_run import run_scenario
     from umbp_sim.scenario.schema import find_scenarios_in, load_scenario
 
     paths = args.paths or [bundled_scenarios_dir()]
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         from umbp_sim.external.observe import close_runners, set_run_timeout
         from umbp_sim.external.procs import ended_by_signals
-        from umbp_sim.external.scenario import run_scenario_external
+        from umbp_sim.scenario.external_scenario import run_scenario_external
 
         set_run_timeout(args.run_timeout)
         try:

@@ -9,12 +9,18 @@ Used by ``umbp-sim replay`` (a dump) and ``umbp-sim preflight`` (the live host).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from umbp_sim import _lazy
+from umbp_sim.allocator_profiles import (
+    FIELD_PROFILE,
+    FIXED_PROFILE,
+    canonical_profile,
+    mori_log_lines,
+)
 from umbp_sim.exit_codes import EX_FAILS, EX_NEGATIVE, EX_OK
-from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, canonical_profile, mori_log_lines
 
 # The simulation (explain, fixes, run: the allocator and the compiled extension) is imported
 # when a diagnosis is made, not with the package: `replay --help` and a usage error need only
@@ -24,14 +30,21 @@ if TYPE_CHECKING:
     from umbp_sim.diagnose.explain import Cause as Cause
     from umbp_sim.diagnose.fix import Fix as Fix
     from umbp_sim.diagnose.hypotheses import HypothesisSearch as HypothesisSearch
-    from umbp_sim.diagnose.request import Request as Request, RequestError as RequestError
+    from umbp_sim.diagnose.replay_request import Request as Request, RequestError as RequestError
     from umbp_sim.diagnose.request_flags import add_request_arguments as add_request_arguments
-    from umbp_sim.diagnose.run import Run as Run, simulate_request as simulate_request
+    from umbp_sim.diagnose.simulate import (
+        Simulation as Simulation,
+        simulate_request as simulate_request,
+    )
     from umbp_sim.dump import DumpFacts
     from umbp_sim.machine import Machine
 
 
 def __getattr__(name: str) -> Any:
+    if name == "Run":  # engine.spec.Run is the run; this was a simulation's result
+        warnings.warn("umbp_sim.diagnose.Run is deprecated: use umbp_sim.diagnose.Simulation",
+                      DeprecationWarning, stacklevel=2)  # fmt: skip
+        name = "Simulation"
     return _lazy.attribute(__name__, name, "Diagnosis", "diagnose")
 
 
@@ -40,12 +53,12 @@ class Diagnosis:
     machine: Machine
     facts: DumpFacts | None
     request: Request
-    run: Run
+    run: Simulation
     evidence: list[Cause]
     fixes: list[Fix] = field(default_factory=list)
     not_helping: list[Fix] = field(default_factory=list)
     # The same request under umbp-sim's fixed allocator, when its outcome differs.
-    with_fixes: Run | None = None
+    with_fixes: Simulation | None = None
     limit: str | None = None  # when no change helps: the rule in the way
     # An error line the replay does not reproduce: the host states a dump cannot show that do.
     hypotheses: HypothesisSearch | None = None
@@ -149,8 +162,8 @@ def log_lines(d: Diagnosis) -> list[str]:
     return list(o.allocator_warnings)
 
 
-def _with_fixes(machine: Machine, request: Request, run: Run) -> Run | None:
-    from umbp_sim.diagnose.run import simulate_request
+def _with_fixes(machine: Machine, request: Request, run: Simulation) -> Simulation | None:
+    from umbp_sim.diagnose.simulate import simulate_request
 
     if request.allocator == FIXED_PROFILE:
         return None
@@ -174,7 +187,7 @@ def diagnose(
     from umbp_sim.diagnose.explain import blockers_behind, explain
     from umbp_sim.diagnose.fix_search import propose
     from umbp_sim.diagnose.hypotheses import search
-    from umbp_sim.diagnose.run import simulate_request
+    from umbp_sim.diagnose.simulate import simulate_request
     from umbp_sim.diagnose.symptom_causes import symptom_search
     from umbp_sim.diagnose.unknowns import other_sides
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from umbp_sim.diagnose.fix import COMPROMISES
-from umbp_sim.diagnose.request import Request
-from umbp_sim.diagnose.run import Run
+from umbp_sim.diagnose.replay_request import Request
+from umbp_sim.diagnose.simulate import Simulation
 from umbp_sim.dump import DumpFacts
 from umbp_sim.machine import Machine
 from umbp_sim.sglang import env as sgenv
@@ -82,7 +82,7 @@ def pages_needed(request: Request, size: int) -> int:
 
 
 def explain(
-    run: Run, request: Request, machine: Machine, facts: DumpFacts | None = None
+    run: Simulation, request: Request, machine: Machine, facts: DumpFacts | None = None
 ) -> list[Cause]:
     causes: list[Cause] = []
     o = run.observed
@@ -117,7 +117,7 @@ def _once(causes: list[Cause]) -> list[Cause]:
 # ---- sglang's host check --------------------------------------------------------------------
 
 
-def _host_check(run: Run, request: Request, machine: Machine) -> list[Cause]:
+def _host_check(run: Simulation, request: Request, machine: Machine) -> list[Cause]:
     b = run.observed.budget or {}
     need = request.hicache().nbytes
     avail = b["available"]
@@ -165,7 +165,7 @@ def _host_check(run: Run, request: Request, machine: Machine) -> list[Cause]:
 # ---- the allocator's binding ----------------------------------------------------------------
 
 
-def _allocator_binding(run: Run, request: Request, machine: Machine) -> list[Cause]:
+def _allocator_binding(run: Simulation, request: Request, machine: Machine) -> list[Cause]:
     """The allocator's own decision to drop a NUMA binding (its warning is the evidence)."""
     warning = run.unbound_warning
     node = request.settings()[2]
@@ -180,7 +180,9 @@ def _allocator_binding(run: Run, request: Request, machine: Machine) -> list[Cau
     ]
 
 
-def _node_blocker(run: Run, request: Request, machine: Machine, said: list[Cause]) -> list[Cause]:
+def _node_blocker(
+    run: Simulation, request: Request, machine: Machine, said: list[Cause]
+) -> list[Cause]:
     """The node the request binds to cannot hold it: said even when the run failed before the
     binding (a pool short first), since fixing the pool alone would not get the buffer there."""
     node = request.settings()[2]
@@ -198,7 +200,7 @@ def _node_blocker(run: Run, request: Request, machine: Machine, said: list[Cause
     return [Cause(text + ": no buffer can be bound there, whatever else changes", "host")]
 
 
-def blockers_behind(baseline: Run, singles: list[Any]) -> list[Cause]:
+def blockers_behind(baseline: Simulation, singles: list[Any]) -> list[Cause]:
     """Each condition that would fail the request on its own, not only the one met first:
     what a single change to the host (a pool, a limit, a sysctl) meets once it has removed the
     blocker the replay met, when that is a rule the replay did not meet (SimKernel's reason
@@ -223,7 +225,7 @@ def blockers_behind(baseline: Run, singles: list[Any]) -> list[Cause]:
 # ---- SimKernel's reasons ----------------------------------------------------------------------
 
 
-def kernel_causes(reasons: list[Reason], run: Run) -> list[Cause]:
+def kernel_causes(reasons: list[Reason], run: Simulation) -> list[Cause]:
     """SimKernel's ``reasons`` as sentences (a shortage met twice is one sentence)."""
     out: list[Cause] = []
     reserved = next((r for r in reasons if r.rule == "hugetlb_reserved"), None)
@@ -246,7 +248,7 @@ def kernel_causes(reasons: list[Reason], run: Run) -> list[Cause]:
     return out
 
 
-def deciding_first(causes: list[Cause], run: Run) -> list[Cause]:
+def deciding_first(causes: list[Cause], run: Simulation) -> list[Cause]:
     """``causes`` with the one the outcome came from first (the rest in the order they
     happened): a crash's signal, a demotion's first hugetlb failure, a failure's last errno. An
     old kernel's MADV_POPULATE EINVAL, say, only sends the allocator to touch by hand: it comes
@@ -281,7 +283,7 @@ def _fault_end(r: Reason) -> str:
     return f"{r.call} faults on a missing page and the process is killed by SIGBUS"
 
 
-def _sentence(r: Reason, reserved: Reason | None, run: Run) -> str | None:
+def _sentence(r: Reason, reserved: Reason | None, run: Simulation) -> str | None:
     n = r.numbers
     kills = {
         "SIGKILL": "the kernel's OOM killer ends the process (SIGKILL)",
@@ -349,7 +351,7 @@ def _sentence(r: Reason, reserved: Reason | None, run: Run) -> str | None:
     return None
 
 
-def _mbind_maxnode(run: Run, maxnode: int) -> str | None:
+def _mbind_maxnode(run: Simulation, maxnode: int) -> str | None:
     """An mbind EINVAL whose node is beyond the maxnode - 1 bits the kernel reads (``maxnode``:
     the number SimKernel's reason recorded): mori's maxnode rule when maxnode is its mask's bit
     count (docs/deployed-behaviour.md row 4). None when the request's node is not beyond."""

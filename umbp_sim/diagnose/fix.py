@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from umbp_sim.diagnose.request import Request
-from umbp_sim.diagnose.run import Run
+from umbp_sim.diagnose.replay_request import Request
+from umbp_sim.diagnose.simulate import Simulation
 from umbp_sim.engine.host_changes import HostChange
 from umbp_sim.machine import Machine
 from umbp_sim.sglang.host_memory import HICACHE_HOST_MEMORY_RESERVE_BYTES
@@ -36,7 +36,7 @@ class Fix:
     host_changes: list[HostChange] = field(default_factory=list)
     machine_change: MachineChange | None = None
     parts: list[Fix] = field(default_factory=list)  # the singles of a combined fix
-    run: Run | None = None
+    run: Simulation | None = None
     key: str = ""  # identity for de-duplication (the commands, by default)
     # The action's text on the host the step starts from, where it names that host's numbers
     # ("N free"): a combination's steps are described on the state the steps before leave.

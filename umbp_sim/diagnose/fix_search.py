@@ -33,8 +33,8 @@ from umbp_sim.diagnose.explain import gib, kernel_causes
 from umbp_sim.diagnose.fix import COMPROMISES, HEAVY, Fix, combine
 from umbp_sim.diagnose.fixes import candidates
 from umbp_sim.diagnose.pool_writes import PoolWrite
-from umbp_sim.diagnose.request import Request
-from umbp_sim.diagnose.run import Run, simulate_request
+from umbp_sim.diagnose.replay_request import Request
+from umbp_sim.diagnose.simulate import Simulation, simulate_request
 from umbp_sim.engine.host_changes import apply_change
 from umbp_sim.machine import Machine
 from umbp_sim.sim import HostState, SimHost
@@ -53,7 +53,7 @@ class Search:
     singles: list[Fix] = field(default_factory=list)  # every single change tried, with its run
 
 
-def run_fix(machine: Machine, request: Request, fix: Fix, profile: str | None = None) -> Run:
+def run_fix(machine: Machine, request: Request, fix: Fix, profile: str | None = None) -> Simulation:
     changes = tuple(fix.host_changes)
     # sglang restarted after a fix for its error line runs its host check again: a fix that
     # check would refuse is no fix.
@@ -97,7 +97,7 @@ def _value(f: Fix) -> tuple[int, int, int]:
 
 
 def propose(
-    machine: Machine, request: Request, baseline: Run, profile: str | None = None,
+    machine: Machine, request: Request, baseline: Simulation, profile: str | None = None,
     pod: bool = False,
 ) -> Search:  # fmt: skip
     """Search single changes and combinations; every returned fix was simulated. ``pod``: the
@@ -270,7 +270,7 @@ def _without_moot_steps(fix: Fix, trial: Callable[[Fix], Fix | None]) -> Fix:
 
 
 def _state_before(
-    machine: Machine, parts: list[Fix], tried: dict[frozenset[str], Fix], baseline: Run
+    machine: Machine, parts: list[Fix], tried: dict[frozenset[str], Fix], baseline: Simulation
 ) -> HostState:
     """The host the steps ``parts`` leave: the state the baseline's run (no steps) or the
     steps' own trial kept."""
@@ -282,7 +282,9 @@ def _state_before(
     return host_after(machine, done if done is not None else combine(parts))
 
 
-def _described(machine: Machine, fix: Fix, tried: dict[frozenset[str], Fix], baseline: Run) -> Fix:
+def _described(
+    machine: Machine, fix: Fix, tried: dict[frozenset[str], Fix], baseline: Simulation
+) -> Fix:
     """``fix`` with each step described on the host the steps before it leave (a step read
     from a run of steps no longer before it is said by its commands)."""
     if not fix.parts:
@@ -300,11 +302,11 @@ def _described(machine: Machine, fix: Fix, tried: dict[frozenset[str], Fix], bas
     return out
 
 
-def _changed(run: Run, baseline: Run) -> bool:
+def _changed(run: Simulation, baseline: Simulation) -> bool:
     return (run.outcome, run.observed.error) != (baseline.outcome, baseline.observed.error)
 
 
-def _limit(baseline: Run, tried: list[Fix]) -> str:
+def _limit(baseline: Simulation, tried: list[Fix]) -> str:
     """The rule that stands in the way: the last failure SimKernel (or sglang) recorded."""
     runs = [baseline] + [f.run for f in tried if f.run is not None]
     for run in runs:

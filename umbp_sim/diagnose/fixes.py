@@ -20,8 +20,8 @@ from umbp_sim.diagnose.pool_writes import (
     pool_command,
     pool_write,
 )
-from umbp_sim.diagnose.request import Request
-from umbp_sim.diagnose.run import Run
+from umbp_sim.diagnose.replay_request import Request
+from umbp_sim.diagnose.simulate import Simulation
 from umbp_sim.machine import Machine
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.sizing import HICACHE_HOST_MEMORY_RESERVE_BYTES, largest_hicache_size_that_fits
@@ -74,7 +74,11 @@ def _sizes_for(machine: Machine, hp: int, biggest: int) -> list[int]:
 
 
 def candidates(
-    machine: Machine, request: Request, run: Run, host: HostState | None = None, pod: bool = False
+    machine: Machine,
+    request: Request,
+    run: Simulation,
+    host: HostState | None = None,
+    pod: bool = False,
 ) -> list[Fix]:
     """Single changes worth simulating, from ``run``'s evidence (not yet run).
 
@@ -232,7 +236,9 @@ def _host_check_fixes(
     return out
 
 
-def _check_room_fixes(machine: Machine, host: HostState, request: Request, run: Run) -> list[Fix]:
+def _check_room_fixes(
+    machine: Machine, host: HostState, request: Request, run: Simulation
+) -> list[Fix]:
     """The buffer sizes that leave the host what sglang's host check keeps for the rest of the
     server (MemAvailable - 10 GiB, on the host the change starts from): for an sglang error
     line the sizes its check passes, for a raw request the sizes that are safe beside the
@@ -265,7 +271,7 @@ def _check_room_fixes(machine: Machine, host: HostState, request: Request, run: 
     return out
 
 
-def _ranks_from_first_short(request: Request, run: Run) -> int:
+def _ranks_from_first_short(request: Request, run: Simulation) -> int:
     """The ranks a shortage is met by: from the first rank that did not get everything to the
     last (1 for one rank). The first such rank's reasons come first, and every rank after it
     needs as much again."""

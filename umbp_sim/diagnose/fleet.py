@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.diagnose.picture import Picture
-from umbp_sim.diagnose.request import Request
+from umbp_sim.diagnose.replay_request import Request
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_DATAERR, EX_NOINPUT
 from umbp_sim.printable import printable
@@ -343,7 +343,7 @@ def replay_fleet(
     # Warm the imports in the parent so forked workers share them.
     import umbp_sim.diagnose.explain  # noqa: F401
     import umbp_sim.diagnose.fix_search  # noqa: F401
-    import umbp_sim.diagnose.run  # noqa: F401
+    import umbp_sim.diagnose.simulate  # noqa: F401
     import umbp_sim.dump  # noqa: F401
 
     rows: list[HostRow | None] = [None] * len(paths)

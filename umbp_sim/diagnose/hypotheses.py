@@ -28,8 +28,8 @@ from typing import Any
 
 from umbp_sim.backing import HUGETLB_BACKINGS
 from umbp_sim.diagnose.explain import gib, kernel_causes, pages_needed
-from umbp_sim.diagnose.request import Request
-from umbp_sim.diagnose.run import Run, simulate_request
+from umbp_sim.diagnose.replay_request import Request
+from umbp_sim.diagnose.simulate import Simulation, simulate_request
 from umbp_sim.dump import DumpFacts
 from umbp_sim.machine import Machine
 from umbp_sim.units import format_size, spaced_size
@@ -68,7 +68,7 @@ class Tried:
     change: str  # what was different, in words
     fields: dict[str, Any]  # the Machine fields it set
     outcome: str  # the run's outcome word
-    summary: str  # Run.summary(): the outcome and what made it
+    summary: str  # Simulation.summary(): the outcome and what made it
     reproduces: bool  # the run gives the question: the given line exactly, or the symptom
     asked: str = "error_line"  # the question: "error_line" or "symptom"
 
@@ -162,14 +162,14 @@ class _Searcher:
             return f"the paste shows {value}"
         return f"the paste does not show it: taken as {value}"
 
-    def gives(self, run: Run) -> bool:
+    def gives(self, run: Simulation) -> bool:
         """Whether ``run`` gives the question: the exact error line, or the symptom."""
         if self.request.symptom is not None:
             return self.request.symptom.seen(run.observed)
         assert self.request.error_line is not None
         return self.request.error_line.matches(run.observed)
 
-    def run(self, change: str, **fields: Any) -> tuple[Tried, Run]:
+    def run(self, change: str, **fields: Any) -> tuple[Tried, Simulation]:
         run = simulate_request(replace(self.machine, **fields), self.request, profile=self.profile)
         asked = "symptom" if self.request.symptom is not None else "error_line"
         tried = Tried(change, fields, run.outcome, run.summary(), self.gives(run), asked)
@@ -181,7 +181,7 @@ class _Searcher:
         self.found.hypotheses.append(Hypothesis(kind, cause, verified, beyond, collect, fix))
 
 
-def _last(run: Run, rule: str) -> dict[str, int] | None:
+def _last(run: Simulation, rule: str) -> dict[str, int] | None:
     """The numbers of the last SimKernel reason of ``rule`` in ``run``."""
     for r in reversed(run.observed.reasons):
         if r.rule == rule:

@@ -7,7 +7,7 @@ node's memory: "ok" with 17 MiB left on the node is said, not hidden.
 from __future__ import annotations
 
 from umbp_sim.backing import HUGETLB_BACKINGS
-from umbp_sim.diagnose.run import Run
+from umbp_sim.diagnose.simulate import Simulation
 from umbp_sim.units import format_size
 
 SMALL = 1 << 30  # memory left on a node below this is flagged
@@ -19,7 +19,7 @@ def _amount(n: int) -> str:
     return f"{n >> 20} MiB"
 
 
-def margin(run: Run | None) -> str | None:
+def margin(run: Simulation | None) -> str | None:
     """``"node 1: 17 MiB of memory free or reclaimable (under 1 GiB), 0 free 2MiB pages"``,
     for a run that got a buffer; None otherwise."""
     if run is None or run.outcome not in ("ok", "demoted"):

@@ -6,15 +6,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from umbp_sim.allocator_profiles import FIELD_PROFILE, FIXED_PROFILE, mori_log_level
 from umbp_sim.diagnose import Diagnosis, log_lines
 from umbp_sim.diagnose.hypotheses import HypothesisSearch
 from umbp_sim.diagnose.margin import margin
 from umbp_sim.diagnose.persist import persistent
-from umbp_sim.diagnose.request import Request
-from umbp_sim.diagnose.run import ranks_summary
+from umbp_sim.diagnose.replay_request import Request
+from umbp_sim.diagnose.simulate import ranks_summary
 from umbp_sim.machine import Machine
 from umbp_sim.printable import printable
-from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, mori_log_level
 from umbp_sim.sglang.release import describe_release
 from umbp_sim.units import spaced_size
 

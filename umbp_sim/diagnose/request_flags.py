@@ -1,12 +1,18 @@
 """The request's command-line flags (``replay``, ``preflight``): what building their parser
 needs and nothing more, so ``umbp-sim replay --help`` imports no simulator, no dump reader and
-no sglang emulation. ``umbp_sim.diagnose.request`` reads the parsed flags into a ``Request``.
+no sglang emulation. ``umbp_sim.diagnose.replay_request`` reads the parsed flags into a ``Request``.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from umbp_sim.allocator_profiles import (
+    FIELD_PROFILE,
+    FIXED_PROFILE,
+    ProfileError,
+    canonical_profile,
+)
 from umbp_sim.flag_types import (
     count_flag,
     gb_flag,
@@ -15,7 +21,6 @@ from umbp_sim.flag_types import (
     seconds_flag,
     size_flag,
 )
-from umbp_sim.profiles import FIELD_PROFILE, FIXED_PROFILE, ProfileError, canonical_profile
 from umbp_sim.sglang.release import SGLANG_RELEASES
 
 BACKINGS = {

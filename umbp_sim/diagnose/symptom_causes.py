@@ -44,7 +44,7 @@ from umbp_sim.host_nodes import HugePool
 from umbp_sim.units import cgroup_hugetlb_name, pod_hugepages_limit, spaced_size
 
 if TYPE_CHECKING:
-    from umbp_sim.diagnose.request import Request
+    from umbp_sim.diagnose.replay_request import Request
     from umbp_sim.dump import DumpFacts
     from umbp_sim.machine import Machine
 

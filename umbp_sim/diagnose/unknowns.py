@@ -14,10 +14,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from umbp_sim.diagnose.explain import Cause
-from umbp_sim.diagnose.run import Run, simulate_request
+from umbp_sim.diagnose.simulate import Simulation, simulate_request
 
 if TYPE_CHECKING:
-    from umbp_sim.diagnose.request import Request
+    from umbp_sim.diagnose.replay_request import Request
     from umbp_sim.dump import DumpFacts
     from umbp_sim.machine import Machine
 
@@ -31,7 +31,7 @@ CODE = "kernel-version-unknown"
 
 
 def other_sides(
-    machine: Machine, facts: DumpFacts | None, request: Request, run: Run, profile: str
+    machine: Machine, facts: DumpFacts | None, request: Request, run: Simulation, profile: str
 ) -> list[Cause]:
     """For a paste whose kernel is unknown: each older kernel's different outcome, simulated."""
     if facts is None or not any(n.code == CODE for n in facts.notes):

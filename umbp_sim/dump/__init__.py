@@ -22,13 +22,10 @@ from umbp_sim import _lazy
 # importing one submodule (a parser's flags, a constant) does not load every other one. The
 # imports below are the one list (umbp_sim/_lazy.py reads them for __getattr__; mypy types them).
 if TYPE_CHECKING:
-    from umbp_sim.dump.build import (
-        build_machine as build_machine,
-    )
     from umbp_sim.dump.directory import (
         DirSource as DirSource,
     )
-    from umbp_sim.dump.errors import (
+    from umbp_sim.dump.dump_error import (
         DumpError as DumpError,
     )
     from umbp_sim.dump.facts import (
@@ -63,6 +60,9 @@ if TYPE_CHECKING:
         DumpSource as DumpSource,
         MemorySource as MemorySource,
     )
+    from umbp_sim.dump.to_machine import (
+        build_machine as build_machine,
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -71,8 +71,8 @@ def __getattr__(name: str) -> Any:
 
 def load_dump(path: str | os.PathLike[str] | DumpSource | bytes):  # -> (Machine, DumpFacts)
     """Read a dump once and return ``(machine, facts)``; ``facts.notes`` lists every guess."""
-    from umbp_sim.dump.build import build_machine
     from umbp_sim.dump.facts import parse_dump
+    from umbp_sim.dump.to_machine import build_machine
 
     facts = parse_dump(path)
     return build_machine(facts), facts

@@ -9,7 +9,7 @@ import os
 import posixpath
 from collections.abc import Callable
 
-from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.hwloc import marker_top, must_gather_nodes
 from umbp_sim.dump.limits import DEFAULT_LIMITS, ArchiveLimits, Budget
 from umbp_sim.dump.manifest import check_manifest, cut_short_error

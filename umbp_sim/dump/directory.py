@@ -11,7 +11,7 @@ import posixpath
 import stat
 import weakref
 
-from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.hwloc import is_dump_root
 from umbp_sim.dump.manifest import check_dir_manifest
 from umbp_sim.dump.source import (

@@ -1,7 +1,7 @@
 """What a dump says, file by file: ``DumpFacts``, and ``parse_dump`` which reads it.
 
 ``DumpFacts`` keeps "the dump does not say" (None) apart from 0, so ``inspect`` can print null;
-``umbp_sim.dump.build.build_machine`` turns it into a ``Machine`` (which has no unknowns).
+``umbp_sim.dump.to_machine.build_machine`` turns it into a ``Machine`` (which has no unknowns).
 Every guess the reader makes is written to ``notes`` in plain words, each with a code
 (``umbp_sim.dump.notes``); the rules are:
 
@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import os
 
-from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.host_facts import (
     DEFAULT_KERNEL_VERSION,
     HUGEPAGES,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.notes import Note
 from umbp_sim.dump.parse import MAX_NODES, MAX_VALUE, parse_node_meminfo
 from umbp_sim.value_types import MAX_BYTES

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.dump_error import DumpError
 
 
 @dataclass(frozen=True)

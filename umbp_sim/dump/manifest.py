@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.tarscan import Scan
 
 MANIFEST = "umbp-sim-collect.json"

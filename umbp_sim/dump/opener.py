@@ -10,7 +10,7 @@ import stat
 
 from umbp_sim.dump.archive import TAR_SUFFIXES, stem, tar_source
 from umbp_sim.dump.directory import dir_dump
-from umbp_sim.dump.errors import DumpError, DumpNotFound
+from umbp_sim.dump.dump_error import DumpError, DumpNotFound
 from umbp_sim.dump.limits import DEFAULT_LIMITS, ArchiveLimits
 from umbp_sim.dump.source import DumpSource, MemorySource, kind_name, read_capped
 from umbp_sim.dump.tarscan import BZ2_MAGIC, GZIP_MAGIC, XZ_MAGIC

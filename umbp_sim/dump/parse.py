@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.limits import MAX_RELEASE_PART
 from umbp_sim.meminfo import meminfo_lines, split_lines
 from umbp_sim.value_types import MAX_BYTES

@@ -39,7 +39,7 @@ from typing import Any
 
 from umbp_sim import _native
 from umbp_sim.bounded import shown
-from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.notes import Note
 from umbp_sim.dump.paste_lines import (
     HP_FILE,

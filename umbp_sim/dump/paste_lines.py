@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.bounded import shown
-from umbp_sim.collect_scripts.collect import VM_SYSCTLS
-from umbp_sim.dump.errors import DumpError
+from umbp_sim.collect_scripts.standalone_collect import VM_SYSCTLS
+from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.notes import Note
 from umbp_sim.dump.parse import (
     MAX_NODES,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from umbp_sim import _native
 from umbp_sim.arch_sizes import default_hugepage_sizes, pmd_size
 from umbp_sim.dump.arch import ArchEvidence, ArchReading, read_arch, recorded
-from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.host_facts import (
     _NODE_DIR_RE,
     HUGEPAGES,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from umbp_sim import _native
 from umbp_sim.bounded import shown
-from umbp_sim.collect_scripts.collect import HUGETLBFS, NODE_LISTS, V1_UNLIMITED
-from umbp_sim.dump.errors import DumpError
+from umbp_sim.collect_scripts.standalone_collect import HUGETLBFS, NODE_LISTS, V1_UNLIMITED
+from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.host_facts import (
     _NODE_DIR_RE,
     DEFAULT_KERNEL_VERSION,

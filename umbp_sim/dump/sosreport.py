@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from umbp_sim.collect_scripts.collect import VM_SYSCTLS
+from umbp_sim.collect_scripts.standalone_collect import VM_SYSCTLS
 from umbp_sim.dump.notes import Note
 from umbp_sim.dump.source import DumpSource
 
@@ -86,7 +86,7 @@ def with_sos_commands(src: DumpSource) -> DumpSource:
         return src
     served: dict[str, tuple[str, str, str]] = {}
     sysctl = _sysctl_values(src)
-    for key in VM_SYSCTLS:  # the sysctls a dump carries (collect_scripts/collect.py)
+    for key in VM_SYSCTLS:  # the sysctls a dump carries (collect_scripts/standalone_collect.py)
         value = sysctl.get(f"vm.{key}")
         if value and _NUMBER.match(value[0]):
             served[f"proc/sys/vm/{key}"] = (

@@ -34,7 +34,7 @@ import os
 import re
 import stat
 
-from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.limits import DEFAULT_LIMITS
 
 MAX_FILE = DEFAULT_LIMITS.max_file  # largest single dump file read

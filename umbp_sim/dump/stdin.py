@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import BinaryIO
 
-from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.limits import DEFAULT_LIMITS, ArchiveLimits
 from umbp_sim.dump.opener import bytes_source
 from umbp_sim.dump.source import MemorySource

@@ -22,7 +22,7 @@ process for the buffer: no verdict) and their base, ``CouldNotRun``; the externa
 them too.
 
 Scenario files' ``[expect].outcome`` uses the first four words; compare shows a record in its
-own words (``umbp_sim.external.compare``).
+own words (``umbp_sim.comparison.differences``).
 """
 
 from __future__ import annotations

@@ -23,11 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from umbp_sim.allocator_profiles import FIELD_PROFILE
 from umbp_sim.engine.host_changes import HostChange
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
-from umbp_sim.profiles import FIELD_PROFILE
 from umbp_sim.request import AllocRequest
 
 __all__ = [

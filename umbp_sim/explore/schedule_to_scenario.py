@@ -1,7 +1,7 @@
 """Write a failing schedule (host, fault plan, steps, expectation) as a scenario TOML file.
 
 The file has the format of scenarios/field/*.toml: ``umbp_sim.scenario.schema.load_scenario``
-reads it and ``umbp_sim.scenario.runner.run_scenario`` replays it. ``[expect]`` holds what the
+reads it and ``umbp_sim.scenario.scenario_run.run_scenario`` replays it. ``[expect]`` holds what the
 reference model predicts (the correct behaviour), so the scenario fails while the bug is there
 and passes once it is fixed; the description records what was observed instead.
 

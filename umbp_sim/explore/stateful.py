@@ -344,7 +344,7 @@ class AllocatorStateMachine(RuleBasedStateMachine):
         self.saved = True
         # The runner does not clean up after steps: append the releases and frees a caller
         # owes, predicted by a copy of the model (release steps name the alloc's base, also
-        # after the free, as umbp_sim.scenario.runner does).
+        # after the free, as umbp_sim.scenario.scenario_run does).
         model = copy.deepcopy(self.model)
         steps, expected = list(self.steps), list(self.expected_steps)
         if not model.dead:

@@ -10,7 +10,7 @@ length, then a JSON object ``{"event": "death", "signal": <number>, "stage": ...
 goes and puts the decoded ``Death`` in its reply. Nothing of this goes through the allocator's
 stdout or stderr (its log), so whatever the allocator prints cannot pass for it.
 
-A program ``umbp-sim exec`` starts (``umbp_sim.external.exec_host``) writes on the same kind of
+A program ``umbp-sim exec`` starts (``umbp_sim.exec_host.machine_dir``) writes on the same kind of
 pipe, and every frame names the process (``pid``: a program the program execs or spawns writes
 its own): a death, ``{"event": "exit", "pid", "stats", "kernel"}`` at a normal exit
 (``ProgramExit``: the interposer's counters and the host's reasons and trace), and ``{"event":

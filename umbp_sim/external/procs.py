@@ -17,7 +17,7 @@ that run's group. So:
 
 A process that leaves its group on purpose (``setsid``, ``setpgid``) is out of reach of a
 group's kill. ``umbp-sim exec`` holds its program's whole tree anyway: its keeper
-(``umbp_sim.external.exec_keeper``) is the program's parent and a *child subreaper*
+(``umbp_sim.exec_host.keeper``) is the program's parent and a *child subreaper*
 (``become_subreaper``: an orphan of the tree comes back to it, not to init), and ends the tree
 by parent links (``end_tree``), whatever groups and sessions its processes made.
 

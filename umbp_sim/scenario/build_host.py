@@ -1,5 +1,5 @@
 """The simulated host of a scenario: its ``[machine]`` table as a ``Machine``.
-``umbp_sim.scenario.runner`` re-exports ``build_machine``."""
+``umbp_sim.scenario.scenario_run`` re-exports ``build_machine``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A scenario's result (``ScenarioResult``: its run's ``RunRecord`` and what differed) and how a
-record is compared with ``[expect]``. ``umbp_sim.scenario.runner`` re-exports them."""
+record is compared with ``[expect]``. ``umbp_sim.scenario.scenario_run`` re-exports them."""
 
 from __future__ import annotations
 

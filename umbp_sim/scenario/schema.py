@@ -4,7 +4,7 @@ Loading checks every key against the types below (``umbp_sim.value_types``; the 
 keys' types are declared with the Machine fields, ``[[faults]]`` by ``FaultRule``): an unknown
 key, a wrong type or a value beyond the simulator is a ``ScenarioError`` naming the file and the
 key (``scenarios/x.toml: [machine].nodes: expected an integer, got a string ('2')``), before
-anything runs. ``umbp_sim.scenario.runner`` runs it.
+anything runs. ``umbp_sim.scenario.scenario_run`` runs it.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from umbp_sim.allocator_profiles import MORI_LOG_ENV
 from umbp_sim.backing import BACKINGS, OUTCOMES
 from umbp_sim.bounded import shown
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_DATAERR
 from umbp_sim.machine import SCENARIO_MACHINE_KEYS, SCENARIO_MACHINE_TYPES
-from umbp_sim.profiles import MORI_LOG_ENV
 from umbp_sim.scenario.regex import pattern_problem
 from umbp_sim.sglang.release import SGLANG_RELEASES
 from umbp_sim.toml_text import TomlError, read_toml
@@ -323,7 +323,7 @@ def load_scenario(path: str | Path, root: str | Path | None = None) -> Scenario:
     tags = meta.get("tags", [])
     allocator = meta.get("allocator")
     if allocator is not None:
-        from umbp_sim.profiles import ProfileError, canonical_profile
+        from umbp_sim.allocator_profiles import ProfileError, canonical_profile
 
         try:
             allocator = canonical_profile(allocator)

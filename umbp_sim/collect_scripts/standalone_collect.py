@@ -22,7 +22,7 @@ collecting. ``-o -`` writes the tarball (gzip) to stdout, unless stdout is a ter
 Exit 0 written, 64 bad usage, 73 the output cannot be written (or is refused). Nothing else is
 fatal.
 
-umbp_sim/collect.py (``umbp-sim collect``) imports Collector, collect_host, cgroup_limits,
+umbp_sim/live_dump.py (``umbp-sim collect``) imports Collector, collect_host, cgroup_limits,
 host_arch, add_manifest, check_output, tar_bytes and write_output from this file: one
 implementation for both collectors.
 """

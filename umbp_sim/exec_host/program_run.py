@@ -3,7 +3,7 @@
 The program runs with the interposer preloaded (after a sanitizer runtime it needs, before what
 was preloaded already: ``umbp_sim.external.exec_program``, which also refuses a program the
 interposer cannot reach) and the host's private directory named in its environment
-(``umbp_sim.external.exec_host``). Its keeper (``umbp_sim.external.exec_keeper``) starts it in a
+(``umbp_sim.exec_host.machine_dir``). Its keeper (``umbp_sim.exec_host.keeper``) starts it in a
 process group of its own and holds its whole tree: the tree is ended when the program exits,
 when it runs past ``--run-timeout``, when umbp-sim is ended by a signal, and when umbp-sim dies
 (SIGKILL: the keeper removes the host directory too). When
@@ -30,9 +30,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_SOFTWARE, EX_TEMPFAIL
-from umbp_sim.external.evidence import Death, EvidenceReader, ProgramExit, SetupError
-from umbp_sim.external.exec_host import (
+from umbp_sim.exec_host.keeper import ProgramKeeper
+from umbp_sim.exec_host.machine_dir import (
     EVIDENCE_ENV,
     EXEC_ENV,
     ExecUsageError,
@@ -40,7 +39,8 @@ from umbp_sim.external.exec_host import (
     describe_host,
     leave_exec,
 )
-from umbp_sim.external.exec_keeper import ProgramKeeper
+from umbp_sim.exit_codes import EX_SOFTWARE, EX_TEMPFAIL
+from umbp_sim.external.evidence import Death, EvidenceReader, ProgramExit, SetupError
 from umbp_sim.external.exec_program import inspect, leak_check_off, preload_list
 from umbp_sim.external.procs import signal_name, wait_readable
 from umbp_sim.faults import FaultPlan

@@ -20,8 +20,8 @@ controllers' ``*.limit_in_bytes`` are read instead and written under the v2 name
 ``root`` (default ``/``) lets tests collect from a directory laid out like a host.
 
 One implementation: the reading, the cgroup walk, the manifest and the tarball are the
-stand-alone collector's (``umbp_sim/collect_scripts/collect.py``, stdlib python3 3.6+, which
-cannot import umbp_sim); this module gives them a typed entry point and CollectError. It
+stand-alone collector's (``umbp_sim/collect_scripts/standalone_collect.py``, stdlib python3 3.6+,
+which cannot import umbp_sim); this module gives them a typed entry point and CollectError. It
 differs from ``collect.py`` (without ``--pid``) only in the manifest's ``tool``, no
 ``pid`` or ``left_out`` keys and an unreadable ``/proc/self/cgroup`` listed as missing.
 """
@@ -32,7 +32,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from umbp_sim.collect_scripts import collect as standalone
+from umbp_sim.collect_scripts import standalone_collect as standalone
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_CANTCREAT
 

@@ -3,10 +3,10 @@
 One ``testcase`` per class of difference (``CLASSES``, in order): it passes when no run differs
 in that class, else it fails with the count of runs in its ``message`` and every differing run
 (its label names the request, the host and the fault) with both values in its text, the first
-run with where the two runs part (``umbp_sim.external.divergence.where_lines``). The suite
+run with where the two runs part (``umbp_sim.comparison.divergence.where_lines``). The suite
 counts the runs compared in a ``property``.
 
->>> from umbp_sim.external.compare import Comparison
+>>> from umbp_sim.comparison.differences import Comparison
 >>> c = Comparison("umbp-sim", "x.so", runs=2, differing_runs=1,
 ...                by_class={"crash": [{"run": "r1", "a": "SIGBUS in alloc", "b": "-"}]})
 >>> xml = render_junit(c)
@@ -19,8 +19,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from umbp_sim.external.compare import CLASSES, Comparison
-from umbp_sim.external.divergence import where_lines
+from umbp_sim.comparison.differences import CLASSES, Comparison
+from umbp_sim.comparison.divergence import where_lines
 from umbp_sim.printable import markup
 
 # Runs listed in one failure's text (a full matrix can differ in thousands; --json has all).

@@ -7,7 +7,7 @@ run, a ``tr.where``: the two syscall traces side by side from the first call tha
 call's source line on each side, and the call that made each leaked fd or mapping. Every text
 is escaped: warning texts and error messages come from the allocators under test.
 
->>> from umbp_sim.external.compare import Comparison
+>>> from umbp_sim.comparison.differences import Comparison
 >>> c = Comparison("umbp-sim", "x.so", runs=2, differing_runs=1,
 ...                by_class={"warning count": [{"run": "r1", "a": 0, "b": 1}]})
 >>> page = render_compare_html(c, {"r1": "ok Anonymous"}, {"r1": "ok <Anonymous>"})
@@ -21,8 +21,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from umbp_sim.external.call_sites import site_text
-from umbp_sim.external.compare import CLASSES, Comparison
+from umbp_sim.comparison.call_sites import site_text
+from umbp_sim.comparison.differences import CLASSES, Comparison
 from umbp_sim.html_page import escaped, page
 
 # Runs listed per class (a full matrix can differ in tens of thousands; --json has them all).
@@ -40,7 +40,7 @@ def _value(v: Any, texts: list[str] | None = None) -> str:
 
 
 def _where_row(where: dict[str, Any]) -> str:
-    """A class's first run's ``where`` (``umbp_sim.external.divergence``) as a row: the calls
+    """A class's first run's ``where`` (``umbp_sim.comparison.divergence``) as a row: the calls
     side by side (A's column, B's column) from the first that differs, then the leaks."""
     esc = escaped
     pre = ' style="white-space:pre-wrap"'

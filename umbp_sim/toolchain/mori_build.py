@@ -22,7 +22,8 @@ from importlib import resources
 from pathlib import Path
 
 from umbp_sim.exit_codes import EX_CANTCREAT
-from umbp_sim.external.build import (
+from umbp_sim.toolchain.compiler import BuildLimits, CompilerTimeout, run_compiler
+from umbp_sim.toolchain.wrapped_build import (
     BuildError,
     compiler_env,
     include_dirs,
@@ -30,7 +31,6 @@ from umbp_sim.external.build import (
     read_header,
     regular_file,
 )
-from umbp_sim.external.compiler import BuildLimits, CompilerTimeout, run_compiler
 
 SOURCE = "src/umbp/local/host_mem_allocator.cpp"
 HEADER = "src/umbp/include/umbp/local/host_mem_allocator.h"
@@ -133,7 +133,7 @@ def _preprocess_macros(
     cxx: str, text: str, includes: list[str], limits: BuildLimits | None = None
 ) -> str | None:
     """The macros defined after preprocessing ``text`` (``-dM -E``), None when it fails. The
-    compiler runs bounded (``umbp_sim.external.compiler``), ``text`` a file of its own."""
+    compiler runs bounded (``umbp_sim.toolchain.compiler``), ``text`` a file of its own."""
     if shutil.which(cxx) is None:
         raise BuildError(f"{named(cxx)}: compiler not found (set CXX)")
     limits = limits or BuildLimits()

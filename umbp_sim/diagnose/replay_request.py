@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from umbp_sim.allocator_profiles import FIELD_PROFILE, MORI_LOG_ENV
 from umbp_sim.backing import DEMOTED_TO, HUGETLB_BACKINGS
 from umbp_sim.bounded import shown
 from umbp_sim.diagnose.dram_tier import (
@@ -36,11 +37,10 @@ from umbp_sim.diagnose.request_flags import (
     add_request_arguments as add_request_arguments,
 )
 from umbp_sim.diagnose.symptom import Symptom, SymptomError, parse_symptom
-from umbp_sim.engine.spec import Alloc, HostChange, Run as EngineRun, SglangStartup
+from umbp_sim.engine.spec import Alloc, HostChange, Run, SglangStartup
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_USAGE
 from umbp_sim.machine import Machine
-from umbp_sim.profiles import FIELD_PROFILE, MORI_LOG_ENV
 from umbp_sim.request import AllocRequest
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.release import default_sglang_release
@@ -241,7 +241,7 @@ class Request:
         allocator: str | None = None,
         changes: tuple[HostChange, ...] = (),
         host_check: bool = False,
-    ) -> EngineRun:
+    ) -> Run:
         """The engine's ``Run`` of this request on ``machine`` (``allocator``: the request's by
         default), the admin writes ``changes`` first. A raw request's env holds MORI_* only
         (its allocator process reads them); sglang's is its startup's too. ``host_check``: an
@@ -263,7 +263,7 @@ class Request:
                 ranks=self.ranks,
                 dram_tier=dram_tier_request(self.env),
             )
-        return EngineRun(
+        return Run(
             machine,
             work,
             allocator=allocator or self.allocator,

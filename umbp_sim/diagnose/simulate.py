@@ -2,7 +2,7 @@
 
 ``simulate_request(machine, request, changes)`` runs the request (``Request.engine_run``) on a
 fresh SimKernel built from ``machine`` with the admin writes ``changes`` applied first
-(``host.set_nr_hugepages``: a fix's ``PoolWrite``) and returns a :class:`Run`: the engine's
+(``host.set_nr_hugepages``: a fix's ``PoolWrite``) and returns a :class:`Simulation`: the engine's
 ``RunRecord`` (with SimKernel's reasons) plus whether a NUMA binding was dropped and what the
 writes could not do. Every simulated run of the diagnosis goes through it; an external build
 (``--allocator PATH|MODULE``) runs the same ``Run`` in its own process (``umbp_sim.run_router``).
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from umbp_sim.diagnose.request import Request
+from umbp_sim.diagnose.replay_request import Request
 from umbp_sim.engine.execute import ALLOCATOR_LOGGER
 from umbp_sim.engine.record import NoRoom, RunRecord, RunTimedOut
 from umbp_sim.engine.spec import HostChange
@@ -40,7 +40,7 @@ UNBOUND_IDS = frozenset(
 
 
 @dataclass
-class Run:
+class Simulation:
     request: Request
     observed: RunRecord
     setup_notes: list[str] = field(default_factory=list)
@@ -145,7 +145,7 @@ def simulate_request(
     changes: Sequence[HostChange] = (),
     profile: str | None = None,
     host_check: bool = False,
-) -> Run:
+) -> Simulation:
     """``request`` on ``machine`` after ``changes``, on ``profile`` (a profile or an external
     SPEC; default: the request's allocator); ``host_check``: an sglang error line's alloc
     behind sglang's host check (``Request.engine_run``). An external run past
@@ -164,4 +164,4 @@ def simulate_request(
         raise RunTimedOut(f"--allocator {allocator}: a run {rec.error} (--run-timeout)")
     if rec.outcome == "could-not-run":
         raise UmbpSimError(f"the allocator's process failed: {rec.error}")
-    return Run(request, rec, rec.setup_notes)
+    return Simulation(request, rec, rec.setup_notes)

@@ -26,7 +26,7 @@ Rules (each one that fires adds a line to ``facts.notes``):
 from __future__ import annotations
 
 from umbp_sim import _native
-from umbp_sim.dump.errors import DumpError
+from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.facts import DumpFacts, inferred_overcommit_ratio
 from umbp_sim.dump.notes import Note
 from umbp_sim.machine import MACHINE_FIELDS, GiB, HugePool, Machine, MachineError, Node

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from umbp_sim.bounded import short_list, shown
+from umbp_sim.comparison.differences import CLASSES, Comparison
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_DATAERR, EX_USAGE
-from umbp_sim.external.compare import CLASSES, Comparison
 
 T = TypeVar("T")
 _SHARD = re.compile(r"([1-9][0-9]{0,5})/([1-9][0-9]{0,5})")
@@ -242,7 +242,7 @@ _LEAK_KEYS = frozenset({"what", "call_number", "call", "site"})
 
 
 def _where(path: str, name: str, where: Any) -> None:
-    """A class's first run's ``where`` (``umbp_sim.external.divergence``): its fields, the
+    """A class's first run's ``where`` (``umbp_sim.comparison.divergence``): its fields, the
     calls as lists of strings, every value plain and bounded (the report prints them)."""
     if not isinstance(where, dict):
         raise _bad(path, name, where, "an object {call, a, b, site_a, site_b, ...}")

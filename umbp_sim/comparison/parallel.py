@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from umbp_sim.allocator_spec import AllocatorSpec
+from umbp_sim.comparison.differences import Compared, compare_run
+from umbp_sim.comparison.fault_reuse import FaultFreeTwin
 from umbp_sim.engine.spec import Run
-from umbp_sim.external.compare import Compared, compare_run
-from umbp_sim.external.fault_reuse import FaultFreeTwin
 from umbp_sim.external.procs import die_with_parent
 from umbp_sim.external.runner import DEFAULT_RUN_TIMEOUT, CouldNotRun
 from umbp_sim.run_router import open_allocator

@@ -9,12 +9,12 @@ what ``[expect].outcome`` names.
 
 from __future__ import annotations
 
+from umbp_sim.allocator_profiles import FIELD_PROFILE, canonical_profile
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.engine.spec import Alloc, Run, RunError, SglangStartup, Steps, Work
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
-from umbp_sim.profiles import FIELD_PROFILE, canonical_profile
 from umbp_sim.request import AllocRequest
 from umbp_sim.scenario.build_host import build_machine
 from umbp_sim.scenario.observed import ScenarioResult, compare

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 
+from umbp_sim.allocator_profiles import FIELD_PROFILE, canonical_profile, with_mori_warnings
 from umbp_sim.allocator_spec import parse_allocator_spec
 from umbp_sim.engine.counters import read_counters
 from umbp_sim.engine.record import RunRecord
@@ -38,9 +39,8 @@ from umbp_sim.engine.spec import RunError
 from umbp_sim.external.observe import runner_for
 from umbp_sim.external.run_job import REGISTRY_FUNCTIONS
 from umbp_sim.external.runner import NoRoom
-from umbp_sim.profiles import FIELD_PROFILE, canonical_profile, with_mori_warnings
 from umbp_sim.scenario.observed import ScenarioResult, compare
-from umbp_sim.scenario.runner import build_machine, run_checked, scenario_run
+from umbp_sim.scenario.scenario_run import build_machine, run_checked, scenario_run
 from umbp_sim.scenario.schema import Scenario, ScenarioError
 from umbp_sim.sim import host_view
 

@@ -174,9 +174,9 @@ def scenario_runs(registry: bool = True) -> Iterator[Run]:
     """The bundled scenarios whose request is one alloc, or steps, as runs: the steps those of
     any build can do, and with ``registry`` (both builds have the shm registry) those that
     acquire, look up or release too."""
-    from umbp_sim.external.scenario import steps_not_runnable
     from umbp_sim.scenario.bundled import bundled_scenarios_dir
-    from umbp_sim.scenario.runner import build_machine
+    from umbp_sim.scenario.external_scenario import steps_not_runnable
+    from umbp_sim.scenario.scenario_run import build_machine
     from umbp_sim.scenario.schema import find_scenarios, load_scenario
 
     for path in find_scenarios([str(bundled_scenarios_dir())]):

@@ -6,7 +6,7 @@ statically so that ``std::ifstream``'s opens are the build's own (wrapped) calls
 is a shared object; with a pybind11 (or any CPython) module in the sources it is importable and
 runs as ``--allocator PATH``. Python's and pybind11's include directories are added when present.
 It carries debug info (``-g``), so that compare can name the source line of each call it shows
-(``umbp_sim.external.call_sites``); ``--link-arg -g0`` (last on the line) builds without it.
+(``umbp_sim.comparison.call_sites``); ``--link-arg -g0`` (last on the line) builds without it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from umbp_sim.bounded import shown
 from umbp_sim.capi import get_include, interposer_path
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_DATAERR
-from umbp_sim.external.compiler import BuildLimits, Compiled, CompilerTimeout, run_compiler
+from umbp_sim.toolchain.compiler import BuildLimits, Compiled, CompilerTimeout, run_compiler
 from umbp_sim.units import format_size, size_at_most
 
 WRAPPED = (
@@ -153,7 +153,7 @@ def build_allocator(
     limits: BuildLimits | None = None,
     check: Callable[[str], None] | None = None,
 ) -> list[str]:
-    """Compile and link into ``output``, bounded (``umbp_sim.external.compiler``); BuildError
+    """Compile and link into ``output``, bounded (``umbp_sim.toolchain.compiler``); BuildError
     (one line, then the compiler's output) on failure. ``output`` is checked before anything
     is compiled (OutputFileError, exit 73) and written atomically: the compiler writes a file of
     the same name in a fresh directory beside it, ``check`` (build-allocator: the module loads)

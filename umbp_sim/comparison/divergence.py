@@ -7,7 +7,7 @@ Addresses are left out (``0x...``: they differ from process to process, not betw
 allocators), in the calls compared and in those shown, so a comparison's report is the same
 from any process (``--jobs``, ``--shard``). A built-in allocator's calls have no call site:
 nothing is said of them. ``locate`` turns the raw sites (object path, offset) into source
-lines (``umbp_sim.external.call_sites``), in the process that reports.
+lines (``umbp_sim.comparison.call_sites``), in the process that reports.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from umbp_sim.comparison.call_sites import locate
 from umbp_sim.engine.record import RunRecord
-from umbp_sim.external.call_sites import locate
 
 WHERE_CALLS = 6  # calls of each side shown from the first that differs
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
@@ -101,7 +101,7 @@ def located(where: dict[str, Any]) -> dict[str, Any]:
 
 
 def _at(loc: dict[str, Any] | None) -> list[str]:
-    from umbp_sim.external.call_sites import site_text
+    from umbp_sim.comparison.call_sites import site_text
 
     text = site_text(loc)
     return [f"at {text}"] if text else []
