@@ -2,8 +2,8 @@
 
 Plain data in, text out: :func:`picture` takes a ``Machine``, the request's buffer sizes and
 settings and the outcome, and returns a :class:`Picture` (numbers only); :func:`render_bars`
-draws it as one terminal bar per node, ``umbp_sim.diagnose.html.render_html`` as an HTML page.
-Nothing here runs the allocator or reads a dump; each node's free memory is the one SimKernel
+draws it as one terminal bar per node, ``umbp_sim.diagnose.html_report.render_html`` as an HTML
+page. Nothing here runs the allocator or reads a dump; each node's free memory is the one SimKernel
 starts with (``umbp_sim.sim.start_numbers``).
 
 A node's bar is its MemTotal, split into (left to right) the free and the used pages of the

@@ -74,7 +74,7 @@ class Scenario:
     tags: list[str] = field(default_factory=list)
     fault_seed: int = 0
     # The allocator profile the expectations are written for ([scenario].allocator); None: the
-    # outcome is the same under every profile (tests/test_scenario_profiles.py checks that).
+    # outcome is the same under every profile (tests/test_profiles.py checks that).
     allocator: str | None = None
     # Whose sglang UMBPHostTensorAllocator an sglang request runs ([scenario].sglang): a
     # release umbp-sim emulates or "installed"; None: the newest emulated release.

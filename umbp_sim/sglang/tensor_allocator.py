@@ -3,8 +3,8 @@
 Emulates sglang 0.5.23's ``mem_cache/storage/umbp/umbp_host_allocator.py`` (:data:`RELEASE`):
 same environment variables and parsing (``UMBP_STANDALONE_ADDRESS`` set: shared buffers,
 AnonymousShmHugetlb / AnonymousShm), same ``alloc`` call, same RuntimeError and log texts, same
-logger name. ``tests/test_sglang_release.py`` checks it against the real module when sglang is
-installed (tox -e sglang). Two differences, both deliberate:
+logger name. ``tests_sglang/test_sglang_release.py`` checks it against the real module when sglang
+is installed (tox -e sglang). Two differences, both deliberate:
 
 - ``close()`` and garbage collection free every handle, but never under a live tensor (0.5.23's
   ``__del__`` frees them all, also under tensors still in use): each tensor
