@@ -15,11 +15,12 @@ A SPEC is one of
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 from dataclasses import dataclass
 
-from umbp_sim.allocator_profiles import ALIASES, PROFILES
+from umbp_sim.allocator_profiles import ALIASES, PROFILES, ProfileError, canonical_profile
 from umbp_sim.bounded import shown, shown_path
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.exit_codes import EX_USAGE
@@ -140,3 +141,24 @@ def is_external(name: str) -> bool:
     """Whether ``name`` (an ``--allocator`` value) is an external build, not a built-in profile."""
     t = name.strip()
     return t not in PROFILES and t not in ALIASES
+
+
+def allocator_flag(value: str) -> str:
+    """``--allocator``'s argparse type: a built-in profile's canonical name, or an external
+    build's SPEC (a path, a module)."""
+    try:
+        return canonical_profile(value)
+    except ProfileError as e:
+        try:
+            spec = parse_allocator_spec(value)
+        except AllocatorSpecError as spec_error:
+            raise argparse.ArgumentTypeError(
+                str(e) if "/" not in value and ".so" not in value else str(spec_error)
+            ) from None
+        # Found without importing it (nor its package) here: the allocator's process does.
+        if spec.kind == "module" and module_location(spec.import_name, spec.directory) is None:
+            raise argparse.ArgumentTypeError(
+                f"{e}, a path to a built .so, or an importable module (no module named "
+                f"{shown(spec.import_name)})"
+            ) from None
+        return spec.path or spec.name

@@ -7,12 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from umbp_sim.allocator_profiles import (
-    FIELD_PROFILE,
-    FIXED_PROFILE,
-    ProfileError,
-    canonical_profile,
-)
+from umbp_sim.allocator_profiles import FIELD_PROFILE, FIXED_PROFILE
+from umbp_sim.allocator_spec import allocator_flag
 from umbp_sim.flag_types import (
     count_flag,
     gb_flag,
@@ -47,28 +43,6 @@ def _backing_arg(value: str) -> str:
     )
 
 
-def _profile_arg(value: str) -> str:
-    """A built-in profile's canonical name, or an external build's SPEC (a path, a module)."""
-    from umbp_sim.allocator_spec import AllocatorSpecError, module_location, parse_allocator_spec
-
-    try:
-        return canonical_profile(value)
-    except ProfileError as e:
-        try:
-            spec = parse_allocator_spec(value)
-        except AllocatorSpecError as spec_error:
-            raise argparse.ArgumentTypeError(
-                str(e) if "/" not in value and ".so" not in value else str(spec_error)
-            ) from None
-        # Found without importing it (nor its package) here: the allocator's process does.
-        if spec.kind == "module" and module_location(spec.import_name, spec.directory) is None:
-            raise argparse.ArgumentTypeError(
-                f"{e}, a path to a built .so, or an importable module (no module named "
-                f"{shown(spec.import_name)})"
-            ) from None
-        return spec.path or spec.name
-
-
 MAX_RANKS = 64  # ranks on one host: 8 GPUs a node today; a bound on the simulation's work
 
 
@@ -91,7 +65,7 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("what the server runs")
     model.add_argument(
         "--allocator",
-        type=_profile_arg,
+        type=allocator_flag,
         default=FIELD_PROFILE,
         metavar="NAME|PATH|MODULE",
         help=f"allocator profile: {FIELD_PROFILE} (default, alias mori: the field's) or "

@@ -21,10 +21,11 @@ from typing import Any
 
 from umbp_sim.backing import alloc_outcome
 from umbp_sim.child_python import module_argv
-from umbp_sim.engine.record import RunRecord
+from umbp_sim.engine.record import RunRecord, handle_record
 from umbp_sim.engine.spec import Measure, Run
 from umbp_sim.engine.work import backing_name, null_handle_error
 from umbp_sim.errors import UmbpSimError
+from umbp_sim.log_capture import capture_logs
 from umbp_sim.request import AllocRequest
 
 MEASURE_TIMEOUT = 300.0  # seconds the built-in allocator's child may take
@@ -116,6 +117,8 @@ def measure(
         sm = _smaps_entry(h.ptr)
         got = backing_name(h)
         rec = RunRecord(alloc_outcome(req.backing, got), actual_backing=got)
+        rec.mapped_size = int(h.mapped_size)
+        rec.handle_after_alloc = handle_record(h)
         rec.bound_node = _bound_node(h.ptr) if external else h.numa_node
         rec.page_size = sm.get("KernelPageSize", 0) * 1024 or None
         rec.rss = _resident(h.ptr, h.mapped_size)
@@ -130,12 +133,20 @@ def measure_builtin(req: AllocRequest, profile: str) -> RunRecord:
     """``req`` on umbp-sim's allocator with ``profile`` on the real kernel, in this process."""
     import umbp_sim._native as _native
     from umbp_sim.allocator import UMBPHostBufferBacking, UMBPHostMemAllocator
+    from umbp_sim.engine.execute import ALLOCATOR_LOGGER
 
     allocator = UMBPHostMemAllocator(kernel=_native.LinuxKernel(), profile=profile)
-    return measure(req, allocator, UMBPHostBufferBacking, False)
+    with capture_logs((ALLOCATOR_LOGGER,)) as logs:
+        rec = measure(req, allocator, UMBPHostBufferBacking, False)
+    rec.warnings = list(logs.messages)
+    rec.allocator_warnings = logs.of(ALLOCATOR_LOGGER)
+    return rec
 
 
-_FIELDS = ("outcome", "failure", "error", "actual_backing", "bound_node", "page_size", "rss")
+_FIELDS = (
+    "outcome", "failure", "error", "actual_backing", "bound_node", "page_size", "rss",
+    "mapped_size", "handle_after_alloc", "warnings", "allocator_warnings",
+)  # fmt: skip
 
 
 def measure_in_child(run: Run, timeout: float = MEASURE_TIMEOUT) -> RunRecord:
@@ -154,13 +165,13 @@ def measure_in_child(run: Run, timeout: float = MEASURE_TIMEOUT) -> RunRecord:
             timeout=timeout,
         )
     except subprocess.TimeoutExpired:
-        raise UmbpSimError(f"--verify: the child process took over {timeout:.0f} s") from None
+        raise UmbpSimError(f"the real allocation's process took over {timeout:.0f} s") from None
     if proc.returncode < 0:
         sig = signal.Signals(-proc.returncode).name
         return RunRecord("crashed", signal=sig, simulated=False)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UmbpSimError(f"--verify: the child process exited {proc.returncode}: {last}")
+        raise UmbpSimError(f"the real allocation's process exited {proc.returncode}: {last}")
     doc = json.loads(proc.stdout)
     rec = RunRecord(**{k: doc[k] for k in _FIELDS})
     rec.pages_on = {int(k): v for k, v in doc["pages_on"].items()}
