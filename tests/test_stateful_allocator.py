@@ -11,6 +11,7 @@ from umbp_sim.explore import hypothesis_profiles as profiles
 from umbp_sim.explore.model import AllocatorModel
 from umbp_sim.explore.stateful import AllocatorStateMachine
 from umbp_sim.machine import Machine, MiB
+from umbp_sim.sim import HugePages
 
 TestAllocatorStateMachine = AllocatorStateMachine.TestCase
 TestAllocatorStateMachine.settings = profiles.active()
@@ -23,14 +24,14 @@ def test_model_reservation_experiment_of_section_1() -> None:
     m = AllocatorModel(Machine.x86_64(hugepages={"2MiB": 4}))
     a = m.alloc("a", 3 * HP, "AnonymousHugetlb", HP, -1, False)
     assert (a.outcome, a.backing, a.mapped_size) == ("ok", "AnonymousHugetlb", 3 * HP)
-    assert m.counters(HP) == (4, 4, 3, 0)
+    assert m.counters(HP) == HugePages(total=4, free=4, reserved=3, surplus=0)
     b = m.alloc("b", 2 * HP, "AnonymousHugetlb", HP, -1, False)
     assert (b.outcome, b.backing, b.mapped_size) == ("demoted", "Anonymous", 2 * HP)
     c = m.alloc("c", 1, "AnonymousHugetlb", HP, -1, True)
     assert (c.outcome, c.mapped_size) == ("ok", HP)
-    assert m.counters(HP) == (4, 3, 3, 0)
+    assert m.counters(HP) == HugePages(total=4, free=3, reserved=3, surplus=0)
     assert m.free("a") == "freed"
-    assert m.counters(HP) == (4, 3, 0, 0)
+    assert m.counters(HP) == HugePages(total=4, free=3, reserved=0, surplus=0)
 
 
 def test_model_surplus_and_shrink_caveat() -> None:
@@ -39,10 +40,10 @@ def test_model_surplus_and_shrink_caveat() -> None:
     m.alloc("a", 2 * HP, "AnonymousHugetlb", HP, -1, True)  # 2 faulted
     m.alloc("b", HP, "AnonymousHugetlb", HP, -1, False)  # 1 reserved
     m.set_nr_hugepages(HP, 1)
-    assert m.counters(HP) == (3, 1, 1, 2)
+    assert m.counters(HP) == HugePages(total=3, free=1, reserved=1, surplus=2)
     m.free("a")
     m.free("b")
-    assert m.counters(HP) == (1, 1, 0, 0)
+    assert m.counters(HP) == HugePages(total=1, free=1, reserved=0, surplus=0)
 
 
 def test_model_bound_node_without_pages_demotes_or_crashes() -> None:
@@ -50,7 +51,7 @@ def test_model_bound_node_without_pages_demotes_or_crashes() -> None:
     new = AllocatorModel(Machine.x86_64(nodes=2, hugepages_per_node=pools))
     p = new.alloc("a", 4 * HP, "AnonymousHugetlb", HP, 1, True)
     assert (p.outcome, p.backing) == ("demoted", "Anonymous")
-    assert new.counters(HP) == (4, 4, 0, 0)
+    assert new.counters(HP) == HugePages(total=4, free=4, reserved=0, surplus=0)
     old = AllocatorModel(Machine.x86_64(nodes=2, hugepages_per_node=pools, kernel_version="5.10.0"))
     p = old.alloc("a", 4 * HP, "AnonymousHugetlb", HP, 1, True)
     assert (p.outcome, p.crash_node) == ("crashed", 1)

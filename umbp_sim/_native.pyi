@@ -389,6 +389,8 @@ def syscall_names(kind: str) -> dict: ...
 
 SYSCALL_OPS: tuple[str, ...]
 REASON_RULES: dict[str, tuple[tuple[str, ...], str]]
+CRASH_FIELDS: tuple[str, ...]  # SimKernel's crash record (UMBP_SIM_CRASH_FIELDS)
+HUGEPAGE_COUNTERS: tuple[str, ...]  # a pool's counters (UMBP_SIM_HUGEPAGE_COUNTERS)
 
 def reason_numbers_problem(rule: str, numbers: list[tuple[str, int]]) -> str: ...
 def set_outcome_hook(

@@ -222,14 +222,8 @@ def _report(native: Any, messages: list[tuple[str, str, str]], sig: int, where: 
         crash_info = getattr(native.kernel, "crash_info", None)
         if callable(crash_info):
             info = crash_info()
-        if info:
-            raise SimulatedCrash(
-                _signal_name(info.get("signal") or sig),
-                info.get("where") or where,
-                node=info.get("node"),
-                hugepage_size=info.get("hugepage_size"),
-                detail=info.get("detail") or "",
-            )
+        if info:  # SimKernel's record: its declared fields (_native.CRASH_FIELDS)
+            raise SimulatedCrash(**info)
         raise SimulatedCrash(_signal_name(sig), where)
 
 

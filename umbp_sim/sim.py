@@ -44,7 +44,9 @@ _UNLIMITED = (1 << 64) - 1
 
 @dataclass(frozen=True)
 class HugePages:
-    """Pool counters of one hugepage size (globally, or on one node: reserved is then 0)."""
+    """Pool counters of one hugepage size (globally, or on one node: reserved is then 0). The
+    fields are SimKernel's counters by their declared names, in order
+    (``_native.HUGEPAGE_COUNTERS``: csrc/kernel/sim_kernel.h's UMBP_SIM_HUGEPAGE_COUNTERS)."""
 
     total: int
     free: int

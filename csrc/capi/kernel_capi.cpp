@@ -164,6 +164,16 @@ void json_signal_or_null(std::string& out, int sig) {
     out += "null";
 }
 
+// A crash record's field in JSON, by its kind (UMBP_SIM_CRASH_FIELDS).
+void crash_json_Signal(std::string& out, int sig) { json_signal_or_null(out, sig); }
+void crash_json_Text(std::string& out, const std::string& s) { json_string(out, s); }
+void crash_json_Node(std::string& out, int node) {
+  out += node >= 0 ? std::to_string(node) : std::string("null");
+}
+void crash_json_Size(std::string& out, uint64_t size) {
+  out += size ? std::to_string(size) : std::string("null");
+}
+
 // One of SimKernel's reasons as a JSON object: {"call", "rule", "errno", "signal", "numbers",
 // "text"} as umbp_sim.sim.Reason holds them (errno and signal by name, null when none).
 template <typename R>
@@ -211,16 +221,15 @@ std::string postmortem_json(Kernel* k) {
   SimKernel* sim = find_layer<SimKernel>(k);
   const SimCrash c = sim ? sim->crash() : SimCrash{};
   if (c.signal) {
-    out += "{\"signal\": ";
-    json_signal_or_null(out, c.signal);
-    out += ", \"where\": ";
-    json_string(out, c.where);
-    out += ", \"node\": " + (c.node >= 0 ? std::to_string(c.node) : std::string("null"));
-    out += ", \"hugepage_size\": " +
-           (c.hugepage_size ? std::to_string(c.hugepage_size) : std::string("null"));
-    out += ", \"detail\": ";
-    json_string(out, c.detail);
-    out += ", \"text\": ";
+    out += "{";
+    // The declared fields (UMBP_SIM_CRASH_FIELDS), then the whole account as one text.
+#define UMBP_SIM_CRASH_JSON(name, type, unset, kind) \
+  out += "\"" #name "\": ";                          \
+  crash_json_##kind(out, c.name);                    \
+  out += ", ";
+    UMBP_SIM_CRASH_FIELDS(UMBP_SIM_CRASH_JSON)
+#undef UMBP_SIM_CRASH_JSON
+    out += "\"text\": ";
     json_string(out, crash_text(k));
     out += "}";
   } else {

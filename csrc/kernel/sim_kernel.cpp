@@ -482,10 +482,20 @@ std::vector<long> SimKernel::hugepage_counters(uint64_t size, int node) {
   std::lock_guard<std::mutex> lock(mu_);
   SimHState* h = hstate(size);
   if (!h) return {};
-  if (node < 0) return {h->nr(), h->free(), h->resv, h->surp()};
+  SimPoolCounters c;
+  if (node < 0) {
+    c.total = h->nr();
+    c.free = h->free();
+    c.reserved = h->resv;
+    c.surplus = h->surp();
+    return c.in_order();
+  }
   auto it = h->node.find(node);
   if (it == h->node.end()) return {};
-  return {it->second.nr, it->second.free, 0, it->second.surp};
+  c.total = it->second.nr;
+  c.free = it->second.free;
+  c.surplus = it->second.surp;  // reserved: the kernel keeps none per node
+  return c.in_order();
 }
 
 uint64_t SimKernel::committed_as() {

@@ -153,12 +153,38 @@ struct SimReason {
 };
 using SimNumbers = std::vector<std::pair<std::string, int64_t>>;
 
+// The counters of one hugepage pool, declared once: SimPoolCounters' members, the order of
+// SimKernel::hugepage_counters() and _native.HUGEPAGE_COUNTERS, whose names umbp_sim.sim.HugePages'
+// fields are (tests/test_pool_counters.py).
+#define UMBP_SIM_HUGEPAGE_COUNTERS(X) X(total) X(free) X(reserved) X(surplus)
+
+struct SimPoolCounters {
+#define UMBP_SIM_POOL_MEMBER(name) long name = 0;
+  UMBP_SIM_HUGEPAGE_COUNTERS(UMBP_SIM_POOL_MEMBER)
+#undef UMBP_SIM_POOL_MEMBER
+  std::vector<long> in_order() const {
+#define UMBP_SIM_POOL_VALUE(name) name,
+    return {UMBP_SIM_HUGEPAGE_COUNTERS(UMBP_SIM_POOL_VALUE)};
+#undef UMBP_SIM_POOL_VALUE
+  }
+};
+
+// A simulated death's record, its fields declared once: SimCrash's members, the keys of Python's
+// crash_info() (csrc/python/bind_sim.cpp), of the post-mortem JSON the interposer hands umbp-sim
+// (csrc/capi/kernel_capi.cpp) and _native.CRASH_FIELDS, to which tests/test_crash_record.py
+// holds Python's SimulatedCrash and KernelCrash. X(name, C++ type, value when unset, how it
+// is written: Signal a name; Text as is; Node and Size null when unset).
+#define UMBP_SIM_CRASH_FIELDS(X)      \
+  X(signal, int, 0, Signal)           \
+  X(where, std::string, "", Text)     \
+  X(node, int, -1, Node)              \
+  X(hugepage_size, uint64_t, 0, Size) \
+  X(detail, std::string, "", Text)
+
 struct SimCrash {
-  int signal = 0;
-  std::string where;
-  int node = -1;
-  uint64_t hugepage_size = 0;
-  std::string detail;
+#define UMBP_SIM_CRASH_MEMBER(name, type, unset, kind) type name = unset;
+  UMBP_SIM_CRASH_FIELDS(UMBP_SIM_CRASH_MEMBER)
+#undef UMBP_SIM_CRASH_MEMBER
 };
 
 // One mapping as Python sees it (SimHost.mappings()).
@@ -198,8 +224,8 @@ class SimKernel : public Kernel {
   SimCrash crash();
   std::vector<SimMappingInfo> mappings();
   std::vector<int> open_fds();
-  // Counters: {total, free, reserved, surplus} for a size; node < 0 = global (reserved is
-  // global only; per node it is 0).
+  // A pool's counters (SimPoolCounters) for a size, in declared order; node < 0 = global
+  // (reserved is global only; per node it is 0); {} for an unknown size or node.
   std::vector<long> hugepage_counters(uint64_t size, int node);
   uint64_t committed_as();
   uint64_t commit_limit();  // CommitLimit in bytes

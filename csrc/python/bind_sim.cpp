@@ -61,6 +61,12 @@ py::dict numbers_dict(const SimHostNumbers& x) {
 
 py::object ratio_or_none(int64_t r) { return r < 0 ? py::none() : py::object(py::int_(r)); }
 
+// A crash record's field as Python has it, by its kind (UMBP_SIM_CRASH_FIELDS).
+py::object crash_Signal(int sig) { return py::str(signal_name(sig)); }
+py::object crash_Text(const std::string& s) { return py::str(s); }
+py::object crash_Node(int node) { return node >= 0 ? py::object(py::int_(node)) : py::none(); }
+py::object crash_Size(uint64_t size) { return size ? py::object(py::int_(size)) : py::none(); }
+
 // Linux's arithmetic (kernel/sim_rules.h), for Python callers that need a number before any
 // SimKernel exists: the same code SimKernel runs.
 void bind_rules(py::module_& m) {
@@ -74,6 +80,16 @@ void bind_rules(py::module_& m) {
     reason_rules[py::str(r.id)] = py::make_tuple(py::tuple(numbers), r.meaning);
   }
   m.attr("REASON_RULES") = reason_rules;
+  // The fields of SimKernel's crash record (kernel/sim_kernel.h), in declared order.
+#define UMBP_SIM_CRASH_NAME(name, type, unset, kind) #name,
+  const std::vector<std::string> crash_fields{UMBP_SIM_CRASH_FIELDS(UMBP_SIM_CRASH_NAME)};
+#undef UMBP_SIM_CRASH_NAME
+  m.attr("CRASH_FIELDS") = py::tuple(py::cast(crash_fields));
+  // The counters of a hugepage pool, in hugepage_counters()' order (kernel/sim_kernel.h).
+#define UMBP_SIM_POOL_NAME(name) #name,
+  const std::vector<std::string> pool_counters{UMBP_SIM_HUGEPAGE_COUNTERS(UMBP_SIM_POOL_NAME)};
+#undef UMBP_SIM_POOL_NAME
+  m.attr("HUGEPAGE_COUNTERS") = py::tuple(py::cast(pool_counters));
   m.def("reason_numbers_problem", &umbp::reason_numbers_problem, py::arg("rule"),
         py::arg("numbers"),
         "What SimKernel would refuse to record of a reason of `rule` carrying `numbers` "
@@ -153,15 +169,12 @@ void bind_sim(py::module_& m) {
       .def("dead", &SimKernel::dead)
       .def("crash_info",
            [](SimKernel& k) -> py::object {
-             SimCrash c = k.crash();
+             const SimCrash c = k.crash();
              if (!c.signal) return py::none();
              py::dict d;
-             d["signal"] = signal_name(c.signal);
-             d["where"] = c.where;
-             d["node"] = c.node >= 0 ? py::object(py::int_(c.node)) : py::none();
-             d["hugepage_size"] =
-                 c.hugepage_size ? py::object(py::int_(c.hugepage_size)) : py::none();
-             d["detail"] = c.detail;
+#define UMBP_SIM_CRASH_KEY(name, type, unset, kind) d[#name] = crash_##kind(c.name);
+             UMBP_SIM_CRASH_FIELDS(UMBP_SIM_CRASH_KEY)
+#undef UMBP_SIM_CRASH_KEY
              return std::move(d);
            })
       .def(
@@ -188,7 +201,8 @@ void bind_sim(py::module_& m) {
       .def("reclaimable", &SimKernel::node_reclaimable, py::arg("node") = -1,
            "Reclaimable bytes left (page cache + SReclaimable) on a node, or all (-1)")
       .def("hugepage_counters", &SimKernel::hugepage_counters, py::arg("size"),
-           py::arg("node") = -1, "[total, free, reserved, surplus]; [] for an unknown size/node")
+           py::arg("node") = -1,
+           "A pool's counters in HUGEPAGE_COUNTERS' order; [] for an unknown size/node")
       .def("committed_as", &SimKernel::committed_as)
       .def("commit_limit", &SimKernel::commit_limit)
       .def(

@@ -15,6 +15,7 @@ from typing import Any
 
 from umbp_sim import _native
 from umbp_sim.machine import Machine
+from umbp_sim.sim import HugePages
 from umbp_sim.units import format_size
 
 # include/uapi/linux/mempolicy.h
@@ -36,7 +37,7 @@ def pools_free(kernel: Any, machine: Machine) -> dict[tuple[int, int], int]:
         for size in machine.hugepage_sizes:
             counters = kernel.hugepage_counters(size, node)
             if counters:
-                out[(size, node)] = int(counters[1])
+                out[(size, node)] = HugePages(*counters).free
     return out
 
 

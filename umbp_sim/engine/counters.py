@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable
 
 from umbp_sim.engine.spec import RunError
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.sim import SimHost
+from umbp_sim.sim import HugePages, SimHost
 from umbp_sim.units import parse_size
 
+# A pool counter's key: its field is one of HugePages' (SimKernel's declared counters).
+_FIELDS = "|".join(f.name for f in dataclasses.fields(HugePages))
 _COUNTER_RE = re.compile(
-    r"^(?:node(?P<node>\d+)\.)?hugepages\.(?P<size>[0-9A-Za-z]+)\.(?P<field>total|free|reserved|surplus)$"
+    rf"^(?:node(?P<node>\d+)\.)?hugepages\.(?P<size>[0-9A-Za-z]+)\.(?P<field>{_FIELDS})$"
 )
 
 

@@ -46,6 +46,7 @@ from umbp_sim.backing import (
     alloc_outcome,
 )
 from umbp_sim.machine import Machine
+from umbp_sim.sim import HugePages
 
 
 def _version_at_least(version: tuple[int, int, int], major: int, minor: int) -> bool:
@@ -132,13 +133,13 @@ class AllocatorModel:
         self.dead = False
 
     # ---- counters ------------------------------------------------------------------------
-    def counters(self, size: int, node: int | None = None) -> tuple[int, int, int, int]:
-        """(total, free, reserved, surplus), as SimHost.hugepages / node_hugepages give them."""
+    def counters(self, size: int, node: int | None = None) -> HugePages:
+        """The pool's counters, as SimHost.hugepages / node_hugepages give them."""
         h = self.hstates[size]
         if node is None:
-            return h.nr, h.free, h.resv, h.surp
+            return HugePages(total=h.nr, free=h.free, reserved=h.resv, surplus=h.surp)
         p = h.nodes[node]
-        return p.nr, p.free, 0, p.surp
+        return HugePages(total=p.nr, free=p.free, reserved=0, surplus=p.surp)
 
     def live_keys(self) -> list[str]:
         return [k for k, b in self.buffers.items() if not b.pending_free]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -248,7 +249,7 @@ class AllocatorStateMachine(RuleBasedStateMachine):
         node = data.draw(st.one_of(st.none(), st.sampled_from(nodes)), label="node")
         self.model.set_nr_hugepages(size, pages, node)
         step = {"op": "set_nr_hugepages", "hugepage_size": size, "pages": pages, "node": node}
-        self._record(step, f"nr_hugepages {self.model.counters(size)[0]}")
+        self._record(step, f"nr_hugepages {self.model.counters(size).total}")
         self.host.set_nr_hugepages(size, pages, node)
 
     @precondition(lambda self: self.machine is not None and self.model.dead)
@@ -263,17 +264,12 @@ class AllocatorStateMachine(RuleBasedStateMachine):
         if self.machine is None:
             return
         for size in self.sizes:
-            got = tuple(self.host.hugepages(size).__dict__.values())
-            want = self.model.counters(size)
-            assert got == want, (
-                f"{format_size(size)} (total, free, resv, surp): {got}, model {want}"
-            )
+            got, want = self.host.hugepages(size), self.model.counters(size)
+            assert got == want, f"{format_size(size)}: {got}, model {want}"
             for n in self.machine.nodes:
-                got = tuple(self.host.node_hugepages(n.id, size).__dict__.values())
+                got = self.host.node_hugepages(n.id, size)
                 want = self.model.counters(size, n.id)
-                assert got == want, (
-                    f"node {n.id} {format_size(size)} (total, free, 0, surp): {got}, model {want}"
-                )
+                assert got == want, f"node {n.id} {format_size(size)}: {got}, model {want}"
 
     @invariant()
     @_saving
@@ -281,13 +277,13 @@ class AllocatorStateMachine(RuleBasedStateMachine):
         if self.machine is None or self.machine.default_hugepage_size is None:
             return
         info = self.host.meminfo()
-        total, free, resv, surp = self.model.counters(self.machine.default_hugepage_size)
+        c = self.model.counters(self.machine.default_hugepage_size)
         got = tuple(info[k] for k in ("HugePages_Total", "HugePages_Free", "HugePages_Rsvd",
                                       "HugePages_Surp"))  # fmt: skip
-        assert got == (total, free, resv, surp), f"/proc/meminfo HugePages_*: {got}"
+        assert got == dataclasses.astuple(c), f"/proc/meminfo HugePages_*: {got}"
         if "Hugetlb" in info:
-            want = sum(self.model.counters(s)[0] * s for s in self.sizes) // 1024
-            assert info["Hugetlb"] == want, f"/proc/meminfo Hugetlb: {info['Hugetlb']} kB != {want}"
+            kb = sum(self.model.counters(s).total * s for s in self.sizes) // 1024
+            assert info["Hugetlb"] == kb, f"/proc/meminfo Hugetlb: {info['Hugetlb']} kB != {kb}"
 
     @invariant()
     @_saving
@@ -327,14 +323,12 @@ class AllocatorStateMachine(RuleBasedStateMachine):
         assert self.machine is not None
         for size in self.sizes:
             k = size_key(size)
-            t, f, r, s = self.model.counters(size)
-            out.update({f"hugepages.{k}.total": t, f"hugepages.{k}.free": f,
-                        f"hugepages.{k}.reserved": r, f"hugepages.{k}.surplus": s})  # fmt: skip
+            for name, value in dataclasses.asdict(self.model.counters(size)).items():
+                out[f"hugepages.{k}.{name}"] = value
             for n in self.machine.nodes:
-                t, f, _, s = self.model.counters(size, n.id)
-                out.update({f"node{n.id}.hugepages.{k}.total": t,
-                            f"node{n.id}.hugepages.{k}.free": f,
-                            f"node{n.id}.hugepages.{k}.surplus": s})  # fmt: skip
+                node = dataclasses.asdict(self.model.counters(size, n.id))
+                del node["reserved"]  # the kernel keeps none per node: no such counter
+                out.update({f"node{n.id}.hugepages.{k}.{name}": v for name, v in node.items()})
         return out
 
     def save_failure(self, error: BaseException) -> None:

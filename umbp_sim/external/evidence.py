@@ -31,7 +31,9 @@ from umbp_sim.sim import Reason
 
 @dataclass(frozen=True)
 class KernelCrash:
-    """SimKernel's record of the death: what faulted and what it needed."""
+    """SimKernel's record of the death: what faulted and what it needed. Its fields are the
+    declared ones (``_native.CRASH_FIELDS``: csrc/kernel/sim_kernel.h's UMBP_SIM_CRASH_FIELDS),
+    then ``text``, the whole account."""
 
     signal: str  # "SIGBUS"
     where: str  # "prefault touch", "madvise(MADV_POPULATE_WRITE)", ...
@@ -39,6 +41,10 @@ class KernelCrash:
     hugepage_size: int | None  # bytes, when a hugetlb page was needed
     detail: str  # "no free 2048 kB page on node 1 ..."
     text: str  # the whole account: "SIGBUS in prefault touch (node 1, 2048 kB pages): ..."
+
+    def fields(self) -> dict[str, Any]:
+        """The declared fields by name, as ``SimulatedCrash`` takes them."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "text"}
 
 
 @dataclass(frozen=True)

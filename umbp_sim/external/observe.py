@@ -143,7 +143,7 @@ def _killed(signum: int, death: Any, stage: str) -> RunRecord:
         rec.crash_node = c.node
         # In the request itself (alloc) it reads as a built-in run's (SimulatedCrash);
         # later, the stage says which part of the process's life died (free, exit).
-        rec.error = str(SimulatedCrash(sig, c.where, c.node, c.hugepage_size, c.detail))
+        rec.error = str(SimulatedCrash(**{**c.fields(), "signal": sig}))
         if stage != "alloc":
             head, sep, rest = rec.error.partition(": ")
             rec.error = f"{head} (in {stage}){sep}{rest}"
