@@ -31,7 +31,7 @@ from typing import Any
 from umbp_sim import _native
 from umbp_sim.allocator import Anonymous, UMBPHostMemAllocator
 from umbp_sim.faults import FaultPlan, FaultRule
-from umbp_sim.trace import instrument
+from umbp_sim.host.trace import instrument
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import emit, figure  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from umbp_sim import _native
-from umbp_sim._lsan import import_untracked, lsan_active
+from umbp_sim.vocabulary._lsan import import_untracked, lsan_active
 
 # Tests start `python -c` children from the repository root, where the source tree's umbp_sim/
 # (which has no compiled _native) would shadow the installed package: keep cwd off their
@@ -21,7 +21,8 @@ from umbp_sim._lsan import import_untracked, lsan_active
 os.environ["PYTHONSAFEPATH"] = "1"
 
 
-# Under `tox -e asan`: numpy's and torch's import leaks are not umbp-sim's (umbp_sim/_lsan.py).
+# Under `tox -e asan`: numpy's and torch's import leaks are not umbp-sim's
+# (umbp_sim/vocabulary/_lsan.py).
 if lsan_active():
     import_untracked("numpy", "torch")
 

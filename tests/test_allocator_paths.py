@@ -20,8 +20,8 @@ from umbp_sim.allocator import (
 )
 from umbp_sim.errors import SimulatedCrash
 from umbp_sim.faults import FaultPlan, FaultRule
-from umbp_sim.leaks import collect_leaks
-from umbp_sim.trace import instrument
+from umbp_sim.host.leaks import collect_leaks
+from umbp_sim.host.trace import instrument
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 HUGE_COUNTERS_0 = "HugePages of 2048 kB: free 0, total 0, reserved 0"

@@ -16,10 +16,10 @@ from umbp_sim.allocator import (
 )
 from umbp_sim.errors import SimulatedCrash
 from umbp_sim.faults import FaultPlan, FaultRule
-from umbp_sim.leaks import assert_no_leaks, collect_leaks
+from umbp_sim.host.leaks import assert_no_leaks, collect_leaks
+from umbp_sim.host.trace import instrument
 from umbp_sim.machine import Machine
 from umbp_sim.sim import SimHost, build_kernel
-from umbp_sim.trace import instrument
 
 MiB = 1 << 20
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import proc_maps
 
 from umbp_sim import Anonymous, AnonymousShm, UMBPHostMemAllocator, _native
-from umbp_sim.leaks import collect_leaks
+from umbp_sim.host.leaks import collect_leaks
 
 PAGE = os.sysconf("SC_PAGESIZE")
 THREADS = 8

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from umbp_sim.child_python import module_argv
+from umbp_sim.vocabulary.child_python import module_argv
 
 
 def _source_tree_without_native(tmp_path: Path) -> Path:

@@ -13,12 +13,12 @@ import json
 import pytest
 from fake_dumps import tar_bytes
 
-from umbp_sim.arch_sizes import default_hugepage_sizes, pmd_size
 from umbp_sim.commands.inspect import render_table
 from umbp_sim.diagnose import diagnose
 from umbp_sim.diagnose.replay_request import Request
 from umbp_sim.diagnose.report import render_text
 from umbp_sim.dump import load_dump
+from umbp_sim.host.arch_sizes import default_hugepage_sizes, pmd_size
 from umbp_sim.machine import Machine
 from umbp_sim.request import AllocRequest
 

@@ -300,7 +300,7 @@ def test_read_file_content_and_signal_in_any_call(linux):
 
 
 def test_throw_bad_alloc_is_recorded_and_traced(linux):
-    from umbp_sim.trace import instrument
+    from umbp_sim.host.trace import instrument
 
     st = instrument(linux, FaultPlan((FaultRule(op="close", throw="bad_alloc", nth=1),)))
     with pytest.raises(MemoryError):

@@ -190,7 +190,7 @@ def test_unknown_top_level_key_and_bad_toml():
 
 
 def test_toml_that_tomllib_cannot_hold_is_a_plan_error_not_a_traceback():
-    # what a scenario file gets (umbp_sim.toml_text), a plan gets too
+    # what a scenario file gets (umbp_sim.vocabulary.toml_text), a plan gets too
     with pytest.raises(FaultPlanError, match=r"^invalid TOML: arrays or tables nested too deep"):
         FaultPlan.from_toml("fault_seed = " + "[" * 100_000 + "]" * 100_000)
     with pytest.raises(FaultPlanError, match=r"^invalid TOML: a number too long to read \("):

@@ -7,11 +7,11 @@ import itertools
 from typing import Any
 
 from umbp_sim.allocator_spec import AllocatorSpec
-from umbp_sim.backing import BACKINGS
 from umbp_sim.comparison import matrix
 from umbp_sim.comparison.differences import differences
 from umbp_sim.request import AllocRequest
 from umbp_sim.run_router import BuiltinAllocator
+from umbp_sim.vocabulary.backing import BACKINGS
 
 GiB = 1 << 30
 

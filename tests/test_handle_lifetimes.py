@@ -23,10 +23,10 @@ from umbp_sim.allocator import (
 )
 from umbp_sim.errors import SimulatedCrash
 from umbp_sim.faults import OPS, FaultPlan, FaultRule
-from umbp_sim.leaks import collect_leaks
+from umbp_sim.host.leaks import collect_leaks
+from umbp_sim.host.trace import instrument
 from umbp_sim.machine import Machine
 from umbp_sim.sim import SimHost, build_kernel
-from umbp_sim.trace import instrument
 
 MiB = 1 << 20
 BACKINGS = (Anonymous, AnonymousHugetlb, AnonymousShm, AnonymousShmHugetlb)

@@ -523,7 +523,7 @@ def test_merged_shard_values(
 # Tags and class names a forged frame may use (umbp_sim/external/wire.py), among others.
 WIRE_TAGS = ["t", "d", "s", "z", "b", "f", "o", "v", "x", "e", "stage", ""]
 WIRE_NAMES = [
-    ["umbp_sim.engine.record", "RunRecord"], ["umbp_sim.units", "Size"],
+    ["umbp_sim.engine.record", "RunRecord"], ["umbp_sim.vocabulary.units", "Size"],
     ["umbp_sim.dump.notes", "Note"], ["umbp_sim.faults", "FaultRule"],
     ["umbp_sim.external.evidence", "Death"], ["umbp_sim.errors", "UmbpSimError"],
     ["builtins", "bytearray"], ["fractions", "Fraction"], ["os", "system"],

@@ -13,7 +13,7 @@ import pytest
 
 from umbp_sim import cli
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.units import Size, SizeError, format_size, parse_size
+from umbp_sim.vocabulary.units import Size, SizeError, format_size, parse_size
 
 OK_MEMINFO = "MemTotal: 16777216 kB\nMemFree: 8388608 kB\n"
 SG = ["--model-layers", "32", "--kv-heads", "8", "--head-dim", "128"]
@@ -312,7 +312,7 @@ def hostile_dump(parent: Path) -> Path:
 
 
 def test_printable_escapes_controls_only() -> None:
-    from umbp_sim.printable import printable
+    from umbp_sim.vocabulary.printable import printable
 
     assert printable(RELEASE) == "6.8.0\\x1b]0;owned\\x07\\x9b2J\\x7f"
     assert printable("a\tb\nc\x00é—✓") == "a\\x09b\\x0ac\\x00é—✓"

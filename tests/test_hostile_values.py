@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from umbp_sim import cli
-from umbp_sim.bounded import short_list, shown
 from umbp_sim.machine import Machine, MachineError
+from umbp_sim.vocabulary.bounded import short_list, shown
 
 BASE = {
     "scenario": 'name = "x"\ndescription = "x"\n',

@@ -8,8 +8,8 @@ import pytest
 
 from umbp_sim import UMBPHostBufferBacking, UMBPHostMemAllocator, _native
 from umbp_sim.faults import FaultPlan, FaultRule
-from umbp_sim.leaks import assert_no_leaks, collect_leaks
-from umbp_sim.trace import instrument
+from umbp_sim.host.leaks import assert_no_leaks, collect_leaks
+from umbp_sim.host.trace import instrument
 
 C = _native.constants
 PRW = C["PROT_READ"] | C["PROT_WRITE"]

@@ -1,4 +1,4 @@
-"""The three meminfo readers share one tokenizer (umbp_sim/meminfo.py) and agree.
+"""The three meminfo readers share one tokenizer (umbp_sim/vocabulary/meminfo.py) and agree.
 
 ``dump.parse.parse_meminfo`` (the keys umbp-sim uses, kB in bytes, DumpError),
 ``sglang.sizing.parse_meminfo`` (every key, in the file's unit, SizingError) and
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from umbp_sim import meminfo
 from umbp_sim.dump import DumpError, load_dump, parse_meminfo as dump_view, parse_node_meminfo
 from umbp_sim.dump.parse import MEMINFO_KB_KEYS
 from umbp_sim.sglang.sizing import SizingError, parse_meminfo as sizing_view
 from umbp_sim.sim import SimHost
+from umbp_sim.vocabulary import meminfo
 
 DATA = Path(__file__).parent / "data" / "machines"
 TARBALLS = sorted(DATA.glob("*.tar.bz2"))

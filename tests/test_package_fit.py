@@ -17,7 +17,7 @@ import pytest
 
 import umbp_sim
 from umbp_sim import cli
-from umbp_sim.exit_codes import EX_CANTCREAT, EX_USAGE, EXIT_CODES
+from umbp_sim.vocabulary.exit_codes import EX_CANTCREAT, EX_USAGE, EXIT_CODES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,9 +137,9 @@ def test_the_command_reference_documents_the_same_exit_codes() -> None:
 
 
 def test_exit_statuses_are_named_in_one_module() -> None:
-    """Every ``exit_code = N`` and ``EX_* = N`` is in umbp_sim/exit_codes.py; the stand-alone
-    collectors (which cannot import it) use the same numbers."""
-    declared = ROOT / "umbp_sim" / "exit_codes.py"
+    """Every ``exit_code = N`` and ``EX_* = N`` is in umbp_sim/vocabulary/exit_codes.py; the
+    stand-alone collectors (which cannot import it) use the same numbers."""
+    declared = ROOT / "umbp_sim" / "vocabulary" / "exit_codes.py"
     spelled = set()
     for path in (ROOT / "umbp_sim").rglob("*.py"):
         text = path.read_text(encoding="utf-8")

@@ -29,13 +29,13 @@ from umbp_sim.allocator_profiles import (
 from umbp_sim.cli import main
 from umbp_sim.errors import SimulatedCrash
 from umbp_sim.faults import FaultPlan, FaultRule
-from umbp_sim.leaks import collect_leaks
+from umbp_sim.host.leaks import collect_leaks
+from umbp_sim.host.trace import instrument, trace_text
 from umbp_sim.machine import Machine
 from umbp_sim.scenario.bundled import bundled_scenarios_dir
 from umbp_sim.scenario.scenario_run import run_scenario
 from umbp_sim.scenario.schema import find_scenarios, load_scenario
 from umbp_sim.sim import SimHost, build_kernel
-from umbp_sim.trace import instrument, trace_text
 
 MiB = 1 << 20
 MORI = "mori-624002c"

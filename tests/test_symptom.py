@@ -129,7 +129,7 @@ def _machine(doc: dict[str, Any], fields: dict[str, Any], base: Machine) -> Mach
     """``base`` changed by a hypothesis's JSON fields (sizes keyed by strings in JSON)."""
     from dataclasses import replace
 
-    from umbp_sim.host_nodes import HugePool, Node
+    from umbp_sim.host.host_nodes import HugePool, Node
 
     out: dict[str, Any] = {}
     for k, v in fields.items():

@@ -11,10 +11,10 @@ import threading
 
 from umbp_sim import UMBPHostBufferBacking as B, UMBPHostMemAllocator
 from umbp_sim.faults import FaultPlan
-from umbp_sim.leaks import collect_leaks
+from umbp_sim.host.leaks import collect_leaks
+from umbp_sim.host.trace import instrument
 from umbp_sim.machine import Machine, MiB
 from umbp_sim.sim import SimHost
-from umbp_sim.trace import instrument
 
 THREADS = 4
 PAIRS = 1250  # per thread: 4 x 1250 x (alloc + free) = 10^4 calls

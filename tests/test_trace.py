@@ -8,7 +8,7 @@ import pytest
 
 from umbp_sim import _native
 from umbp_sim.faults import FaultPlan, FaultRule
-from umbp_sim.trace import find_layer, instrument, trace_text
+from umbp_sim.host.trace import find_layer, instrument, trace_text
 
 C = _native.constants
 PRW = C["PROT_READ"] | C["PROT_WRITE"]

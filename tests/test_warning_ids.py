@@ -1,6 +1,6 @@
 """Warnings carry stable ids beside their text (csrc/allocator/warning_texts.h): the built-in
 allocators log them as ``warning_id``, LogCapture keeps them, and an external build's line finds
-its id by matching the catalogues (umbp_sim.warning_ids)."""
+its id by matching the catalogues (umbp_sim.vocabulary.warning_ids)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 
 import umbp_sim._native as _native
 from umbp_sim.allocator import Anonymous, AnonymousHugetlb, UMBPHostMemAllocator
-from umbp_sim.log_capture import capture_logs
 from umbp_sim.machine import Machine
 from umbp_sim.sim import SimHost, build_kernel
-from umbp_sim.warning_ids import warning_id
+from umbp_sim.vocabulary.log_capture import capture_logs
+from umbp_sim.vocabulary.warning_ids import warning_id
 
 MiB = 1 << 20
 

@@ -10,7 +10,7 @@ umbp_sim installed (``-P``: the installed package, not the source tree); tests/t
 fails when a block is not what this tool writes.
 
 - ``umbp_sim/collect_scripts/standalone_collect.sh``: its exit statuses
-  (``umbp_sim/exit_codes.py``) and the lists of files a dump carries, declared in
+  (``umbp_sim/vocabulary/exit_codes.py``) and the lists of files a dump carries, declared in
   ``standalone_collect.py`` (``PROC_FILES``, ``VM_SYSCTLS``,
   ``NODE_LISTS``, ``NODE_FILES``; ``HUGETLBFS``, ``HUGETLBFS_MAX``). collect.sh is a
   stand-alone POSIX script users copy to a server, so it holds a copy, written here.
@@ -34,8 +34,8 @@ END = "END generated"
 
 
 def collect_sh_lists() -> str:
-    from umbp_sim import exit_codes
     from umbp_sim.collect_scripts import standalone_collect as collect
+    from umbp_sim.vocabulary import exit_codes
 
     codes = "".join(f"{n}={getattr(exit_codes, n)}\n" for n in ("EX_USAGE", "EX_CANTCREAT"))
     lists = ("PROC_FILES", "VM_SYSCTLS", "NODE_LISTS", "NODE_FILES")
@@ -53,7 +53,7 @@ def sim_config_stub() -> str:
 
 def _toml(value: object, unit: str) -> str:
     """A default as a scenario file writes it (sizes in their shortest binary spelling)."""
-    from umbp_sim.units import format_size
+    from umbp_sim.vocabulary.units import format_size
 
     if value is None:
         return "none"

@@ -200,7 +200,7 @@ class UMBPHostMemAllocator:
     def snapshot(self) -> dict[str, list[dict[str, Any]]]:
         """The allocator's own bookkeeping on this kernel (all allocators on it): live buffers
         and shm registry records. What the process holds at the kernel (mappings, fds) is the
-        traced kernel's ledger (``umbp_sim.leaks``).
+        traced kernel's ledger (``umbp_sim.host.leaks``).
 
         ``{"live": [{ptr, requested_size, mapped_size, backing, alignment, fd, numa_node}],
         "shm": [{base, mapped_size, fd, active_registrations, pending_free}]}``

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_USAGE
+from umbp_sim.vocabulary.exit_codes import EX_USAGE
 
 if TYPE_CHECKING:  # an allocator's server loads this module: each module it holds is forked
     import datetime
@@ -195,6 +195,6 @@ def mori_log_lines(
 
 
 def _shown(value: object) -> str:
-    from umbp_sim.bounded import shown  # when an error is written: --help stays light
+    from umbp_sim.vocabulary.bounded import shown  # when an error is written: --help stays light
 
     return shown(value)

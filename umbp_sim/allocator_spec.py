@@ -21,9 +21,9 @@ import re
 from dataclasses import dataclass
 
 from umbp_sim.allocator_profiles import ALIASES, PROFILES, ProfileError, canonical_profile
-from umbp_sim.bounded import shown, shown_path
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_USAGE
+from umbp_sim.vocabulary.bounded import shown, shown_path
+from umbp_sim.vocabulary.exit_codes import EX_USAGE
 
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 

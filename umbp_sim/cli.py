@@ -19,7 +19,7 @@ import sys
 import textwrap
 
 from umbp_sim.errors import Terminated, UmbpSimError
-from umbp_sim.exit_codes import (
+from umbp_sim.vocabulary.exit_codes import (
     EX_DATAERR,
     EX_INTERRUPTED,
     EX_OK,
@@ -28,8 +28,9 @@ from umbp_sim.exit_codes import (
     EXIT_CODES,
 )
 
-# Every exit status of every command: declared in umbp_sim/exit_codes.py (tests/test_package_fit.py
-# checks that the code uses no other and that docs/commands.md's table says the same).
+# Every exit status of every command: declared in umbp_sim/vocabulary/exit_codes.py
+# (tests/test_package_fit.py checks that the code uses no other and that docs/commands.md's table
+# says the same).
 
 
 def _epilog() -> str:
@@ -171,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     except UmbpSimError as e:
         # The tool's own errors name the file/line/flag; no traceback for bad input.
-        from umbp_sim.printable import printable  # an error may quote a dump: never raw escapes
+        from umbp_sim.vocabulary.printable import (
+            printable,  # an error may quote a dump: never raw escapes
+        )
 
         text = printable(str(e), keep="\n" if e.multiline else "")
         print(f"umbp-sim {args.command}: {text}", file=sys.stderr)
@@ -211,7 +214,7 @@ def internal_error(command: str, e: BaseException) -> int:
 
     if os.environ.get("UMBP_SIM_TRACEBACK"):
         traceback.print_exception(e)
-    from umbp_sim.printable import printable
+    from umbp_sim.vocabulary.printable import printable
 
     text = printable(" ".join(str(e).split())[:300])
     print(

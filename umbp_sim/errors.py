@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from umbp_sim.exit_codes import EX_SIGHUP, EX_SIGTERM
+from umbp_sim.vocabulary.exit_codes import EX_SIGHUP, EX_SIGTERM
 
 
 class UmbpSimError(Exception):

@@ -55,12 +55,12 @@ from pathlib import Path
 from typing import Any
 
 from umbp_sim import _native
-from umbp_sim.bounded import shown
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_DATAERR
-from umbp_sim.toml_text import TomlError, read_toml
-from umbp_sim.units import SizeError, format_size, parse_size
-from umbp_sim.value_types import keyname
+from umbp_sim.vocabulary.bounded import shown
+from umbp_sim.vocabulary.exit_codes import EX_DATAERR
+from umbp_sim.vocabulary.toml_text import TomlError, read_toml
+from umbp_sim.vocabulary.units import SizeError, format_size, parse_size
+from umbp_sim.vocabulary.value_types import keyname
 
 
 class FaultPlanError(UmbpSimError):

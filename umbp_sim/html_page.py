@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import html
 
-from umbp_sim.output_file import OutputFile
-from umbp_sim.printable import markup
+from umbp_sim.vocabulary.output_file import OutputFile
+from umbp_sim.vocabulary.printable import markup
 
 NODE_FRAME = "#1a237e"  # the border of every node's bar (tests count bars by it)
 REQUEST_COLOR = "#e65100"
@@ -71,7 +71,7 @@ def page(title: str, body: str) -> str:
 
 class PageFile(OutputFile):
     """The ``--html FILE`` of a command (or ``--junit``'s): checked before the work, written
-    only when there is a page (:class:`umbp_sim.output_file.OutputFile`)."""
+    only when there is a page (:class:`umbp_sim.vocabulary.output_file.OutputFile`)."""
 
     def __init__(self, path: str, flag: str = "--html") -> None:
         super().__init__(path, flag)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from umbp_sim.collect_scripts import standalone_collect as standalone
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_CANTCREAT
+from umbp_sim.vocabulary.exit_codes import EX_CANTCREAT
 
 MANIFEST = standalone.MANIFEST
 

@@ -21,7 +21,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from umbp_sim.arch_sizes import (
+from umbp_sim.host.arch_sizes import (
     ARM64_SIZES,
     PPC64_SIZES,
     GiB,
@@ -30,10 +30,10 @@ from umbp_sim.arch_sizes import (
     default_hugepage_sizes,
     pmd_size,
 )
-from umbp_sim.bounded import short_list
-from umbp_sim.host_nodes import MAX_NODE_ID, NODE_ID, PAGES, HugePool, Node, node_ok
-from umbp_sim.units import parse_size
-from umbp_sim.value_types import (
+from umbp_sim.host.host_nodes import MAX_NODE_ID, NODE_ID, PAGES, HugePool, Node, node_ok
+from umbp_sim.vocabulary.bounded import short_list
+from umbp_sim.vocabulary.units import parse_size
+from umbp_sim.vocabulary.value_types import (
     MAX_BYTES,
     MAX_INT,
     Array,

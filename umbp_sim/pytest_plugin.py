@@ -165,8 +165,8 @@ def umbp_allocator(sim_host: SimHost) -> Iterator[Any]:
     ```
     """
     from umbp_sim.allocator import UMBPHostMemAllocator
-    from umbp_sim.leaks import assert_no_leaks
-    from umbp_sim.trace import instrument
+    from umbp_sim.host.leaks import assert_no_leaks
+    from umbp_sim.host.trace import instrument
 
     stack = instrument(sim_host.kernel)
     allocator = UMBPHostMemAllocator(kernel=stack.kernel)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from umbp_sim.units import parse_size
+from umbp_sim.vocabulary.units import parse_size
 
 __all__ = ["AllocRequest"]
 

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from umbp_sim import _context, _native
-from umbp_sim.arch_sizes import task_size
 from umbp_sim.errors import SimulatedCrash, UmbpSimError
+from umbp_sim.host.arch_sizes import task_size
 from umbp_sim.machine import MACHINE_FIELDS, Machine
-from umbp_sim.meminfo import file_units
-from umbp_sim.units import cgroup_hugetlb_name
+from umbp_sim.vocabulary.meminfo import file_units
+from umbp_sim.vocabulary.units import cgroup_hugetlb_name
 
 __all__ = [
     "HugePages",

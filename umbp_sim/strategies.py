@@ -46,7 +46,6 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from umbp_sim.backing import BACKINGS
 from umbp_sim.faults import OPS, FaultPlan, FaultRule
 from umbp_sim.machine import (
     BUILD_KEYWORDS,
@@ -58,6 +57,7 @@ from umbp_sim.machine import (
     default_hugepage_sizes,
 )
 from umbp_sim.request import AllocRequest
+from umbp_sim.vocabulary.backing import BACKINGS
 
 __all__ = [
     "BACKINGS",

@@ -194,7 +194,7 @@ std::string Fill(const char* text, Values values);
 inline std::string Fill(const Warning& w, Values values) { return Fill(w.text, values); }
 
 // Every warning of both catalogues, with the catalogue it belongs to ("umbp-sim" or "mori"):
-// what umbp_sim.warning_ids matches an external build's log lines against.
+// what umbp_sim.vocabulary.warning_ids matches an external build's log lines against.
 struct CatalogueEntry {
   const char* catalogue;
   const Warning* warning;

@@ -2,7 +2,7 @@
 // (successful mmap minus successful munmap, page-rounded, split by partial unmaps) and open fds
 // (successful memfd_create minus close). Fed every call's arguments and result by a wrapping
 // kernel (TracingKernel carries one), so it sees what any allocator took, also what that
-// allocator's own bookkeeping forgot. The leak checks (umbp_sim/leaks.py) read it.
+// allocator's own bookkeeping forgot. The leak checks (umbp_sim/host/leaks.py) read it.
 //
 // Not thread-safe: the kernel that carries it locks around observe() and the queries.
 #pragma once

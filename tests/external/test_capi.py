@@ -13,8 +13,8 @@ import pytest
 import umbp_sim
 from umbp_sim import Machine, _native, capi
 from umbp_sim.faults import FaultPlan
+from umbp_sim.host.trace import instrument
 from umbp_sim.sim import Reason, build_kernel
-from umbp_sim.trace import instrument
 
 
 def _machine() -> Machine:

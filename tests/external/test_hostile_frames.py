@@ -33,7 +33,7 @@ from umbp_sim.external.wire import MAX_DEPTH, MAX_VALUES, decode, encode
 from umbp_sim.faults import FaultPlan, FaultPlanError, FaultRule
 from umbp_sim.request import AllocRequest
 from umbp_sim.sim import Reason
-from umbp_sim.units import Size
+from umbp_sim.vocabulary.units import Size
 
 # ---- what pickle made of a few bytes -------------------------------------------------------------
 

@@ -43,7 +43,7 @@ import ctypes, importlib.machinery, importlib.util, json, os, sys
 from umbp_sim import Machine
 from umbp_sim.external.interposer import Interposer
 from umbp_sim.sim import build_kernel
-from umbp_sim.trace import instrument
+from umbp_sim.host.trace import instrument
 
 def load(path, name):
     loader = importlib.machinery.ExtensionFileLoader(name, path)

@@ -53,7 +53,7 @@ NUMA_TOKEN = re.compile(
     r"[0-9]+$|^(?:huge|heap|stack)$"
 )
 USAGE = "usage: collect.py [-o FILE.tar.gz] [--name NAME] [--pid PID]"
-# sysexits.h, as umbp_sim/exit_codes.py declares them (this file cannot import umbp_sim;
+# sysexits.h, as umbp_sim/vocabulary/exit_codes.py declares them (this file cannot import umbp_sim;
 # tests/test_package_fit.py checks they agree).
 EX_USAGE = 64
 EX_CANTCREAT = 73

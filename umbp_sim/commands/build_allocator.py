@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from umbp_sim.flag_types import seconds_flag, size_flag
-from umbp_sim.units import Size
+from umbp_sim.vocabulary.flag_types import seconds_flag, size_flag
+from umbp_sim.vocabulary.units import Size
 
 DEFAULT_TIMEOUT = 600.0  # umbp_sim.toolchain.compiler's (which --help does not import)
 MIN_MEMORY = 64 << 20  # below this no compiler starts
@@ -70,10 +70,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from umbp_sim.external.procs import ended_by_signals
-    from umbp_sim.output_file import OutputFile
     from umbp_sim.toolchain.compiler import BuildLimits
     from umbp_sim.toolchain.mori_build import check_loads, mori_api_build, mori_build
     from umbp_sim.toolchain.wrapped_build import build_allocator, compile_command
+    from umbp_sim.vocabulary.output_file import OutputFile
 
     if args.sources and args.mori:
         args._build_parser.error("give the sources (SRC ...) or --mori CHECKOUT, not both")

@@ -21,7 +21,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from umbp_sim.exit_codes import EX_FAILS, EX_NEGATIVE, EX_USAGE
+from umbp_sim.vocabulary.exit_codes import EX_FAILS, EX_NEGATIVE, EX_USAGE
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -33,7 +33,7 @@ EX_COULD_NOT_RUN = EX_FAILS  # compare's own meaning of 2
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from umbp_sim.flag_types import seconds_flag
+    from umbp_sim.vocabulary.flag_types import seconds_flag
 
     p.epilog = (
         "Classes of difference: outcome, backing, requested_size, mapped_size, alignment, handle "

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 
-from umbp_sim.flag_types import seconds_flag
+from umbp_sim.vocabulary.flag_types import seconds_flag
 
 DEFAULT_TIMEOUT = 600.0
 
@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
     from umbp_sim.exec_host.machine_dir import ExecUsageError, load_machine, load_plan
     from umbp_sim.exec_host.program_run import run_program
     from umbp_sim.external.interposer import Interposer
-    from umbp_sim.output_file import OutputFile
+    from umbp_sim.vocabulary.output_file import OutputFile
 
     command = list(args.program)
     if command and command[0] == "--":

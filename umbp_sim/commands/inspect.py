@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from umbp_sim.units import format_size
+from umbp_sim.vocabulary.units import format_size
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +45,7 @@ def _nodes(ids: list[int] | None) -> str:
 def render_table(doc: dict, estimated_available: int | None = None) -> str:
     """The readable form of ``DumpFacts.to_json()``; ``estimated_available``: the MemAvailable
     the Machine uses when the dump has none (replay and preflight use it; a note says how)."""
-    from umbp_sim.printable import printable
+    from umbp_sim.vocabulary.printable import printable
 
     available = _size(doc["mem_available"])
     if doc["mem_available"] is None and estimated_available is not None:
@@ -95,7 +95,7 @@ def render_table(doc: dict, estimated_available: int | None = None) -> str:
 
 def _paste_lines(paste: dict | None) -> list[str]:
     """A paste's values, each with the line it came from, and the lines not read."""
-    from umbp_sim.printable import printable
+    from umbp_sim.vocabulary.printable import printable
 
     if paste is None:
         return []
@@ -115,7 +115,7 @@ def _paste_lines(paste: dict | None) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from umbp_sim.dump import load_dump
     from umbp_sim.dump.stdin import STDIN, stdin_source
-    from umbp_sim.printable import terminal
+    from umbp_sim.vocabulary.printable import terminal
 
     # building the Machine validates the dump too
     machine, facts = load_dump(stdin_source() if args.dump == STDIN else args.dump)

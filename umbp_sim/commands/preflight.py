@@ -14,7 +14,7 @@ import tempfile
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from umbp_sim.diagnose.request_flags import add_request_arguments
-    from umbp_sim.flag_types import cap_flag
+    from umbp_sim.vocabulary.flag_types import cap_flag
 
     parser.add_argument(
         "--root", metavar="DUMP|-", help="a dump instead of the live host (-: from stdin)"
@@ -98,7 +98,7 @@ def run_verify(args: argparse.Namespace, request) -> int:  # type: ignore[no-unt
         render_verify_text,
         verify,
     )
-    from umbp_sim.printable import terminal
+    from umbp_sim.vocabulary.printable import terminal
 
     if args.root:
         raise VerifyError("--verify cannot be combined with --root: it allocates on this host")

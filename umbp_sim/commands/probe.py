@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 from umbp_sim.allocator_profiles import FIELD_PROFILE, mori_log_lines
 from umbp_sim.allocator_spec import allocator_flag
-from umbp_sim.backing import BACKINGS, is_demoted
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_USAGE
-from umbp_sim.flag_types import node_flag, seconds_flag
-from umbp_sim.units import SizeError, format_size, parse_size
+from umbp_sim.vocabulary.backing import BACKINGS, is_demoted
+from umbp_sim.vocabulary.exit_codes import EX_USAGE
+from umbp_sim.vocabulary.flag_types import node_flag, seconds_flag
+from umbp_sim.vocabulary.units import SizeError, format_size, parse_size
 
 if TYPE_CHECKING:
     from umbp_sim.engine.record import RunRecord

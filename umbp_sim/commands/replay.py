@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def print_diagnosis(d, as_json: bool, mode: str = "replay") -> None:  # type: ignore[no-untyped-def]
     from umbp_sim.diagnose.report import render_json, render_text
-    from umbp_sim.printable import terminal
+    from umbp_sim.vocabulary.printable import terminal
 
     print(render_json(d) if as_json else terminal(render_text(d, mode)))
     if not as_json:
@@ -106,7 +106,7 @@ def _line_hosts(args: argparse.Namespace, request) -> int:  # type: ignore[no-un
 
     from umbp_sim.diagnose.hypotheses import line_hosts
     from umbp_sim.diagnose.report import line_hosts_json, render_line_hosts
-    from umbp_sim.printable import terminal
+    from umbp_sim.vocabulary.printable import terminal
 
     if args.html:
         from umbp_sim.diagnose.replay_request import RequestError
@@ -133,7 +133,7 @@ def replay_fleet_command(args: list[str], request, as_json: bool, html: str | No
     from umbp_sim.diagnose.html_report import PageFile, render_fleet_html
     from umbp_sim.errors import Terminated
     from umbp_sim.external.procs import ended_by_signals
-    from umbp_sim.printable import terminal
+    from umbp_sim.vocabulary.printable import terminal
 
     paths = expand_dumps(args)
     page = PageFile(html) if html else None  # before the work: an unwritable FILE fails first

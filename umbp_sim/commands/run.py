@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from umbp_sim.flag_types import seconds_flag
+    from umbp_sim.vocabulary.flag_types import seconds_flag
 
     p.add_argument("paths", nargs="*", metavar="PATH", help="scenario files or directories")
     p.add_argument("-k", dest="pattern", help="only scenarios whose name or file matches (glob)")

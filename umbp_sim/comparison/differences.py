@@ -14,14 +14,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from umbp_sim.bounded import shown
 from umbp_sim.comparison.divergence import divergence, located, where_lines
 from umbp_sim.comparison.fault_reuse import FaultFreeTwin
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.engine.spec import Run
 from umbp_sim.external.runner import CouldNotRun, seconds
-from umbp_sim.printable import printable
 from umbp_sim.run_router import OpenedAllocator
+from umbp_sim.vocabulary.bounded import shown
+from umbp_sim.vocabulary.printable import printable
 
 # The classes of difference, in report order.
 CLASSES = (

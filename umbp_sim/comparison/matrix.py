@@ -14,12 +14,12 @@ import functools
 import itertools
 from collections.abc import Iterator
 
-from umbp_sim.backing import BACKINGS
 from umbp_sim.engine.spec import Alloc, Run, Steps
 from umbp_sim.faults import FaultPlan
+from umbp_sim.host.named_machines import POOLS, machine
 from umbp_sim.machine import Machine
-from umbp_sim.named_machines import POOLS, machine
 from umbp_sim.request import AllocRequest
+from umbp_sim.vocabulary.backing import BACKINGS
 
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 PAGE = 4096

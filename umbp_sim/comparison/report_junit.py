@@ -21,7 +21,7 @@ from typing import Any
 
 from umbp_sim.comparison.differences import CLASSES, Comparison
 from umbp_sim.comparison.divergence import where_lines
-from umbp_sim.printable import markup
+from umbp_sim.vocabulary.printable import markup
 
 # Runs listed in one failure's text (a full matrix can differ in thousands; --json has all).
 MAX_RUNS_PER_CASE = 200

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from umbp_sim.bounded import short_list, shown
 from umbp_sim.comparison.differences import CLASSES, Comparison
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_DATAERR, EX_USAGE
+from umbp_sim.vocabulary.bounded import short_list, shown
+from umbp_sim.vocabulary.exit_codes import EX_DATAERR, EX_USAGE
 
 T = TypeVar("T")
 _SHARD = re.compile(r"([1-9][0-9]{0,5})/([1-9][0-9]{0,5})")

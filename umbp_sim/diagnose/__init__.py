@@ -13,19 +13,19 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from umbp_sim import _lazy
 from umbp_sim.allocator_profiles import (
     FIELD_PROFILE,
     FIXED_PROFILE,
     canonical_profile,
     mori_log_lines,
 )
-from umbp_sim.exit_codes import EX_FAILS, EX_NEGATIVE, EX_OK
+from umbp_sim.vocabulary import _lazy
+from umbp_sim.vocabulary.exit_codes import EX_FAILS, EX_NEGATIVE, EX_OK
 
 # The simulation (explain, fixes, run: the allocator and the compiled extension) is imported
 # when a diagnosis is made, not with the package: `replay --help` and a usage error need only
 # the request's flags (umbp_sim/diagnose/request_flags.py). The imports from this package's
-# modules below are what it offers (umbp_sim/_lazy.py reads them for __getattr__).
+# modules below are what it offers (umbp_sim/vocabulary/_lazy.py reads them for __getattr__).
 if TYPE_CHECKING:
     from umbp_sim.diagnose.explain import Cause as Cause
     from umbp_sim.diagnose.fix import Fix as Fix

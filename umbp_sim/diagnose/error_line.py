@@ -14,10 +14,10 @@ import re
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
-from umbp_sim.backing import BACKINGS
-from umbp_sim.bounded import short_list
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_USAGE
+from umbp_sim.vocabulary.backing import BACKINGS
+from umbp_sim.vocabulary.bounded import short_list
+from umbp_sim.vocabulary.exit_codes import EX_USAGE
 
 if TYPE_CHECKING:
     from umbp_sim.engine.record import RunRecord

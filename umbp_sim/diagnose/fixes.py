@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import math
 
-from umbp_sim.arch_sizes import MiB
-from umbp_sim.backing import SHM_BACKINGS
 from umbp_sim.diagnose.explain import gib, kb, pages_needed
 from umbp_sim.diagnose.fix import Fix, RequestChange
 from umbp_sim.diagnose.pool_writes import (
@@ -22,11 +20,13 @@ from umbp_sim.diagnose.pool_writes import (
 )
 from umbp_sim.diagnose.replay_request import Request
 from umbp_sim.diagnose.simulate import Simulation
+from umbp_sim.host.arch_sizes import MiB
 from umbp_sim.machine import Machine
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.sizing import HICACHE_HOST_MEMORY_RESERVE_BYTES, largest_hicache_size_that_fits
 from umbp_sim.sim import HostState, Reason, host_view, overcommit_ratio_for
-from umbp_sim.units import (
+from umbp_sim.vocabulary.backing import SHM_BACKINGS
+from umbp_sim.vocabulary.units import (
     SizeError,
     cgroup_hugetlb_name,
     parse_size,

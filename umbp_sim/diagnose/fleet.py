@@ -29,9 +29,9 @@ from typing import Any
 from umbp_sim.diagnose.picture import Picture
 from umbp_sim.diagnose.replay_request import Request
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_DATAERR, EX_NOINPUT
-from umbp_sim.printable import printable
 from umbp_sim.progress import Progress
+from umbp_sim.vocabulary.exit_codes import EX_DATAERR, EX_NOINPUT
+from umbp_sim.vocabulary.printable import printable
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz")
 OUTCOME_ORDER = ("ok", "ok, not bound", "demoted", "failed", "crashed", "unreadable")

@@ -39,7 +39,7 @@ from umbp_sim.html_page import (
     escaped as escaped,
     page as page,
 )
-from umbp_sim.output_file import OutputFileError
+from umbp_sim.vocabulary.output_file import OutputFileError
 
 if TYPE_CHECKING:
     from umbp_sim.diagnose import Diagnosis
@@ -237,7 +237,8 @@ def render_fleet_html(report: FleetReport, title: str = "umbp-sim replay") -> st
     return page(f"{title}: {len(report.rows)} hosts", body)
 
 
-# The --html page is an output file as every other (umbp_sim/output_file.py); the names stay.
+# The --html page is an output file as every other (umbp_sim/vocabulary/output_file.py); the names
+# stay.
 ReportWriteError = OutputFileError
 
 

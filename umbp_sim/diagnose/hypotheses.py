@@ -26,13 +26,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from typing import Any
 
-from umbp_sim.backing import HUGETLB_BACKINGS
 from umbp_sim.diagnose.explain import gib, kernel_causes, pages_needed
 from umbp_sim.diagnose.replay_request import Request
 from umbp_sim.diagnose.simulate import Simulation, simulate_request
 from umbp_sim.dump import DumpFacts
 from umbp_sim.machine import Machine
-from umbp_sim.units import format_size, spaced_size
+from umbp_sim.vocabulary.backing import HUGETLB_BACKINGS
+from umbp_sim.vocabulary.units import format_size, spaced_size
 
 KiB, GiB = 1 << 10, 1 << 30
 

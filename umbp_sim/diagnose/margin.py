@@ -6,9 +6,9 @@ node's memory: "ok" with 17 MiB left on the node is said, not hidden.
 
 from __future__ import annotations
 
-from umbp_sim.backing import HUGETLB_BACKINGS
 from umbp_sim.diagnose.simulate import Simulation
-from umbp_sim.units import format_size
+from umbp_sim.vocabulary.backing import HUGETLB_BACKINGS
+from umbp_sim.vocabulary.units import format_size
 
 SMALL = 1 << 30  # memory left on a node below this is flagged
 

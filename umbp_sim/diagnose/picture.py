@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from umbp_sim.backing import HUGETLB_BACKINGS
 from umbp_sim.machine import Machine
 from umbp_sim.sim import start_numbers
+from umbp_sim.vocabulary.backing import HUGETLB_BACKINGS
 
 if TYPE_CHECKING:
     from umbp_sim.diagnose import Diagnosis

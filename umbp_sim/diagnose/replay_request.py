@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.allocator_profiles import FIELD_PROFILE, MORI_LOG_ENV
-from umbp_sim.backing import DEMOTED_TO, HUGETLB_BACKINGS
-from umbp_sim.bounded import shown
 from umbp_sim.diagnose.dram_tier import (
     VARIABLES as DRAM_VARIABLES,
     DramTierError,
@@ -39,14 +37,16 @@ from umbp_sim.diagnose.request_flags import (
 from umbp_sim.diagnose.symptom import Symptom, SymptomError, parse_symptom
 from umbp_sim.engine.spec import Alloc, HostChange, Run, SglangStartup
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_USAGE
 from umbp_sim.machine import Machine
 from umbp_sim.request import AllocRequest
 from umbp_sim.sglang import env as sgenv
 from umbp_sim.sglang.release import default_sglang_release
 from umbp_sim.sglang.sizing import HicacheRequest, SizingError, hicache_request_of_table
-from umbp_sim.units import format_size, unit_bytes
-from umbp_sim.value_types import MAX_BYTES, MAX_INT
+from umbp_sim.vocabulary.backing import DEMOTED_TO, HUGETLB_BACKINGS
+from umbp_sim.vocabulary.bounded import shown
+from umbp_sim.vocabulary.exit_codes import EX_USAGE
+from umbp_sim.vocabulary.units import format_size, unit_bytes
+from umbp_sim.vocabulary.value_types import MAX_BYTES, MAX_INT
 
 MiB = 1 << 20
 

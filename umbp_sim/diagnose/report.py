@@ -14,9 +14,9 @@ from umbp_sim.diagnose.persist import persistent
 from umbp_sim.diagnose.replay_request import Request
 from umbp_sim.diagnose.simulate import ranks_summary
 from umbp_sim.machine import Machine
-from umbp_sim.printable import printable
 from umbp_sim.sglang.release import describe_release
-from umbp_sim.units import spaced_size
+from umbp_sim.vocabulary.printable import printable
+from umbp_sim.vocabulary.units import spaced_size
 
 _ALLOCATOR = {
     FIELD_PROFILE: f"{FIELD_PROFILE} (mori's HostMemAllocator as deployed, ROCm/mori 624002c)",

@@ -9,7 +9,8 @@ import argparse
 
 from umbp_sim.allocator_profiles import FIELD_PROFILE, FIXED_PROFILE
 from umbp_sim.allocator_spec import allocator_flag
-from umbp_sim.flag_types import (
+from umbp_sim.sglang.release import SGLANG_RELEASES
+from umbp_sim.vocabulary.flag_types import (
     count_flag,
     gb_flag,
     node_flag,
@@ -17,7 +18,6 @@ from umbp_sim.flag_types import (
     seconds_flag,
     size_flag,
 )
-from umbp_sim.sglang.release import SGLANG_RELEASES
 
 BACKINGS = {
     "hugetlb": "AnonymousHugetlb",
@@ -152,8 +152,8 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def shown(value: object) -> str:
-    """``umbp_sim.bounded.shown``, imported when an error is written (``--help`` stays
+    """``umbp_sim.vocabulary.bounded.shown``, imported when an error is written (``--help`` stays
     light: tests/test_cli_imports.py)."""
-    from umbp_sim.bounded import shown as bounded
+    from umbp_sim.vocabulary.bounded import shown as bounded
 
     return bounded(value)

@@ -21,13 +21,13 @@ from umbp_sim.engine.spec import HostChange
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.machine import Machine
 from umbp_sim.sim import HostState
-from umbp_sim.units import spaced_size
+from umbp_sim.vocabulary.units import spaced_size
 
 # Outcome ranks: a fix is recommended only when its re-run ranks higher than the replay.
 RANK = {"failed": 0, "crashed": 0, "demoted": 1, "ok": 3}
 # The allocators' warnings that say a requested NUMA binding was dropped, by id
 # (csrc/allocator/warning_texts.h; an external build's lines get theirs from
-# umbp_sim.warning_ids).
+# umbp_sim.vocabulary.warning_ids).
 UNBOUND_IDS = frozenset(
     {
         "numa-possible-unreadable",

@@ -11,7 +11,7 @@ Three symptoms are read (docs/symptoms.md), each by a word or by the line as it 
   ``requested ... backing but kernel demoted to ...`` warning, or an allocator's fallback line:
   mori's ``MAP_HUGETLB allocation failed ... falling back to anonymous pages``, umbp-sim's
   ``... falling back to 4 KiB pages``; matched against the warning catalogue,
-  ``umbp_sim.warning_ids``).
+  ``umbp_sim.vocabulary.warning_ids``).
 
 Anything else is a one-line usage error listing these forms (exit 64). ``Symptom.seen(record)``
 says whether a simulated run's record shows it: the replay's run (reproduced) or a hypothesis's
@@ -24,9 +24,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from umbp_sim.bounded import shown
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_USAGE
+from umbp_sim.vocabulary.bounded import shown
+from umbp_sim.vocabulary.exit_codes import EX_USAGE
 
 if TYPE_CHECKING:
     from umbp_sim.engine.record import RunRecord
@@ -150,6 +150,6 @@ def parse_symptom(text: str, where: str = "--symptom") -> Symptom:
 
 
 def _demotion_warning(line: str) -> bool:
-    from umbp_sim.warning_ids import warning_id_in
+    from umbp_sim.vocabulary.warning_ids import warning_id_in
 
     return warning_id_in(line, DEMOTION_IDS) is not None

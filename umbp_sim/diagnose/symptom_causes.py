@@ -29,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from umbp_sim.backing import HUGETLB_BACKINGS
 from umbp_sim.diagnose.explain import pages_needed
 from umbp_sim.diagnose.hypotheses import (
     _HUGETLBFS,
@@ -40,8 +39,9 @@ from umbp_sim.diagnose.hypotheses import (
     _Searcher,
     _size,
 )
-from umbp_sim.host_nodes import HugePool
-from umbp_sim.units import cgroup_hugetlb_name, pod_hugepages_limit, spaced_size
+from umbp_sim.host.host_nodes import HugePool
+from umbp_sim.vocabulary.backing import HUGETLB_BACKINGS
+from umbp_sim.vocabulary.units import cgroup_hugetlb_name, pod_hugepages_limit, spaced_size
 
 if TYPE_CHECKING:
     from umbp_sim.diagnose.replay_request import Request

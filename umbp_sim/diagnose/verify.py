@@ -20,12 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from umbp_sim.backing import HUGETLB_BACKINGS as HUGETLB
 from umbp_sim.engine.record import RunTimedOut
 from umbp_sim.engine.spec import Measure, Run
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_DISAGREE, EX_USAGE
-from umbp_sim.units import format_size
+from umbp_sim.vocabulary.backing import HUGETLB_BACKINGS as HUGETLB
+from umbp_sim.vocabulary.exit_codes import EX_DISAGREE, EX_USAGE
+from umbp_sim.vocabulary.units import format_size
 
 DEFAULT_MAX_SIZE = 1 << 30
 FIELDS = ("outcome", "backing", "node", "page_size", "rss")

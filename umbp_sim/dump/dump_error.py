@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_DATAERR, EX_NOINPUT
+from umbp_sim.vocabulary.exit_codes import EX_DATAERR, EX_NOINPUT
 
 
 class DumpError(UmbpSimError):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.notes import Note
 from umbp_sim.dump.parse import MAX_NODES, MAX_VALUE, parse_node_meminfo
-from umbp_sim.value_types import MAX_BYTES
+from umbp_sim.vocabulary.value_types import MAX_BYTES
 
 NODES = "sys/devices/system/node"
 _NODE_DIR = re.compile(r"^node([0-9]{1,5})$")

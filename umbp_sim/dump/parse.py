@@ -14,8 +14,8 @@ import re
 
 from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.limits import MAX_RELEASE_PART
-from umbp_sim.meminfo import meminfo_lines, split_lines
-from umbp_sim.value_types import MAX_BYTES
+from umbp_sim.vocabulary.meminfo import meminfo_lines, split_lines
+from umbp_sim.vocabulary.value_types import MAX_BYTES
 
 # The kernel prints unsigned long; anything wider is a corrupt file, not a bigger machine.
 MAX_VALUE = (1 << 64) - 1

@@ -38,7 +38,6 @@ import re
 from typing import Any
 
 from umbp_sim import _native
-from umbp_sim.bounded import shown
 from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.notes import Note
 from umbp_sim.dump.paste_lines import (
@@ -57,6 +56,7 @@ from umbp_sim.dump.paste_lines import (
     read_line,
 )
 from umbp_sim.dump.source import MemorySource, decode
+from umbp_sim.vocabulary.bounded import shown
 
 __all__ = ["PasteFact", "PasteSource", "Unread", "paste_source", "paste_unknowns"]
 

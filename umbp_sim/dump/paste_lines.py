@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from umbp_sim.bounded import shown
 from umbp_sim.collect_scripts.standalone_collect import VM_SYSCTLS
 from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.notes import Note
@@ -26,8 +25,9 @@ from umbp_sim.dump.parse import (
     _kv_value,
     _number,
 )
-from umbp_sim.units import cgroup_hugetlb_name
-from umbp_sim.value_types import MAX_BYTES
+from umbp_sim.vocabulary.bounded import shown
+from umbp_sim.vocabulary.units import cgroup_hugetlb_name
+from umbp_sim.vocabulary.value_types import MAX_BYTES
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 MEMINFO = "proc/meminfo"

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from umbp_sim import _native
-from umbp_sim.arch_sizes import default_hugepage_sizes, pmd_size
 from umbp_sim.dump.arch import ArchEvidence, ArchReading, read_arch, recorded
 from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.host_facts import (
@@ -19,6 +18,7 @@ from umbp_sim.dump.host_facts import (
 )
 from umbp_sim.dump.manifest import MANIFEST
 from umbp_sim.dump.parse import hugepage_dir_size
+from umbp_sim.host.arch_sizes import default_hugepage_sizes, pmd_size
 
 
 def _read_sizes(r: _Reader, mi: dict[str, int], lines: dict[str, int], where_mi: str) -> None:

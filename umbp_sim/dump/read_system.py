@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from umbp_sim import _native
-from umbp_sim.bounded import shown
 from umbp_sim.collect_scripts.standalone_collect import HUGETLBFS, NODE_LISTS, V1_UNLIMITED
 from umbp_sim.dump.dump_error import DumpError
 from umbp_sim.dump.host_facts import (
@@ -26,8 +25,9 @@ from umbp_sim.dump.parse import (
     parse_osrelease,
     parse_proc_version,
 )
-from umbp_sim.units import cgroup_hugetlb_name
-from umbp_sim.value_types import MAX_BYTES, MAX_INT
+from umbp_sim.vocabulary.bounded import shown
+from umbp_sim.vocabulary.units import cgroup_hugetlb_name
+from umbp_sim.vocabulary.value_types import MAX_BYTES, MAX_INT
 
 
 def _read_watermarks(r: _Reader) -> None:

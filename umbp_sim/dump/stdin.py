@@ -18,7 +18,7 @@ from umbp_sim.dump.limits import DEFAULT_LIMITS, ArchiveLimits
 from umbp_sim.dump.opener import bytes_source
 from umbp_sim.dump.source import MemorySource
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_USAGE
+from umbp_sim.vocabulary.exit_codes import EX_USAGE
 
 LABEL = "<stdin>"
 STDIN = "-"

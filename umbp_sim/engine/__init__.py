@@ -10,17 +10,17 @@ is built in (in this process) or an external build (in a forked child of its ser
 (``subject.py``) with the work of ``work.py``. Which allocator a run goes to, in process or to
 an external build's server, is ``umbp_sim.run_router``'s, above the engine: nothing here
 imports it or ``umbp_sim.external`` (tests/test_layers.py). The names below load on first use
-(``umbp_sim._lazy``).
+(``umbp_sim.vocabulary._lazy``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from umbp_sim import _lazy
+from umbp_sim.vocabulary import _lazy
 
-# What the package offers, by the module that holds it: the one list (umbp_sim/_lazy.py reads
-# these imports for __getattr__ and __all__; mypy types them).
+# What the package offers, by the module that holds it: the one list (umbp_sim/vocabulary/_lazy.py
+# reads these imports for __getattr__ and __all__; mypy types them).
 if TYPE_CHECKING:
     from umbp_sim.engine.record import OUTCOMES as OUTCOMES, RunRecord as RunRecord
     from umbp_sim.engine.spec import (

@@ -16,7 +16,7 @@ from typing import Any
 from umbp_sim import _native
 from umbp_sim.machine import Machine
 from umbp_sim.sim import HugePages
-from umbp_sim.units import format_size
+from umbp_sim.vocabulary.units import format_size
 
 # include/uapi/linux/mempolicy.h
 POLICY_MODES = {

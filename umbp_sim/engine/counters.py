@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from umbp_sim.engine.spec import RunError
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.sim import HugePages, SimHost
-from umbp_sim.units import parse_size
+from umbp_sim.vocabulary.units import parse_size
 
 # A pool counter's key: its field is one of HugePages' (SimKernel's declared counters).
 _FIELDS = "|".join(f.name for f in dataclasses.fields(HugePages))

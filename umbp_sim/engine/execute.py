@@ -25,11 +25,11 @@ from umbp_sim.engine.spec import Alloc, Run, SglangStartup, Steps
 from umbp_sim.engine.subject import Subject
 from umbp_sim.engine.work import Held, raised, registry_probe, run_alloc, run_steps, start_sglang
 from umbp_sim.errors import SimulatedCrash
-from umbp_sim.leaks import collect_leaks
-from umbp_sim.log_capture import capture_logs
+from umbp_sim.host.leaks import collect_leaks
+from umbp_sim.host.trace import instrument, made_by
 from umbp_sim.machine import Machine
 from umbp_sim.sim import SimHost, to_sim_config
-from umbp_sim.trace import instrument, made_by
+from umbp_sim.vocabulary.log_capture import capture_logs
 
 WARNING_LOGGERS = ("umbp_sim", "sglang")
 ALLOCATOR_LOGGER = "umbp_sim.allocator"

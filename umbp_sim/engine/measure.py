@@ -19,14 +19,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from umbp_sim.backing import alloc_outcome
-from umbp_sim.child_python import module_argv
 from umbp_sim.engine.record import RunRecord, handle_record
 from umbp_sim.engine.spec import Measure, Run
 from umbp_sim.engine.work import backing_name, null_handle_error
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.log_capture import capture_logs
 from umbp_sim.request import AllocRequest
+from umbp_sim.vocabulary.backing import alloc_outcome
+from umbp_sim.vocabulary.child_python import module_argv
+from umbp_sim.vocabulary.log_capture import capture_logs
 
 MEASURE_TIMEOUT = 300.0  # seconds the built-in allocator's child may take
 

@@ -4,7 +4,7 @@
 
 - ``ok``: the allocator gave what was asked (every step's alloc did);
 - ``demoted``: a valid buffer on 4 KiB pages where hugepages were asked
-  (``umbp_sim.backing.is_demoted``);
+  (``umbp_sim.vocabulary.backing.is_demoted``);
 - ``failed``: no buffer: ``failure`` says how: ``"invalid"`` (alloc returned a null handle:
   ``error`` is what sglang's wrapper raises for it) or ``"raised"`` (the allocator raised, or
   its free did: ``error`` is the exception, ``"free: ..."`` for a free);
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_FAILS, EX_TEMPFAIL
-from umbp_sim.log_capture import LogEntry
 from umbp_sim.request import AllocRequest
+from umbp_sim.vocabulary.exit_codes import EX_FAILS, EX_TEMPFAIL
+from umbp_sim.vocabulary.log_capture import LogEntry
 
 __all__ = [
     "OUTCOMES",
@@ -191,7 +191,7 @@ class RunRecord:
     # "log level" (an empty list from a record that kept none: taken as all "warning").
     allocator_levels: list[str] = field(default_factory=list)
     # Every warning as (logger, warning id or None, text): sglang's own lines are under
-    # "sglang.", the allocator's carry their ids (umbp_sim.log_capture).
+    # "sglang.", the allocator's carry their ids (umbp_sim.vocabulary.log_capture).
     log: list[LogEntry] = field(default_factory=list)
     reasons: list[Any] = field(default_factory=list)  # SimKernel's (umbp_sim.sim.Reason)
     trace: list[str] = field(default_factory=list)  # every call through the TracingKernel
@@ -201,9 +201,9 @@ class RunRecord:
     trace_sites: list[int] = field(default_factory=list)
     call_sites: list[tuple[str, int]] = field(default_factory=list)  # (object path, offset)
     # The call that made each mapping or fd the run left held: (what, its index in ``trace``,
-    # -1 when not kept): ``umbp_sim.trace.made_by``.
+    # -1 when not kept): ``umbp_sim.host.trace.made_by``.
     leaked_by: list[tuple[str, int]] = field(default_factory=list)
-    leaks: list[str] = field(default_factory=list)  # what the run left held (umbp_sim.leaks)
+    leaks: list[str] = field(default_factory=list)  # what the run left held (umbp_sim.host.leaks)
     held: dict[str, int] = field(default_factory=lambda: {"mappings": 0, "fds": 0})
     counters: dict[str, int] = field(default_factory=dict)
     steps: list[str] = field(default_factory=list)

@@ -63,7 +63,7 @@ class _Builtin:
     def __getattr__(self, name: str) -> Any:  # free and the shm registry calls
         return getattr(self._a, name)
 
-    def snapshot(self) -> Any:  # what umbp_sim.leaks reads of the allocator's bookkeeping
+    def snapshot(self) -> Any:  # what umbp_sim.host.leaks reads of the allocator's bookkeeping
         return self._a.snapshot()
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from umbp_sim.backing import alloc_outcome, is_demoted
 from umbp_sim.engine.binding import binding, faulted, mapping, pools_free
 from umbp_sim.engine.record import RunRecord, handle_fields, handle_record
 from umbp_sim.engine.spec import Alloc, RunError, SglangStartup, Steps
@@ -22,7 +21,8 @@ from umbp_sim.sglang.sizing import (
     parse_meminfo,
 )
 from umbp_sim.sim import SimHost
-from umbp_sim.units import parse_size
+from umbp_sim.vocabulary.backing import alloc_outcome, is_demoted
+from umbp_sim.vocabulary.units import parse_size
 
 
 def null_handle_error(size: int, backing: str, node: int) -> str:

@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_SOFTWARE
 from umbp_sim.external.procs import (
     TERMINATING_SIGNALS,
     FrameError,
@@ -44,6 +43,7 @@ from umbp_sim.external.procs import (
     wait_readable,
     write_all,
 )
+from umbp_sim.vocabulary.exit_codes import EX_SOFTWARE
 
 # Seconds the keeper takes at most to end a tree (a process in uninterruptible sleep takes its
 # time to die); umbp-sim waits a little longer for it before it kills the keeper itself.

@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_CANTCREAT, EX_USAGE
 from umbp_sim.external.exec_program import (
     EVIDENCE_ENV,
     EXEC_ENV as EXEC_ENV,  # exec_run's, through here
     leave_exec,
 )
+from umbp_sim.vocabulary.exit_codes import EX_CANTCREAT, EX_USAGE
 
 if TYPE_CHECKING:  # the command's --help imports this module: nothing of the extension
     from umbp_sim.faults import FaultPlan
@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # the command's --help imports this module: nothing of the ex
 HOST_FORMAT = 1  # csrc/capi/exec_host.h UMBP_SIM_EXEC_HOST_FORMAT
 TRACE_LIMIT = 100_000  # syscall records kept (the TracingKernel's default)
 
-# Named machines: the 2-node hosts compare also runs on (umbp_sim/named_machines.py).
+# Named machines: the 2-node hosts compare also runs on (umbp_sim/host/named_machines.py).
 NAMED_MACHINES = {
     "ample": "2 nodes of 64 GiB, 1024 x 2 MiB and 2 x 1 GiB hugepages on each, kernel 6.8.0",
     "pool-on-node0": "2 nodes of 64 GiB, 64 x 2 MiB and 1 x 1 GiB hugepages on node 0 only",
@@ -104,9 +104,9 @@ class ReportNotWritable(UmbpSimError):
 
 
 def check_report_path(path: str) -> None:
-    """Deprecated: ``umbp_sim.output_file.OutputFile(path, "--json")`` checks exec's --json
-    FILE as every output file is checked (OutputFileError, exit 73)."""
-    from umbp_sim.output_file import OutputFile
+    """Deprecated: ``umbp_sim.vocabulary.output_file.OutputFile(path, "--json")`` checks exec's
+    --json FILE as every output file is checked (OutputFileError, exit 73)."""
+    from umbp_sim.vocabulary.output_file import OutputFile
 
     OutputFile(path, "--json")
 
@@ -114,7 +114,7 @@ def check_report_path(path: str) -> None:
 def load_machine(arg: str | None) -> tuple[Machine, str]:
     """The machine ``--machine`` names (a named machine, or a dump directory or tarball) and
     where it came from ("named machine ample", "dump /path")."""
-    from umbp_sim.named_machines import machine as named_machine
+    from umbp_sim.host.named_machines import machine as named_machine
 
     name = arg or DEFAULT_MACHINE
     if name in NAMED_MACHINES:
@@ -210,7 +210,7 @@ class HostDir:
 
 def describe_host(machine: Machine) -> str:
     """One line: "x86_64, 2 nodes, kernel 6.8.0, hugepages 2MiB: 1024+1024, 1GiB: 2+2"."""
-    from umbp_sim.units import format_size
+    from umbp_sim.vocabulary.units import format_size
 
     nodes = machine.nodes
     pools = []

@@ -39,12 +39,12 @@ from umbp_sim.exec_host.machine_dir import (
     describe_host,
     leave_exec,
 )
-from umbp_sim.exit_codes import EX_SOFTWARE, EX_TEMPFAIL
 from umbp_sim.external.evidence import Death, EvidenceReader, ProgramExit, SetupError
 from umbp_sim.external.exec_program import inspect, leak_check_off, preload_list
 from umbp_sim.external.procs import signal_name, wait_readable
 from umbp_sim.faults import FaultPlan
 from umbp_sim.machine import Machine
+from umbp_sim.vocabulary.exit_codes import EX_SOFTWARE, EX_TEMPFAIL
 
 # EX_TEMPFAIL: the program ran past --run-timeout (as replay's and compare's runs)
 

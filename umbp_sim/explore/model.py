@@ -39,14 +39,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from umbp_sim.backing import (
+from umbp_sim.machine import Machine
+from umbp_sim.sim import HugePages
+from umbp_sim.vocabulary.backing import (
     DEMOTED_TO as DEMOTED,
     HUGETLB_BACKINGS as HUGETLB,
     SHM_BACKINGS as SHM,
     alloc_outcome,
 )
-from umbp_sim.machine import Machine
-from umbp_sim.sim import HugePages
 
 
 def _version_at_least(version: tuple[int, int, int], major: int, minor: int) -> bool:

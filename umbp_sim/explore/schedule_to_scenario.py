@@ -19,10 +19,10 @@ from typing import Any
 
 import tomli_w
 
-from umbp_sim.arch_sizes import default_hugepage_sizes, pmd_size
 from umbp_sim.faults import FaultPlan
+from umbp_sim.host.arch_sizes import default_hugepage_sizes, pmd_size
 from umbp_sim.machine import MACHINE_FIELDS, SIZE_TABLE_FIELDS, Machine
-from umbp_sim.units import size_key
+from umbp_sim.vocabulary.units import size_key
 
 ENV_VAR = "UMBP_SIM_SAVE_FAILURES"
 

@@ -41,13 +41,13 @@ from umbp_sim.explore.schedule_to_scenario import (
     write_scenario,
 )
 from umbp_sim.faults import FaultPlan
-from umbp_sim.leaks import collect_leaks
+from umbp_sim.host.leaks import collect_leaks
+from umbp_sim.host.trace import instrument
 from umbp_sim.machine import GiB, Machine
 from umbp_sim.progress import Progress
 from umbp_sim.sim import SimHost
 from umbp_sim.strategies import AllocRequest, alloc_requests, machines
-from umbp_sim.trace import instrument
-from umbp_sim.units import format_size, size_key
+from umbp_sim.vocabulary.units import format_size, size_key
 
 F = TypeVar("F", bound=Callable[..., Any])
 

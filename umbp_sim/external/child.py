@@ -45,7 +45,6 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from umbp_sim.child_python import module_argv
 from umbp_sim.external.evidence import EvidenceReader
 from umbp_sim.external.procs import (
     MAX_FRAME,
@@ -68,6 +67,7 @@ from umbp_sim.external.procs import (
     write_within,
 )
 from umbp_sim.external.run_log import RunLog
+from umbp_sim.vocabulary.child_python import module_argv
 
 _SYSTEM_LIB = re.compile(
     r"/(ld-linux[^/]*|libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libpython[^/]*|"
@@ -188,8 +188,7 @@ def serve(spec: dict[str, Any]) -> int:
         send(out, {"error": problem})
         return 2
     # What every run needs, imported once here: a forked child would import it each time.
-    import umbp_sim.sim
-    import umbp_sim.trace  # noqa: F401
+    import umbp_sim.host.trace  # noqa: F401
 
     objects = allocator_objects(before, after, interposer)
     if spec["kind"] == "shared-object" and spec["path"] not in objects:

@@ -23,10 +23,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from umbp_sim.bounded import shown
 from umbp_sim.external.procs import FrameError, FrameReader, signal_name
 from umbp_sim.external.wire import WireError, plain
 from umbp_sim.sim import Reason
+from umbp_sim.vocabulary.bounded import shown
 
 
 @dataclass(frozen=True)

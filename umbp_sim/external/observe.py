@@ -33,7 +33,7 @@ from umbp_sim.external.runner import (
     no_room_text,
     timed_out_text,
 )
-from umbp_sim.warning_ids import warning_id
+from umbp_sim.vocabulary.warning_ids import warning_id
 
 _RUNNERS: dict[str, ExternalRunner] = {}
 _RUN_TIMEOUT: list[float] = []  # --run-timeout, when a command gave one

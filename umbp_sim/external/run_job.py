@@ -216,7 +216,7 @@ def load_torch() -> bool:
     if _TORCH_TRIED or "torch" in sys.modules:
         return False
     _TORCH_TRIED.append(True)
-    from umbp_sim._lsan import import_untracked
+    from umbp_sim.vocabulary._lsan import import_untracked
 
     import_untracked("numpy", "torch")  # under `tox -e asan`: their import leaks are not ours
     import umbp_sim.sglang  # noqa: F401

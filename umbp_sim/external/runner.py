@@ -24,7 +24,6 @@ from collections import deque
 from typing import Any
 
 from umbp_sim.allocator_spec import AllocatorSpec
-from umbp_sim.child_python import module_argv
 from umbp_sim.engine.record import CouldNotRun as CouldNotRun, NoRoom as NoRoom, RunTimedOut
 from umbp_sim.external.procs import (
     FrameError,
@@ -37,6 +36,7 @@ from umbp_sim.external.procs import (
     wait_readable,
     write_within,
 )
+from umbp_sim.vocabulary.child_python import module_argv
 
 DEFAULT_RUN_TIMEOUT = 60.0  # seconds a run (or the allocator's import) may take
 SERVER_GRACE = 60.0  # beyond a run's limit: the server's own work (torch's import for sglang)
@@ -73,7 +73,7 @@ def no_room_text(reply: dict[str, Any]) -> str | None:
         return None
     if reply.get("evidence") is not None:
         return None  # a simulated death: the verdict
-    from umbp_sim.units import format_size
+    from umbp_sim.vocabulary.units import format_size
 
     stage = reply["stages"][-1] if reply["stages"] else "alloc"
     who = "the run writes to" if stage == "write" else "the allocator touches by hand"

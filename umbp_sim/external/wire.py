@@ -41,7 +41,7 @@ import sys
 import types
 from typing import Any
 
-from umbp_sim.bounded import shown
+from umbp_sim.vocabulary.bounded import shown
 
 MAX_VALUES = 1 << 21  # values in one message: a run's record with a 100,000-call trace is ~10^5
 MAX_DEPTH = 200  # nesting of the plain values (a record with its host state: ~30)

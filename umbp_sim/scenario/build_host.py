@@ -7,7 +7,7 @@ from typing import Any
 
 from umbp_sim.machine import NODE_AND_POOL_KEYWORDS, HugePool, Machine
 from umbp_sim.scenario.schema import Scenario, ScenarioError
-from umbp_sim.units import parse_size
+from umbp_sim.vocabulary.units import parse_size
 
 
 def build_machine(scn: Scenario) -> Machine:

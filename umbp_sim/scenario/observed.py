@@ -9,7 +9,7 @@ from typing import Any
 from umbp_sim.engine.record import RunRecord
 from umbp_sim.scenario.regex import MATCH_CPU_SECONDS, RegexTimeout, bounded_search
 from umbp_sim.scenario.schema import Scenario, ScenarioError
-from umbp_sim.units import parse_size
+from umbp_sim.vocabulary.units import parse_size
 
 
 @dataclass

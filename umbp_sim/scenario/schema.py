@@ -1,9 +1,9 @@
 """Scenario files: one simulated host, its faults, one request, the outcome that must follow.
 
-Loading checks every key against the types below (``umbp_sim.value_types``; the ``[machine]``
-keys' types are declared with the Machine fields, ``[[faults]]`` by ``FaultRule``): an unknown
-key, a wrong type or a value beyond the simulator is a ``ScenarioError`` naming the file and the
-key (``scenarios/x.toml: [machine].nodes: expected an integer, got a string ('2')``), before
+Loading checks every key against the types below (``umbp_sim.vocabulary.value_types``; the
+``[machine]`` keys' types are declared with the Machine fields, ``[[faults]]`` by ``FaultRule``): an
+unknown key, a wrong type or a value beyond the simulator is a ``ScenarioError`` naming the file and
+the key (``scenarios/x.toml: [machine].nodes: expected an integer, got a string ('2')``), before
 anything runs. ``umbp_sim.scenario.scenario_run`` runs it.
 """
 
@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from umbp_sim.allocator_profiles import MORI_LOG_ENV
-from umbp_sim.backing import BACKINGS, OUTCOMES
-from umbp_sim.bounded import shown
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_DATAERR
 from umbp_sim.machine import SCENARIO_MACHINE_KEYS, SCENARIO_MACHINE_TYPES
 from umbp_sim.scenario.regex import pattern_problem
 from umbp_sim.sglang.release import SGLANG_RELEASES
-from umbp_sim.toml_text import TomlError, read_toml
-from umbp_sim.value_types import (
+from umbp_sim.vocabulary.backing import BACKINGS, OUTCOMES
+from umbp_sim.vocabulary.bounded import shown
+from umbp_sim.vocabulary.exit_codes import EX_DATAERR
+from umbp_sim.vocabulary.toml_text import TomlError, read_toml
+from umbp_sim.vocabulary.value_types import (
     MAX_BYTES,
     MAX_INT,
     Array,
@@ -167,7 +167,7 @@ def _dump_path(path: Path, raw: str, tree: Path) -> Path:
     return current
 
 
-# ---- what each key takes (umbp_sim.value_types) ----------------------------------------------
+# ---- what each key takes (umbp_sim.vocabulary.value_types) ---------------------------------------
 # Bounds: what the simulator holds (sizes below 2^62 bytes, C ints), and a few thousand steps,
 # rules or items, so no file can ask for unbounded work.
 _C_INT = Int(-(1 << 31), MAX_INT)

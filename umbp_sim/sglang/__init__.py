@@ -5,11 +5,12 @@ Importing this package does not import torch; only constructing the tensor alloc
 
 from typing import TYPE_CHECKING, Any
 
-from umbp_sim import _lazy
+from umbp_sim.vocabulary import _lazy
 
 # What the package offers, by the module that holds it: imported on first use (PEP 562), so
 # importing one submodule (a parser's flags, a constant) does not load every other one. The
-# imports below are the one list (umbp_sim/_lazy.py reads them for __getattr__; mypy types them).
+# imports below are the one list (umbp_sim/vocabulary/_lazy.py reads them for __getattr__; mypy
+# types them).
 if TYPE_CHECKING:
     from umbp_sim.sglang.env import (
         EnvVarError as EnvVarError,

@@ -19,10 +19,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from umbp_sim.bounded import shown
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_USAGE
-from umbp_sim.units import SizeError, parse_size
+from umbp_sim.vocabulary.bounded import shown
+from umbp_sim.vocabulary.exit_codes import EX_USAGE
+from umbp_sim.vocabulary.units import SizeError, parse_size
 
 HUGEPAGE = "SGLANG_HICACHE_HOST_HUGEPAGE"
 HUGEPAGE_SIZE = "SGLANG_HICACHE_HOST_HUGEPAGE_SIZE"

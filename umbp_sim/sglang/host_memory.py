@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from umbp_sim.meminfo import meminfo_lines
 from umbp_sim.sglang.kv_model import SizingError
+from umbp_sim.vocabulary.meminfo import meminfo_lines
 
 # sglang: HICACHE_HOST_MEMORY_RESERVE_BYTES = 10 * (1024**3), left for the OS and other processes.
 HICACHE_HOST_MEMORY_RESERVE_BYTES = 10 * (1 << 30)

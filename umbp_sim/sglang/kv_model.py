@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from umbp_sim.bounded import shown
+from umbp_sim.vocabulary.bounded import shown
 
 MHA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_first_kv_split")

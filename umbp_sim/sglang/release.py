@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_USAGE
+from umbp_sim.vocabulary.exit_codes import EX_USAGE
 
 EMULATED = ("0.5.23",)  # 0.5.23 is also the newest release on the package index (2026-12-03)
 SGLANG_RELEASES = ("installed", *EMULATED)

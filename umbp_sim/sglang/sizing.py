@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from umbp_sim.bounded import shown
 from umbp_sim.sglang.host_memory import (
     HICACHE_HOST_MEMORY_RESERVE_BYTES,
     check_host_memory,
@@ -47,6 +46,7 @@ from umbp_sim.sglang.kv_model import (
     mha_bytes_per_token,
     mla_bytes_per_token,
 )
+from umbp_sim.vocabulary.bounded import shown
 
 __all__ = [
     "DTYPE_ITEMSIZE",

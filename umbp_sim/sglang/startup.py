@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from umbp_sim.errors import SimulatedCrash
-from umbp_sim.log_capture import LogCapture
 from umbp_sim.sglang.env import sglang_env_failure
 from umbp_sim.sglang.release import EMULATED, tensor_allocator
 from umbp_sim.sglang.sizing import HicacheRequest, host_memory_budget, host_memory_error
@@ -33,6 +32,7 @@ from umbp_sim.sglang.tensor_allocator import (
     UMBPHostTensorAllocator,
     _default_module,
 )
+from umbp_sim.vocabulary.log_capture import LogCapture
 
 # The allocator's own warnings (umbp-sim's, as mori logs them) and sglang's wrapper's.
 WARNING_LOGGERS = ("umbp_sim.allocator", "umbp_sim.sglang", LOGGER_NAME)

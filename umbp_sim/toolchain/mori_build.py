@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from umbp_sim.exit_codes import EX_CANTCREAT
 from umbp_sim.toolchain.compiler import BuildLimits, CompilerTimeout, run_compiler
 from umbp_sim.toolchain.wrapped_build import (
     BuildError,
@@ -31,6 +30,7 @@ from umbp_sim.toolchain.wrapped_build import (
     read_header,
     regular_file,
 )
+from umbp_sim.vocabulary.exit_codes import EX_CANTCREAT
 
 SOURCE = "src/umbp/local/host_mem_allocator.cpp"
 HEADER = "src/umbp/include/umbp/local/host_mem_allocator.h"
@@ -195,7 +195,7 @@ def _demangle(symbol: str) -> str:
 
 def check_output_writable(output: str) -> None:
     """OUT can be written (exit 73 otherwise). Deprecated: ``build.build_allocator`` checks
-    OUT itself, as every output file is checked (``umbp_sim.output_file.OutputFile``)."""
+    OUT itself, as every output file is checked (``umbp_sim.vocabulary.output_file.OutputFile``)."""
     path = Path(output)
     parent = path.parent if str(path.parent) else Path(".")
     problem = None

@@ -21,12 +21,12 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from umbp_sim.bounded import shown
 from umbp_sim.capi import get_include, interposer_path
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_DATAERR
 from umbp_sim.toolchain.compiler import BuildLimits, Compiled, CompilerTimeout, run_compiler
-from umbp_sim.units import format_size, size_at_most
+from umbp_sim.vocabulary.bounded import shown
+from umbp_sim.vocabulary.exit_codes import EX_DATAERR
+from umbp_sim.vocabulary.units import format_size, size_at_most
 
 WRAPPED = (
     "mmap", "mmap64", "munmap", "madvise", "mbind", "syscall", "memfd_create", "ftruncate",
@@ -159,7 +159,7 @@ def build_allocator(
     the same name in a fresh directory beside it, ``check`` (build-allocator: the module loads)
     is given that file, and only then is it moved into place; the directory is removed
     whatever happens (by the keeper, should umbp-sim be killed)."""
-    from umbp_sim.output_file import OutputFile, OutputFileError
+    from umbp_sim.vocabulary.output_file import OutputFile, OutputFileError
 
     for s in sources:
         if not os.path.lexists(s):

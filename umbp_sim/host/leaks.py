@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from umbp_sim import _native
-from umbp_sim.trace import find_layer
-from umbp_sim.units import format_size
+from umbp_sim.host.trace import find_layer
+from umbp_sim.vocabulary.units import format_size
 
 
 def mapping_leaks(kernel: Any) -> list[str]:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from umbp_sim.units import Size, SizeError, parse_size
-from umbp_sim.value_types import MAX_BYTES, MAX_INT
+from umbp_sim.vocabulary.units import Size, SizeError, parse_size
+from umbp_sim.vocabulary.value_types import MAX_BYTES, MAX_INT
 
 GB = 10**9
 
@@ -106,9 +106,9 @@ def ratio_flag(value: str) -> float:
 
 
 def shown(value: object) -> str:
-    """``umbp_sim.bounded.shown``, imported when an error is written (``--help`` stays
+    """``umbp_sim.vocabulary.bounded.shown``, imported when an error is written (``--help`` stays
     light: tests/test_cli_imports.py)."""
-    from umbp_sim.bounded import shown as bounded
+    from umbp_sim.vocabulary.bounded import shown as bounded
 
     return bounded(value)
 

@@ -71,7 +71,7 @@ def unit_bytes(unit: str) -> int | None:
 
 
 def _shown(value: object) -> str:
-    from umbp_sim.bounded import shown  # when an error is written: --help stays light
+    from umbp_sim.vocabulary.bounded import shown  # when an error is written: --help stays light
 
     return shown(value)
 

@@ -7,8 +7,8 @@ raises :class:`ValueTypeError` naming the key path::
     [machine].nodes: expected an integer, got a string ('2')
     [request].size: 100000000000000000000 bytes is beyond what the simulator holds (...)
 
-Every text is bounded: values are shown with ``umbp_sim.bounded`` (``shown``: at most a few
-dozen characters, an integer of 5,000 digits as ``a 5000-digit integer``; ``short_list``:
+Every text is bounded: values are shown with ``umbp_sim.vocabulary.bounded`` (``shown``: at most a
+few dozen characters, an integer of 5,000 digits as ``a 5000-digit integer``; ``short_list``:
 ``0, 1, 2, ... (999,997 more)``). Numbers are bounded too: an ``Int`` or ``Size`` has a range
 the simulator holds, so no key can ask for unbounded work.
 """
@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from umbp_sim.bounded import shown
-from umbp_sim.units import SizeError, parse_size
+from umbp_sim.vocabulary.bounded import shown
+from umbp_sim.vocabulary.units import SizeError, parse_size
 
 # What the simulator holds. Byte counts are uint64 in the SimKernel and are added together
 # (node sums, commit limits, a size rounded up to a hugepage): each is kept below 2**62 so a

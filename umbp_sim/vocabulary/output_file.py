@@ -13,7 +13,7 @@ never emptied first, never written through a link, and stays whole when the comm
 from __future__ import annotations
 
 from umbp_sim.errors import UmbpSimError
-from umbp_sim.exit_codes import EX_CANTCREAT
+from umbp_sim.vocabulary.exit_codes import EX_CANTCREAT
 
 
 class OutputFileError(UmbpSimError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from umbp_sim.value_types import (
+from umbp_sim.vocabulary.value_types import (
     MAX_BYTES,
     MAX_INT,
     Array,
