@@ -12,7 +12,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from umbp_sim.allocator_profiles import FIELD_PROFILE, mori_log_lines
+from umbp_sim.allocator_profiles import FIELD_PROFILE, FIXED_PROFILE, mori_log_lines
 from umbp_sim.allocator_spec import allocator_flag
 from umbp_sim.errors import UmbpSimError
 from umbp_sim.vocabulary.backing import BACKINGS, is_demoted
@@ -23,7 +23,6 @@ from umbp_sim.vocabulary.units import SizeError, format_size, parse_size
 if TYPE_CHECKING:
     from umbp_sim.engine.record import RunRecord
 
-DEFAULT_PROFILE = "umbp-sim"  # umbp-sim's own allocator, as UMBPHostMemAllocator() gives
 
 HEADER = ("requested", "size", "actual backing", "alignment", "mapped size", "node", "warnings")
 
@@ -46,9 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allocator",
         type=allocator_flag,
-        default=DEFAULT_PROFILE,
+        default=FIXED_PROFILE,
         metavar="NAME|PATH|MODULE",
-        help=f"allocator profile: {DEFAULT_PROFILE} (default: mori plus umbp-sim's fixes) or "
+        help=f"allocator profile: {FIXED_PROFILE} (default: mori plus umbp-sim's fixes) or "
         f"{FIELD_PROFILE} (alias mori: the field's); or an external build: a built .so with "
         "mori's Python API, or an importable module (each backing in a run of its own process)",
     )
@@ -76,7 +75,7 @@ def _sizes(args: argparse.Namespace) -> tuple[int, int]:
 
 
 def probe(
-    size: int, hugepage_size: int, numa_node: int, allocator: str = DEFAULT_PROFILE
+    size: int, hugepage_size: int, numa_node: int, allocator: str = FIXED_PROFILE
 ) -> list[dict[str, object]]:
     """One row per backing: what was asked, what came back, which warnings were logged. Each
     backing is an engine ``Measure`` run (the real kernel, a fresh process of its own, so every
